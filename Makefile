@@ -1,0 +1,20 @@
+.DEFAULT_GOAL := help
+GO ?= go
+
+.PHONY: help
+help: ## show the targets
+	@grep -hE '^[a-z/]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+.PHONY: test
+test: ## start the services, lint, and run every test with -race (what CI runs)
+	scripts/test.sh
+
+.PHONY: lint
+lint: ## gofmt, go vet, staticcheck
+	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+.PHONY: bench
+bench: ## run the benchmarks of every package against the real services
+	RACE= scripts/test.sh -run '^$$' -bench . -benchmem

@@ -1,0 +1,61 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Backends map their native errors to these in one place; callers check
+// them with errors.Is.
+var (
+	// ErrNotFound: no such run or effect.
+	ErrNotFound = errors.New("ledger: not found")
+	// ErrLeaseLost: the caller's attempt no longer holds the run (another attempt took it
+	// over, or it was released, rescued, completed or failed). Nothing was written.
+	ErrLeaseLost = errors.New("ledger: lease lost")
+	// ErrConflict: the record changed since the caller read it (a rescue raced with a
+	// claim). Nothing was written.
+	ErrConflict = errors.New("ledger: conflict")
+	// ErrContended: the backend gave up on a write because too many writers raced on one
+	// record. Nothing was written; retry later. Retryable.
+	ErrContended = errors.New("ledger: contended, retry later")
+	// ErrUnavailable: the backend could not be reached. The write may or may not have
+	// happened; retrying is safe because every operation is idempotent or fenced.
+	ErrUnavailable = errors.New("ledger: backend unavailable")
+	// ErrInvalid: the parameters are malformed (empty run ID, missing fence, …).
+	ErrInvalid = errors.New("ledger: invalid parameters")
+	// ErrNowUnsupported: the backend cannot honour a caller-supplied Now.
+	ErrNowUnsupported = errors.New("ledger: this backend cannot replace its clock")
+)
+
+// Retryable reports whether err is a transient backend condition worth retrying later
+// (contention or unavailability), as opposed to a verdict about the run.
+func Retryable(err error) bool {
+	return errors.Is(err, ErrContended) || errors.Is(err, ErrUnavailable)
+}
+
+// Invalidf returns an error wrapping ErrInvalid.
+func Invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// leaseLost returns ErrLeaseLost with what the record holds instead.
+func leaseLost(f Fence, cur *Run) error {
+	if cur == nil {
+		return fmt.Errorf("%w: run %s is gone", ErrLeaseLost, f.RunID)
+	}
+	return fmt.Errorf("%w: run %s is %s at attempt %d (%s), not attempt %d (%s)",
+		ErrLeaseLost, f.RunID, cur.Status, cur.Attempt, cur.AttemptID, f.Attempt, f.AttemptID)
+}
+
+// HeldError describes a run another attempt holds; AcquireResult carries the same facts
+// without an error. It exists for callers that want to return it.
+type HeldError struct {
+	RunID string
+	Until time.Time
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("ledger: run %s is held until %s", e.RunID, e.Until.Format(time.RFC3339Nano))
+}

@@ -1,0 +1,343 @@
+package ledger
+
+import (
+	"context"
+	"time"
+)
+
+// Status is the state of a run.
+type Status string
+
+// The states of a run. Queued and running runs are live; completed and failed are terminal.
+const (
+	StatusQueued    Status = "queued"
+	StatusRunning   Status = "running"
+	StatusCompleted Status = "completed"
+	StatusFailed    Status = "failed"
+)
+
+// Terminal reports whether s is completed or failed.
+func (s Status) Terminal() bool { return s == StatusCompleted || s == StatusFailed }
+
+// Valid reports whether s is one of the four states.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusQueued, StatusRunning, StatusCompleted, StatusFailed:
+		return true
+	}
+	return false
+}
+
+// Defaults used when a params field is zero.
+const (
+	// DefaultRetention is how long records are kept after their last write.
+	DefaultRetention = 14 * 24 * time.Hour
+	// DefaultPickupTimeout is how long a queued run may wait for a worker before the
+	// rescuer republishes it.
+	DefaultPickupTimeout = 5 * time.Minute
+	// DefaultLease is the lease a worker claim takes when none is given.
+	DefaultLease = 30 * time.Second
+)
+
+// Run is the record of one scheduled run.
+type Run struct {
+	// ID is the run's ID: a hex SHA-256 (see RunID), safe as a document ID and a key.
+	ID        string
+	Namespace string
+	Job       string
+	// ScheduleTime is the scheduler's UTC schedule time; zero when the run is keyed by a
+	// caller key.
+	ScheduleTime time.Time
+	// Key is the caller's identity of the run besides the job: the scheduler's job name
+	// (with ScheduleTime), or the Idempotency-Key / job_key.
+	Key    string
+	Status Status
+	// Attempt is the fencing token: bumped by every worker claim, 0 until the first.
+	Attempt int64
+	// AttemptID identifies the current claim (the ingress claim's, then each worker
+	// claim's); with Attempt it fences every later transition.
+	AttemptID string
+	// Deadline is the pickup deadline of a queued run and the lease expiry of a running
+	// one; zero for a terminal run. The rescuer republishes runs past it.
+	Deadline time.Time
+	// NotBefore is the earliest time a released run may be claimed again (Retry-After);
+	// zero when it may be claimed at once.
+	NotBefore time.Time
+	// PayloadHash is the hex SHA-256 of the payload the run was claimed with.
+	PayloadHash string
+	// AttemptsMade counts attempts that ended with an outcome recorded (released,
+	// completed or failed) or that the rescuer found dead.
+	AttemptsMade int64
+	// LastError is the error of the latest released, rescued or failed attempt.
+	LastError   string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	CompletedAt time.Time
+	// ExpireAt is when the record may be deleted: the last write's time plus the
+	// retention. A record past ExpireAt that still exists still deduplicates.
+	ExpireAt time.Time
+}
+
+// EffectStatus is the state of an effect record.
+type EffectStatus string
+
+// The states of an effect.
+const (
+	EffectPending EffectStatus = "pending"
+	EffectDone    EffectStatus = "done"
+)
+
+// Effect is the record of one side effect of a run.
+type Effect struct {
+	// Key is EffectKey(RunID, Name): pass it downstream as Idempotency-Key.
+	Key    string
+	RunID  string
+	Name   string
+	Status EffectStatus
+	// Attempt is the attempt that began the effect (pending) or did it (done).
+	Attempt   int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	DoneAt    time.Time
+	ExpireAt  time.Time
+}
+
+// Identity is what a run is: the fields the ingress derives the run ID from. A worker
+// claim carries it so that it can create a run whose ingress record is missing.
+type Identity struct {
+	RunID        string
+	Namespace    string
+	Job          string
+	Key          string
+	ScheduleTime time.Time
+	PayloadHash  string
+}
+
+// ClaimParams are the parameters of the ingress claim.
+type ClaimParams struct {
+	Identity
+	// AttemptID identifies this claim, so that Unclaim removes only the run it created.
+	AttemptID string
+	// PickupTimeout sets the queued run's Deadline. Zero means DefaultPickupTimeout.
+	PickupTimeout time.Duration
+	// Retention sets ExpireAt. Zero means DefaultRetention.
+	Retention time.Duration
+	// Now replaces the backend's clock, for tests, where the backend supports it.
+	Now time.Time
+}
+
+// ClaimResult is the answer of the ingress claim.
+type ClaimResult struct {
+	// Run is the new run, or the existing one.
+	Run *Run
+	// Created is true when this claim created the run.
+	Created bool
+	// PayloadMismatch is true when the run existed with another payload hash.
+	PayloadMismatch bool
+}
+
+// UnclaimParams identify an ingress claim to undo.
+type UnclaimParams struct {
+	RunID     string
+	AttemptID string
+}
+
+// AcquireParams are the parameters of the worker claim.
+type AcquireParams struct {
+	// Identity creates the run when it is absent (its ingress record was never written
+	// or was deleted); RunID is required.
+	Identity
+	// AttemptID is the new attempt's ID (a UUIDv7).
+	AttemptID string
+	// Lease sets the lease expiry. Zero means DefaultLease.
+	Lease     time.Duration
+	Retention time.Duration
+	Now       time.Time
+}
+
+// AcquireOutcome says what a worker claim found.
+type AcquireOutcome int
+
+// The outcomes of a worker claim.
+const (
+	// Acquired: the caller now holds the run (Run.Attempt, Run.AttemptID).
+	Acquired AcquireOutcome = iota + 1
+	// Held: another live attempt holds the run, or a released run may not be retried
+	// yet; Until says when to come back. Not an error: the delivery is nacked.
+	Held
+	// Terminal: the run is completed or failed; nothing to do.
+	Terminal
+)
+
+func (o AcquireOutcome) String() string {
+	switch o {
+	case Acquired:
+		return "acquired"
+	case Held:
+		return "held"
+	case Terminal:
+		return "terminal"
+	}
+	return "unknown"
+}
+
+// AcquireResult is the answer of the worker claim.
+type AcquireResult struct {
+	Outcome AcquireOutcome
+	Run     *Run
+	// Until is when the current lease ends (or the retry delay ends) when Outcome is Held.
+	Until time.Time
+}
+
+// Fence identifies the attempt a fenced transition is made by.
+type Fence struct {
+	RunID     string
+	Attempt   int64
+	AttemptID string
+}
+
+// RenewParams extend the lease of the caller's attempt.
+type RenewParams struct {
+	Fence
+	Lease time.Duration
+	Now   time.Time
+}
+
+// CompleteParams complete the caller's attempt.
+type CompleteParams struct {
+	Fence
+	Retention time.Duration
+	Now       time.Time
+}
+
+// ReleaseParams return the caller's attempt's run to queued for a retry.
+type ReleaseParams struct {
+	Fence
+	// Error is kept as the run's LastError.
+	Error string
+	// RetryAfter delays the next claim (NotBefore = now + RetryAfter).
+	RetryAfter time.Duration
+	// PickupTimeout sets the pickup deadline after NotBefore. Zero means the default.
+	PickupTimeout time.Duration
+	Retention     time.Duration
+	Now           time.Time
+}
+
+// FailParams fail the caller's attempt's run for good.
+type FailParams struct {
+	Fence
+	Error     string
+	Retention time.Duration
+	Now       time.Time
+}
+
+// GetParams name a run.
+type GetParams struct {
+	RunID string
+}
+
+// BeginEffectParams record an effect before it is done.
+type BeginEffectParams struct {
+	Fence
+	Name      string
+	Retention time.Duration
+	Now       time.Time
+}
+
+// BeginEffectResult says what to do with an effect.
+type BeginEffectResult struct {
+	Effect *Effect
+	// Done is true when an earlier attempt did the effect: skip it.
+	Done bool
+	// PreviousAttempt is the attempt that had begun the effect and left it pending, or
+	// 0 when the effect is new. It was taken over by the caller's attempt: the effect may
+	// or may not have happened.
+	PreviousAttempt int64
+}
+
+// CompleteEffectParams mark an effect done.
+type CompleteEffectParams struct {
+	Fence
+	Name      string
+	Retention time.Duration
+	Now       time.Time
+}
+
+// GetEffectParams name an effect.
+type GetEffectParams struct {
+	RunID string
+	Name  string
+}
+
+// ListRescueParams select runs that need rescue.
+type ListRescueParams struct {
+	// Limit bounds the answer; zero means 100.
+	Limit int
+	Now   time.Time
+}
+
+// RescueParams return a run found by ListRescue to queued with a fresh pickup deadline,
+// so that exactly one rescuer republishes it.
+type RescueParams struct {
+	// RunID, Status, Attempt and Deadline are the run as listed: the rescue happens only
+	// if it is unchanged and still past its deadline.
+	RunID         string
+	Status        Status
+	Attempt       int64
+	Deadline      time.Time
+	PickupTimeout time.Duration
+	Retention     time.Duration
+	Now           time.Time
+}
+
+// SweepParams bound a sweep.
+type SweepParams struct {
+	// Limit bounds the records deleted in one call; zero means 500.
+	Limit int
+	Now   time.Time
+}
+
+// Ledger is the contract every backend implements. All methods are safe for concurrent
+// use. Times in records are the backend's, in UTC.
+type Ledger interface {
+	// Claim is the ingress claim: it creates the run as queued, or returns the existing
+	// one (reporting a payload mismatch).
+	Claim(ctx context.Context, p *ClaimParams) (*ClaimResult, error)
+	// Unclaim deletes a run its ingress claim created when nothing else touched it yet
+	// (still queued, attempt 0, same AttemptID), so that the caller's retry claims it
+	// anew. It returns ErrLeaseLost when the run moved on and ErrNotFound when absent.
+	Unclaim(ctx context.Context, p *UnclaimParams) error
+	// Acquire is the worker claim.
+	Acquire(ctx context.Context, p *AcquireParams) (*AcquireResult, error)
+	// Renew extends the caller's lease. ErrLeaseLost when fenced out.
+	Renew(ctx context.Context, p *RenewParams) (*Run, error)
+	// Complete marks the caller's run completed. ErrLeaseLost when fenced out; a repeat
+	// by the attempt that completed it returns the run.
+	Complete(ctx context.Context, p *CompleteParams) (*Run, error)
+	// Release returns the caller's run to queued, error kept, attempt counted.
+	Release(ctx context.Context, p *ReleaseParams) (*Run, error)
+	// Fail marks the caller's run failed.
+	Fail(ctx context.Context, p *FailParams) (*Run, error)
+	// Get returns a run or ErrNotFound.
+	Get(ctx context.Context, p *GetParams) (*Run, error)
+	// BeginEffect records an effect as pending for the caller's attempt, or reports that
+	// an earlier attempt did it. ErrLeaseLost when fenced out.
+	BeginEffect(ctx context.Context, p *BeginEffectParams) (*BeginEffectResult, error)
+	// CompleteEffect marks an effect the caller's attempt began as done.
+	CompleteEffect(ctx context.Context, p *CompleteEffectParams) (*Effect, error)
+	// GetEffect returns an effect or ErrNotFound.
+	GetEffect(ctx context.Context, p *GetEffectParams) (*Effect, error)
+	// ListRescue lists queued runs past their pickup deadline and running runs past
+	// their lease, oldest deadline first.
+	ListRescue(ctx context.Context, p *ListRescueParams) ([]*Run, error)
+	// Rescue returns a listed run to queued with a fresh pickup deadline (see
+	// RescueParams). ErrConflict when it changed since it was listed.
+	Rescue(ctx context.Context, p *RescueParams) (*Run, error)
+	// Sweep deletes runs and effects past ExpireAt, at most Limit, and returns how many.
+	// Backends with a native TTL may delete more lazily; the sweep is still correct there.
+	Sweep(ctx context.Context, p *SweepParams) (int, error)
+	// Ping checks that the backend is reachable.
+	Ping(ctx context.Context) error
+	// Close releases the client's resources.
+	Close() error
+}

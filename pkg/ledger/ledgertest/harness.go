@@ -1,0 +1,29 @@
+// Package ledgertest is the conformance suite every ledger backend passes against a real
+// instance. A backend's own test calls Run with a Harness that gives each test a fresh,
+// isolated ledger; Benchmark measures the same operations the same way for every backend.
+//
+// Only _test.go files import this package.
+package ledgertest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/runonce/runonce/pkg/ledger"
+)
+
+// Harness gives the suite fresh ledgers of one backend.
+type Harness struct {
+	// Open returns a fresh, empty, isolated ledger (its own database, schema, collection
+	// prefix or file) and registers its cleanup with tb.Cleanup.
+	Open func(tb testing.TB) ledger.Ledger
+	// SkewedClient returns a second client of the same instance as l whose process clock
+	// runs skew ahead of (negative: behind) the real one, and registers its cleanup.
+	// Decisions must not change: leases are judged by the backend's clock. Nil when the
+	// backend's clock is the process's by construction (an in-process store); the
+	// clock-skew tests then skip.
+	SkewedClient func(tb testing.TB, l ledger.Ledger, skew time.Duration) ledger.Ledger
+	// SupportsNow is true when the backend honours the params' Now; when false, the suite
+	// checks that a Now is refused with ledger.ErrNowUnsupported and uses real time.
+	SupportsNow bool
+}

@@ -1,0 +1,122 @@
+package ledgertest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runonce/runonce/pkg/ledger"
+)
+
+// claimFor claims id with the given retention and pickup timeout.
+func (f *fixture) claimFor(id string, keep, pickup time.Duration) *ledger.Run {
+	f.t.Helper()
+	res, err := f.l.Claim(f.ctx, &ledger.ClaimParams{Identity: identity(id), AttemptID: uuid.NewString(), Retention: keep, PickupTimeout: pickup})
+	if err != nil {
+		f.t.Fatalf("Claim(%s): %v", id, err)
+	}
+	return res.Run
+}
+
+var retentionTests = map[string]func(*testing.T, Harness){
+	"EveryWriteSetsExpireAt": func(t *testing.T, h Harness) {
+		f := setup(t, h)
+		id := newRunID()
+		c := f.claimFor(id, time.Hour, 0)
+		approx(t, "claim ExpireAt", c.ExpireAt, c.UpdatedAt.Add(time.Hour))
+		a, err := f.l.Acquire(f.ctx, &ledger.AcquireParams{Identity: identity(id), AttemptID: uuid.NewString(), Lease: longLease, Retention: 2 * time.Hour})
+		if err != nil || a.Outcome != ledger.Acquired {
+			t.Fatalf("Acquire = %v, %v", a, err)
+		}
+		approx(t, "acquire ExpireAt", a.Run.ExpireAt, a.Run.UpdatedAt.Add(2*time.Hour))
+		e, err := f.l.BeginEffect(f.ctx, &ledger.BeginEffectParams{Fence: fence(a.Run), Name: "e", Retention: 3 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		approx(t, "effect ExpireAt", e.Effect.ExpireAt, e.Effect.UpdatedAt.Add(3*time.Hour))
+		rel, err := f.l.Release(f.ctx, &ledger.ReleaseParams{Fence: fence(a.Run), Retention: 4 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		approx(t, "release ExpireAt", rel.ExpireAt, rel.UpdatedAt.Add(4*time.Hour))
+		d := f.hold(id, longLease)
+		failed, err := f.l.Fail(f.ctx, &ledger.FailParams{Fence: fence(d), Retention: 5 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		approx(t, "fail ExpireAt", failed.ExpireAt, failed.UpdatedAt.Add(5*time.Hour))
+	},
+	"ExpiredRecordStillDeduplicates": func(t *testing.T, h Harness) {
+		f := setup(t, h)
+		id := newRunID()
+		c := f.claimFor(id, time.Millisecond, 0)
+		f.waitPast(c.ExpireAt)
+		if res := f.claim(id); res.Created || res.Run.AttemptID != c.AttemptID {
+			t.Fatalf("Claim of a run past ExpireAt = created %v; want the existing run: it still deduplicates", res.Created)
+		}
+		r := f.hold(id, longLease)
+		if _, err := f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(r), Retention: time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		f.waitPast(f.get(id).ExpireAt)
+		if res := f.acquire(id, longLease); res.Outcome != ledger.Terminal {
+			t.Fatalf("Acquire of a completed run past ExpireAt = %v, want terminal", res.Outcome)
+		}
+	},
+	"SweepDeletesExpiredRecords": func(t *testing.T, h Harness) {
+		f := setup(t, h)
+		gone, kept, withEffect := newRunID(), newRunID(), newRunID()
+		g := f.claimFor(gone, time.Millisecond, 0)
+		f.claimFor(kept, time.Hour, 0)
+		r := f.hold(withEffect, longLease)
+		e, err := f.l.BeginEffect(f.ctx, &ledger.BeginEffectParams{Fence: fence(r), Name: "short", Retention: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.begin(r, "long")
+		f.waitPast(maxTime(g.ExpireAt, e.Effect.ExpireAt))
+		n, err := f.l.Sweep(f.ctx, &ledger.SweepParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The probes of waitPast are claimed with the default retention: not swept.
+		if n != 2 {
+			t.Fatalf("Sweep deleted %d records, want 2 (one run, one effect)", n)
+		}
+		_, err = f.l.Get(f.ctx, &ledger.GetParams{RunID: gone})
+		wantErr(t, "Get of a swept run", err, ledger.ErrNotFound)
+		_, err = f.l.GetEffect(f.ctx, &ledger.GetEffectParams{RunID: withEffect, Name: "short"})
+		wantErr(t, "GetEffect of a swept effect", err, ledger.ErrNotFound)
+		f.get(kept)
+		f.get(withEffect)
+		f.effect(withEffect, "long")
+		if !f.claim(gone).Created {
+			t.Fatal("a claim after the sweep did not create the run anew")
+		}
+	},
+	"SweepIsBounded": func(t *testing.T, h Harness) {
+		f := setup(t, h)
+		var last time.Time
+		for range 3 {
+			last = f.claimFor(newRunID(), time.Millisecond, 0).ExpireAt
+		}
+		f.waitPast(last)
+		for _, want := range []int{2, 1, 0} {
+			n, err := f.l.Sweep(f.ctx, &ledger.SweepParams{Limit: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != want {
+				t.Fatalf("Sweep(limit 2) deleted %d, want %d", n, want)
+			}
+		}
+	},
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

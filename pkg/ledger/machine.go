@@ -1,0 +1,308 @@
+package ledger
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+)
+
+// This file is the run state machine as pure functions over records. Backends that read
+// a record and write it back in one transaction (memory, sqlite, firestore) apply these,
+// so the rules live in one place; a backend that expresses them in its query language
+// (postgres) must agree with them, and the conformance suite checks that it does.
+//
+// Each Apply function takes the current record (nil when absent) and the backend's
+// "now", and returns the record to write (nil when nothing is to be written) and the
+// answer. None of them reads a clock.
+
+// Truncate normalises a time to what every backend stores exactly: UTC, microseconds.
+func Truncate(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+func retention(d time.Duration) time.Duration { return cmp.Or(d, DefaultRetention) }
+
+// ValidateIdentity checks the fields a claim needs.
+func ValidateIdentity(id *Identity) error {
+	if !ValidRunID(id.RunID) {
+		return Invalidf("run ID %q is not 64 lower-case hex digits", id.RunID)
+	}
+	return nil
+}
+
+// ValidateFence checks the fields a fenced transition needs.
+func ValidateFence(f *Fence) error {
+	if !ValidRunID(f.RunID) {
+		return Invalidf("run ID %q is not 64 lower-case hex digits", f.RunID)
+	}
+	if f.Attempt <= 0 || f.AttemptID == "" {
+		return Invalidf("run %s: a fenced write needs the attempt number and attempt ID of a worker claim (got %d, %q)", f.RunID, f.Attempt, f.AttemptID)
+	}
+	return nil
+}
+
+// Holds reports whether r is running under fence f.
+func Holds(r *Run, f *Fence) bool {
+	return r != nil && r.Status == StatusRunning && r.Attempt == f.Attempt && r.AttemptID == f.AttemptID
+}
+
+func sameAttempt(r *Run, f *Fence) bool {
+	return r != nil && r.Attempt == f.Attempt && r.AttemptID == f.AttemptID
+}
+
+func touch(r *Run, now time.Time, keep time.Duration) {
+	r.UpdatedAt = now
+	r.ExpireAt = now.Add(retention(keep))
+}
+
+// ApplyClaim is the ingress claim.
+func ApplyClaim(cur *Run, p *ClaimParams, now time.Time) (*Run, *ClaimResult, error) {
+	now = Truncate(now)
+	if err := ValidateIdentity(&p.Identity); err != nil {
+		return nil, nil, err
+	}
+	if p.AttemptID == "" {
+		return nil, nil, Invalidf("run %s: the ingress claim needs an attempt ID", p.RunID)
+	}
+	if cur != nil {
+		return nil, &ClaimResult{Run: cur, PayloadMismatch: cur.PayloadHash != p.PayloadHash}, nil
+	}
+	r := &Run{
+		ID: p.RunID, Namespace: p.Namespace, Job: p.Job, Key: p.Key,
+		ScheduleTime: Truncate(p.ScheduleTime), PayloadHash: p.PayloadHash,
+		Status: StatusQueued, AttemptID: p.AttemptID,
+		Deadline:  now.Add(cmp.Or(p.PickupTimeout, DefaultPickupTimeout)),
+		CreatedAt: now,
+	}
+	touch(r, now, p.Retention)
+	return r, &ClaimResult{Run: r, Created: true}, nil
+}
+
+// CheckUnclaim says whether an ingress claim may be undone (the record deleted).
+func CheckUnclaim(cur *Run, p *UnclaimParams) error {
+	if !ValidRunID(p.RunID) || p.AttemptID == "" {
+		return Invalidf("unclaim needs a run ID and the claim's attempt ID (got %q, %q)", p.RunID, p.AttemptID)
+	}
+	if cur == nil {
+		return fmt.Errorf("%w: run %s", ErrNotFound, p.RunID)
+	}
+	if cur.Status != StatusQueued || cur.Attempt != 0 || cur.AttemptID != p.AttemptID {
+		return leaseLost(Fence{RunID: p.RunID, AttemptID: p.AttemptID}, cur)
+	}
+	return nil
+}
+
+// ApplyAcquire is the worker claim.
+func ApplyAcquire(cur *Run, p *AcquireParams, now time.Time) (*Run, *AcquireResult, error) {
+	now = Truncate(now)
+	if err := ValidateIdentity(&p.Identity); err != nil {
+		return nil, nil, err
+	}
+	if p.AttemptID == "" {
+		return nil, nil, Invalidf("run %s: the worker claim needs a new attempt ID", p.RunID)
+	}
+	var r Run
+	switch {
+	case cur == nil:
+		r = Run{
+			ID: p.RunID, Namespace: p.Namespace, Job: p.Job, Key: p.Key,
+			ScheduleTime: Truncate(p.ScheduleTime), PayloadHash: p.PayloadHash,
+			CreatedAt: now,
+		}
+	case cur.Status.Terminal():
+		return nil, &AcquireResult{Outcome: Terminal, Run: cur}, nil
+	case cur.Status == StatusQueued && cur.NotBefore.After(now):
+		return nil, &AcquireResult{Outcome: Held, Run: cur, Until: cur.NotBefore}, nil
+	case cur.Status == StatusRunning && !cur.Deadline.Before(now):
+		return nil, &AcquireResult{Outcome: Held, Run: cur, Until: cur.Deadline}, nil
+	case cur.Status == StatusRunning: // the lease expired: take it over
+		r = *cur
+		r.AttemptsMade++
+		r.LastError = fmt.Sprintf("attempt %d lost its lease at %s", cur.Attempt, cur.Deadline.Format(time.RFC3339Nano))
+	default:
+		r = *cur
+	}
+	r.Status = StatusRunning
+	r.Attempt++
+	r.AttemptID = p.AttemptID
+	r.NotBefore = time.Time{}
+	r.Deadline = now.Add(cmp.Or(p.Lease, DefaultLease))
+	touch(&r, now, p.Retention)
+	return &r, &AcquireResult{Outcome: Acquired, Run: &r}, nil
+}
+
+// ApplyRenew extends the caller's lease.
+func ApplyRenew(cur *Run, p *RenewParams, now time.Time) (*Run, error) {
+	now = Truncate(now)
+	if err := ValidateFence(&p.Fence); err != nil {
+		return nil, err
+	}
+	if !Holds(cur, &p.Fence) {
+		return nil, leaseLost(p.Fence, cur)
+	}
+	r := *cur
+	r.Deadline = now.Add(cmp.Or(p.Lease, DefaultLease))
+	r.UpdatedAt = now
+	if r.ExpireAt.Before(r.Deadline) {
+		r.ExpireAt = r.Deadline
+	}
+	return &r, nil
+}
+
+// ApplyComplete completes the caller's run. A repeat by the same attempt writes nothing.
+func ApplyComplete(cur *Run, p *CompleteParams, now time.Time) (*Run, *Run, error) {
+	now = Truncate(now)
+	return finish(cur, &p.Fence, StatusCompleted, "", p.Retention, now)
+}
+
+// ApplyFail fails the caller's run for good. A repeat by the same attempt writes nothing.
+func ApplyFail(cur *Run, p *FailParams, now time.Time) (*Run, *Run, error) {
+	now = Truncate(now)
+	return finish(cur, &p.Fence, StatusFailed, p.Error, p.Retention, now)
+}
+
+// finish returns (record to write or nil, answer, error).
+func finish(cur *Run, f *Fence, to Status, errText string, keep time.Duration, now time.Time) (*Run, *Run, error) {
+	if err := ValidateFence(f); err != nil {
+		return nil, nil, err
+	}
+	if cur != nil && cur.Status == to && sameAttempt(cur, f) {
+		return nil, cur, nil
+	}
+	if !Holds(cur, f) {
+		return nil, nil, leaseLost(*f, cur)
+	}
+	r := *cur
+	r.Status = to
+	r.AttemptsMade++
+	if errText != "" {
+		r.LastError = errText
+	}
+	r.Deadline = time.Time{}
+	r.NotBefore = time.Time{}
+	r.CompletedAt = now
+	touch(&r, now, keep)
+	return &r, &r, nil
+}
+
+// ApplyRelease returns the caller's run to queued. A repeat by the same attempt writes
+// nothing.
+func ApplyRelease(cur *Run, p *ReleaseParams, now time.Time) (*Run, *Run, error) {
+	now = Truncate(now)
+	if err := ValidateFence(&p.Fence); err != nil {
+		return nil, nil, err
+	}
+	if cur != nil && cur.Status == StatusQueued && sameAttempt(cur, &p.Fence) {
+		return nil, cur, nil
+	}
+	if !Holds(cur, &p.Fence) {
+		return nil, nil, leaseLost(p.Fence, cur)
+	}
+	r := *cur
+	r.Status = StatusQueued
+	r.AttemptsMade++
+	r.LastError = p.Error
+	r.NotBefore = time.Time{}
+	if p.RetryAfter > 0 {
+		r.NotBefore = Truncate(now.Add(p.RetryAfter))
+	}
+	r.Deadline = Truncate(now.Add(max(p.RetryAfter, 0) + cmp.Or(p.PickupTimeout, DefaultPickupTimeout)))
+	touch(&r, now, p.Retention)
+	return &r, &r, nil
+}
+
+// ApplyRescue returns a listed run to queued with a fresh pickup deadline.
+func ApplyRescue(cur *Run, p *RescueParams, now time.Time) (*Run, error) {
+	now = Truncate(now)
+	if !ValidRunID(p.RunID) {
+		return nil, Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	}
+	if cur == nil {
+		return nil, fmt.Errorf("%w: run %s", ErrNotFound, p.RunID)
+	}
+	if cur.Status != p.Status || cur.Attempt != p.Attempt || !cur.Deadline.Equal(Truncate(p.Deadline)) {
+		return nil, fmt.Errorf("%w: run %s is %s at attempt %d with deadline %s since it was listed",
+			ErrConflict, p.RunID, cur.Status, cur.Attempt, cur.Deadline.Format(time.RFC3339Nano))
+	}
+	if cur.Status.Terminal() || !cur.Deadline.Before(now) {
+		return nil, fmt.Errorf("%w: run %s is %s and not past its deadline", ErrConflict, p.RunID, cur.Status)
+	}
+	r := *cur
+	if r.Status == StatusRunning {
+		r.AttemptsMade++
+		r.LastError = fmt.Sprintf("attempt %d lost its lease at %s", cur.Attempt, cur.Deadline.Format(time.RFC3339Nano))
+		r.AttemptID = ""
+		r.Status = StatusQueued
+	}
+	r.NotBefore = time.Time{}
+	r.Deadline = now.Add(cmp.Or(p.PickupTimeout, DefaultPickupTimeout))
+	touch(&r, now, p.Retention)
+	return &r, nil
+}
+
+// NeedsRescue reports whether r is queued past its pickup deadline or running past its
+// lease at now.
+func NeedsRescue(r *Run, now time.Time) bool {
+	return (r.Status == StatusQueued || r.Status == StatusRunning) && r.Deadline.Before(now)
+}
+
+// ApplyBeginEffect records an effect as pending for the caller's attempt.
+func ApplyBeginEffect(run *Run, cur *Effect, p *BeginEffectParams, now time.Time) (*Effect, *BeginEffectResult, error) {
+	now = Truncate(now)
+	if err := ValidateFence(&p.Fence); err != nil {
+		return nil, nil, err
+	}
+	if p.Name == "" {
+		return nil, nil, Invalidf("run %s: an effect needs a name", p.RunID)
+	}
+	if !Holds(run, &p.Fence) {
+		return nil, nil, leaseLost(p.Fence, run)
+	}
+	if cur != nil && cur.Status == EffectDone {
+		return nil, &BeginEffectResult{Effect: cur, Done: true}, nil
+	}
+	e := &Effect{Key: EffectKey(p.RunID, p.Name), RunID: p.RunID, Name: p.Name, CreatedAt: now}
+	var prev int64
+	if cur != nil {
+		*e = *cur
+		prev = cur.Attempt
+	}
+	e.Status = EffectPending
+	e.Attempt = p.Attempt
+	e.UpdatedAt = now
+	e.ExpireAt = now.Add(retention(p.Retention))
+	return e, &BeginEffectResult{Effect: e, PreviousAttempt: prev}, nil
+}
+
+// ApplyCompleteEffect marks an effect the caller's attempt began as done. A repeat by the
+// same attempt writes nothing.
+func ApplyCompleteEffect(run *Run, cur *Effect, p *CompleteEffectParams, now time.Time) (*Effect, *Effect, error) {
+	now = Truncate(now)
+	if err := ValidateFence(&p.Fence); err != nil {
+		return nil, nil, err
+	}
+	if p.Name == "" {
+		return nil, nil, Invalidf("run %s: an effect needs a name", p.RunID)
+	}
+	if !Holds(run, &p.Fence) {
+		return nil, nil, leaseLost(p.Fence, run)
+	}
+	if cur == nil {
+		return nil, nil, fmt.Errorf("%w: effect %q of run %s was never begun", ErrNotFound, p.Name, p.RunID)
+	}
+	if cur.Attempt != p.Attempt {
+		return nil, nil, Invalidf("effect %q of run %s was begun by attempt %d, not %d: begin it first", p.Name, p.RunID, cur.Attempt, p.Attempt)
+	}
+	if cur.Status == EffectDone {
+		return nil, cur, nil
+	}
+	e := *cur
+	e.Status = EffectDone
+	e.DoneAt = now
+	e.UpdatedAt = now
+	e.ExpireAt = now.Add(retention(p.Retention))
+	return &e, &e, nil
+}

@@ -1,0 +1,42 @@
+package memory_test
+
+import (
+	"testing"
+
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/ledgertest"
+	"github.com/runonce/runonce/pkg/ledger/memory"
+)
+
+func harness() ledgertest.Harness {
+	return ledgertest.Harness{
+		Open:        func(testing.TB) ledger.Ledger { return memory.New(nil) },
+		SupportsNow: true,
+	}
+}
+
+func TestConformance(t *testing.T) { ledgertest.Run(t, harness()) }
+
+func BenchmarkLedger(b *testing.B) { ledgertest.Benchmark(b, harness()) }
+
+func TestOpenByNameSharesTheStore(t *testing.T) {
+	ctx := t.Context()
+	a, err := ledger.Open(ctx, "memory://shared-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ledger.Open(ctx, "memory://shared-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ledger.Open(ctx, "memory://other-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != b || a == c {
+		t.Fatal("memory://NAME must return one store per name")
+	}
+	if _, err := ledger.Open(ctx, "memory://x?retention=1h"); err == nil {
+		t.Fatal("an unknown query parameter was accepted")
+	}
+}

@@ -1,0 +1,115 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Opener opens a ledger from a URL whose scheme it was registered for.
+type Opener interface {
+	OpenLedgerURL(ctx context.Context, u *url.URL) (Ledger, error)
+}
+
+// OpenerFunc adapts a function to Opener.
+type OpenerFunc func(ctx context.Context, u *url.URL) (Ledger, error)
+
+// OpenLedgerURL calls f.
+func (f OpenerFunc) OpenLedgerURL(ctx context.Context, u *url.URL) (Ledger, error) {
+	return f(ctx, u)
+}
+
+// URLMux maps URL schemes to openers. The zero value is ready to use.
+type URLMux struct {
+	mu      sync.RWMutex
+	openers map[string]Opener
+}
+
+// Register makes scheme open with o. It panics if scheme is registered twice or o is nil.
+func (m *URLMux) Register(scheme string, o Opener) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if o == nil {
+		panic("ledger: Register of a nil opener for " + scheme)
+	}
+	if _, dup := m.openers[scheme]; dup {
+		panic("ledger: Register called twice for scheme " + scheme)
+	}
+	if m.openers == nil {
+		m.openers = make(map[string]Opener)
+	}
+	m.openers[scheme] = o
+}
+
+// Schemes lists the registered schemes, sorted.
+func (m *URLMux) Schemes() []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]string, 0, len(m.openers))
+	for s := range m.openers {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Open opens the ledger rawURL names.
+func (m *URLMux) Open(ctx context.Context, rawURL string) (Ledger, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: malformed URL %q: %w (known schemes: %s)", rawURL, err, m.known())
+	}
+	if u.Scheme == "" {
+		return nil, fmt.Errorf("ledger: URL %q has no scheme (known schemes: %s)", rawURL, m.known())
+	}
+	m.mu.RLock()
+	o, ok := m.openers[u.Scheme]
+	m.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("ledger: unknown scheme %q in URL %q (known schemes: %s)", u.Scheme, rawURL, m.known())
+	}
+	l, err := o.OpenLedgerURL(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open %s: %w", Redact(u), err)
+	}
+	return l, nil
+}
+
+func (m *URLMux) known() string {
+	s := m.Schemes()
+	if len(s) == 0 {
+		return "none registered: import a backend package"
+	}
+	return strings.Join(s, ", ")
+}
+
+// Redact returns u as a string with any password replaced, for errors and logs.
+func Redact(u *url.URL) string { return u.Redacted() }
+
+var defaultMux URLMux
+
+// DefaultURLMux is the mux Register and Open use; backends register on it in init.
+func DefaultURLMux() *URLMux { return &defaultMux }
+
+// Register registers o for scheme on the default mux.
+func Register(scheme string, o Opener) { defaultMux.Register(scheme, o) }
+
+// Open opens a ledger by URL with the default mux: the backend package must be linked in
+// (import _ "github.com/runonce/runonce/pkg/ledger/sqlite").
+func Open(ctx context.Context, rawURL string) (Ledger, error) { return defaultMux.Open(ctx, rawURL) }
+
+// CheckQuery returns an error naming any query parameter of u not in allowed.
+func CheckQuery(u *url.URL, allowed ...string) error {
+	for k := range u.Query() {
+		if !slices.Contains(allowed, k) {
+			if len(allowed) == 0 {
+				return fmt.Errorf("unknown query parameter %q (this scheme takes none)", k)
+			}
+			return fmt.Errorf("unknown query parameter %q (known: %s)", k, strings.Join(allowed, ", "))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Starts the real services the tests use — PostgreSQL 15, the official Firestore emulator
+# and the official Pub/Sub emulator — each on a free loopback port, waits for each with a
+# bound, and prints the environment that points the tests at them.
+#
+#   eval "$(scripts/services.sh start DIR)"   # start; DIR holds data, logs and pids
+#   scripts/services.sh stop DIR              # stop everything started in DIR
+#
+# Each emulator runs under setsid and is stopped by process group: killing the gcloud
+# wrapper alone leaves its Java child running.
+set -euo pipefail
+
+cmd=${1:?usage: services.sh start|stop DIR}
+dir=${2:?usage: services.sh start|stop DIR}
+
+log() { printf 'services: %s\n' "$*" >&2; }
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# wait_for NAME SECONDS COMMAND...: polls COMMAND until it succeeds, at most SECONDS.
+wait_for() {
+	local name=$1 limit=$2
+	shift 2
+	local deadline=$((SECONDS + limit))
+	until "$@" >/dev/null 2>&1; do
+		if ((SECONDS >= deadline)); then
+			log "$name did not become ready within ${limit}s; its log follows"
+			tail -n 40 "$dir/$name.log" >&2 || true
+			return 1
+		fi
+		sleep 0.5
+	done
+	log "$name ready"
+}
+
+start_postgres() {
+	local port pgbin
+	port=$(free_port)
+	pgbin=$(dirname "$(readlink -f "$(command -v pg_ctl)")")
+	mkdir -p "$dir/pg"
+	chown postgres: "$dir" "$dir/pg" 2>/dev/null || true
+	as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+	as_pg "$pgbin/initdb" -D "$dir/pg/data" -A trust -U postgres >"$dir/postgres-initdb.log" 2>&1
+	as_pg "$pgbin/pg_ctl" -D "$dir/pg/data" -l "$dir/postgres.log" -w -t 60 start \
+		-o "-p $port -k $dir/pg -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null
+	echo "$pgbin/pg_ctl" >"$dir/pg_ctl"
+	wait_for postgres 30 "$pgbin/pg_isready" -h 127.0.0.1 -p "$port"
+	echo "export TEST_DATABASE_URL='postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable'"
+}
+
+start_emulator() { # NAME PORTVAR ARGS...
+	local name=$1 port
+	shift
+	port=$(free_port)
+	CLOUDSDK_CORE_DISABLE_PROMPTS=1 setsid gcloud "$@" --host-port="127.0.0.1:$port" \
+		>"$dir/$name.log" 2>&1 </dev/null &
+	echo $! >"$dir/$name.pid"
+	wait_for "$name" 120 curl -sf "http://127.0.0.1:$port/"
+	echo "127.0.0.1:$port"
+}
+
+case "$cmd" in
+start)
+	mkdir -p "$dir"
+	start_postgres
+	fs=$(start_emulator firestore emulators firestore start)
+	echo "export FIRESTORE_EMULATOR_HOST=$fs"
+	mkdir -p "$dir/pubsub-data"
+	ps=$(start_emulator pubsub beta emulators pubsub start --data-dir="$dir/pubsub-data")
+	echo "export PUBSUB_EMULATOR_HOST=$ps"
+	;;
+stop)
+	for name in firestore pubsub; do
+		if [ -f "$dir/$name.pid" ]; then
+			pgid=$(cat "$dir/$name.pid")
+			kill -TERM -- "-$pgid" 2>/dev/null || true
+			for _ in $(seq 20); do kill -0 -- "-$pgid" 2>/dev/null || break; sleep 0.25; done
+			kill -KILL -- "-$pgid" 2>/dev/null || true
+			rm -f "$dir/$name.pid"
+		fi
+	done
+	if [ -f "$dir/pg_ctl" ]; then
+		pg_ctl=$(cat "$dir/pg_ctl")
+		if [ "$(id -u)" = 0 ]; then
+			runuser -u postgres -- "$pg_ctl" -D "$dir/pg/data" -m fast -w stop >/dev/null 2>&1 || true
+		else
+			"$pg_ctl" -D "$dir/pg/data" -m fast -w stop >/dev/null 2>&1 || true
+		fi
+		rm -f "$dir/pg_ctl"
+	fi
+	;;
+*)
+	echo "usage: services.sh start|stop DIR" >&2
+	exit 2
+	;;
+esac

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The project's one test command (the README's and CI's): installs the pinned linters,
+# starts every service the tests need (PostgreSQL, the Firestore and Pub/Sub emulators),
+# runs gofmt, go vet, staticcheck and the whole suite with -race, and stops what it
+# started, whatever happens. Extra arguments go to `go test` (e.g. -run Ledger).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STATICCHECK_VERSION=v0.8.2
+export CLOUDSDK_CORE_DISABLE_PROMPTS=1
+export GOFLAGS=${GOFLAGS:--buildvcs=false}
+
+gobin=$(go env GOPATH)/bin
+if ! "$gobin/staticcheck" -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
+	echo "test: installing staticcheck $STATICCHECK_VERSION" >&2
+	go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/runonce-test.XXXXXX")
+chmod 755 "$work"
+cleanup() {
+	scripts/services.sh stop "$work" || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "test: gofmt" >&2
+unformatted=$(gofmt -l $(git ls-files --cached --others --exclude-standard '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change: $unformatted" >&2
+	exit 1
+fi
+echo "test: go vet" >&2
+go vet ./...
+echo "test: staticcheck" >&2
+"$gobin/staticcheck" ./...
+
+echo "test: starting services" >&2
+eval "$(scripts/services.sh start "$work")"
+export CI=${CI:-true}
+
+echo "test: go test -race" >&2
+go test ${RACE--race} -count=1 -timeout 15m "$@" ./...
