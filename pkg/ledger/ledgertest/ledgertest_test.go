@@ -1,0 +1,209 @@
+package ledgertest_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/ledgertest"
+	"github.com/runonce/runonce/pkg/ledger/memory"
+)
+
+// The suite must catch a broken backend. Each wrapper below breaks one guarantee of a
+// correct backend (memory); TestSuiteCatchesBrokenBackends runs the whole suite against
+// each in a child process and checks that it fails, and where.
+
+const brokenEnv = "LEDGERTEST_BROKEN"
+
+type brokenBackend struct {
+	// wrap breaks a correct ledger.
+	wrap func(ledger.Ledger) ledger.Ledger
+	// mustFail are suite tests that must fail against it.
+	mustFail []string
+}
+
+var brokenBackends = map[string]brokenBackend{
+	// Lets every concurrent ingress claim believe it created the run.
+	"TwoClaimWinners": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &lyingClaim{l} },
+		mustFail: []string{"Claim/ConcurrentClaimsOneWinner", "Claim/DuplicateReturnsExisting"},
+	},
+	// Takes over live leases.
+	"IgnoresLiveLeases": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &stealingAcquire{l} },
+		mustFail: []string{"Acquire/ConcurrentAcquireOneWinner", "Acquire/LiveLeaseIsHeld", "Acquire/RenewExtendsTheLease"},
+	},
+	// Fences nothing: every write goes through as whoever holds the run now.
+	"IgnoresFencing": {
+		wrap: func(l ledger.Ledger) ledger.Ledger { return &noFence{l} },
+		mustFail: []string{"Fence/WrongAttemptIDIsRefused", "Fence/WrongAttemptNumberIsRefused",
+			"Acquire/ExpiredLeaseIsTakenOver", "Finish/FinishAfterTakeoverKeepsTheNewHolder"},
+	},
+	// Forgets that effects were done.
+	"ForgetsEffects": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &forgetfulEffects{l} },
+		mustFail: []string{"Effect/DoneEffectIsSkippedByTheNextAttempt", "Effect/Lifecycle"},
+	},
+	// Treats a record past expire_at as absent.
+	"ExpiredRecordsDoNotDeduplicate": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &expiryForgets{l} },
+		mustFail: []string{"Retention/ExpiredRecordStillDeduplicates"},
+	},
+	// Rescues without checking that the run is unchanged.
+	"UnconditionalRescue": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &blindRescue{l} },
+		mustFail: []string{"Rescue/ConcurrentRescueOneWinner", "Rescue/RescueRefusedWhenTheRunMoved"},
+	},
+}
+
+func TestSuiteCatchesBrokenBackends(t *testing.T) {
+	for name, b := range brokenBackends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestBrokenBackend$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), brokenEnv+"="+name)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the suite passed against a backend that %s:\n%s", name, tail(out))
+			}
+			failed := failures(string(out))
+			for _, want := range b.mustFail {
+				if !slices.Contains(failed, want) {
+					t.Errorf("the suite did not fail %s against a backend that %s; it failed %v", want, name, failed)
+				}
+			}
+			t.Logf("the suite failed %d tests against %s: %v", len(failed), name, failed)
+		})
+	}
+}
+
+// TestBrokenBackend is the child of TestSuiteCatchesBrokenBackends.
+func TestBrokenBackend(t *testing.T) {
+	name := os.Getenv(brokenEnv)
+	if name == "" {
+		t.Skip("runs only as the child process of TestSuiteCatchesBrokenBackends")
+	}
+	b, ok := brokenBackends[name]
+	if !ok {
+		t.Fatalf("no broken backend %q", name)
+	}
+	ledgertest.Run(t, ledgertest.Harness{
+		Open:        func(testing.TB) ledger.Ledger { return b.wrap(memory.New(nil)) },
+		SupportsNow: true,
+	})
+}
+
+var failLine = regexp.MustCompile(`--- FAIL: TestBrokenBackend/(\S+)`)
+
+func failures(out string) []string {
+	var names []string
+	for _, m := range failLine.FindAllStringSubmatch(out, -1) {
+		names = append(names, m[1])
+	}
+	return names
+}
+
+func tail(out []byte) string {
+	lines := strings.Split(string(out), "\n")
+	return strings.Join(lines[max(0, len(lines)-30):], "\n")
+}
+
+type lyingClaim struct{ ledger.Ledger }
+
+func (b *lyingClaim) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
+	res, err := b.Ledger.Claim(ctx, p)
+	if err == nil {
+		res.Created = true
+	}
+	return res, err
+}
+
+type stealingAcquire struct{ ledger.Ledger }
+
+func (b *stealingAcquire) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
+	res, err := b.Ledger.Acquire(ctx, p)
+	if err == nil && res.Outcome == ledger.Held {
+		q := *p
+		q.Now = res.Until.Add(time.Millisecond)
+		return b.Ledger.Acquire(ctx, &q)
+	}
+	return res, err
+}
+
+type noFence struct{ ledger.Ledger }
+
+func (b *noFence) current(ctx context.Context, f ledger.Fence) ledger.Fence {
+	if r, err := b.Get(ctx, &ledger.GetParams{RunID: f.RunID}); err == nil && r.Attempt > 0 {
+		return ledger.Fence{RunID: f.RunID, Attempt: r.Attempt, AttemptID: r.AttemptID}
+	}
+	return f
+}
+
+func (b *noFence) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
+	q := *p
+	q.Fence = b.current(ctx, p.Fence)
+	return b.Ledger.Renew(ctx, &q)
+}
+
+func (b *noFence) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
+	q := *p
+	q.Fence = b.current(ctx, p.Fence)
+	return b.Ledger.Complete(ctx, &q)
+}
+
+func (b *noFence) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
+	q := *p
+	q.Fence = b.current(ctx, p.Fence)
+	return b.Ledger.Release(ctx, &q)
+}
+
+func (b *noFence) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
+	q := *p
+	q.Fence = b.current(ctx, p.Fence)
+	return b.Ledger.Fail(ctx, &q)
+}
+
+func (b *noFence) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
+	q := *p
+	q.Fence = b.current(ctx, p.Fence)
+	return b.Ledger.BeginEffect(ctx, &q)
+}
+
+type forgetfulEffects struct{ ledger.Ledger }
+
+func (b *forgetfulEffects) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
+	res, err := b.Ledger.BeginEffect(ctx, p)
+	if err == nil {
+		res.Done = false
+	}
+	return res, err
+}
+
+type expiryForgets struct{ ledger.Ledger }
+
+func (b *expiryForgets) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
+	res, err := b.Ledger.Claim(ctx, p)
+	if err == nil && !res.Created && res.Run.ExpireAt.Before(time.Now()) {
+		res.Created = true
+	}
+	return res, err
+}
+
+type blindRescue struct{ ledger.Ledger }
+
+func (b *blindRescue) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
+	q := *p
+	if r, err := b.Get(ctx, &ledger.GetParams{RunID: p.RunID}); err == nil {
+		q.Status, q.Attempt, q.Deadline = r.Status, r.Attempt, r.Deadline
+		if !r.Deadline.Before(time.Now()) {
+			q.Now = r.Deadline.Add(time.Millisecond)
+		}
+	}
+	return b.Ledger.Rescue(ctx, &q)
+}

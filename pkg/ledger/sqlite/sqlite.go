@@ -1,0 +1,534 @@
+// Package sqlite is the embedded, durable ledger backend: the default on one machine. It
+// keeps runs and effects in one SQLite file (modernc.org/sqlite, pure Go) in WAL mode, so
+// it survives a restart, and several processes on the machine — an ingress and its
+// workers — can share the file.
+//
+// # Guarantees
+//
+// Every operation is one immediate (write-locking) transaction: it reads the record,
+// applies the state machine of package ledger, and writes the result, so concurrent
+// claims of one key, from goroutines or processes, have exactly one winner. Writers in
+// one process queue on a mutex; writers in other processes wait on SQLite's busy timeout
+// and, if it runs out, get ledger.ErrContended.
+//
+// The backend's clock is the host's: every process sharing the file reads the same clock,
+// so leases cannot be judged differently by two of them. A caller-supplied Now replaces
+// it, for tests.
+//
+// The schema is embedded and migrated when the file is opened (PRAGMA user_version, in one
+// immediate transaction, so two processes opening a new file at once do not race).
+// Records past expire_at stay until Sweep deletes them.
+//
+// URL: sqlite:///absolute/path.db or sqlite:relative/path.db; the query parameter
+// busy_timeout (a Go duration, default 10s) bounds the wait for another process's write.
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	sqlite3 "modernc.org/sqlite"
+	sqlite3lib "modernc.org/sqlite/lib"
+
+	"github.com/runonce/runonce/pkg/ledger"
+)
+
+// Scheme is the URL scheme of this backend.
+const Scheme = "sqlite"
+
+func init() {
+	ledger.Register(Scheme, ledger.OpenerFunc(openURL))
+}
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Options configure Open. The zero value is ready to use.
+type Options struct {
+	// BusyTimeout bounds how long a write waits for another process's. Defaults to 10s.
+	BusyTimeout time.Duration
+	// Clock replaces the host clock, for tests. Defaults to time.Now.
+	Clock func() time.Time
+}
+
+// Ledger is a SQLite-backed ledger.
+type Ledger struct {
+	db    *sql.DB
+	path  string
+	clock func() time.Time
+	// wmu serialises this process's write transactions: SQLite has one writer at a
+	// time, and queueing here is cheaper than spinning on the busy handler.
+	wmu sync.Mutex
+}
+
+var _ ledger.Ledger = (*Ledger)(nil)
+
+func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
+	if err := ledger.CheckQuery(u, "busy_timeout"); err != nil {
+		return nil, err
+	}
+	path := u.Path
+	if u.Opaque != "" {
+		path = u.Opaque
+	}
+	if u.Host != "" {
+		return nil, fmt.Errorf("sqlite URL has a host %q: write sqlite:///absolute/path.db or sqlite:relative/path.db", u.Host)
+	}
+	if path == "" {
+		return nil, errors.New("sqlite URL names no file: write sqlite:///absolute/path.db or sqlite:relative/path.db")
+	}
+	var opts Options
+	if v := u.Query().Get("busy_timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return nil, fmt.Errorf("busy_timeout=%q: %w", v, err)
+		}
+		opts.BusyTimeout = d
+	}
+	return Open(ctx, path, &opts)
+}
+
+// Open opens (creating if needed) the ledger file at path and migrates its schema.
+func Open(ctx context.Context, path string, opts *Options) (*Ledger, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: path %q: %w", path, err)
+	}
+	busy := cmp.Or(opts.BusyTimeout, 10*time.Second)
+	dsn := (&url.URL{Scheme: "file", Path: abs, RawQuery: url.Values{
+		"_pragma": {
+			fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()),
+			"journal_mode(WAL)",
+			"synchronous(NORMAL)",
+		},
+		"_txlock": {"immediate"},
+	}.Encode()}).String()
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8)
+	db.SetConnMaxIdleTime(0)
+	l := &Ledger{db: db, path: abs, clock: opts.Clock}
+	if l.clock == nil {
+		l.clock = time.Now
+	}
+	if err := l.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Path returns the absolute path of the ledger's file.
+func (l *Ledger) Path() string { return l.path }
+
+// migrate applies the embedded migrations the file lacks, in one immediate transaction.
+func (l *Ledger) migrate(ctx context.Context) error {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	return l.tx(ctx, func(tx *sql.Tx) error {
+		var version int
+		if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+			return err
+		}
+		if version > len(names) {
+			return fmt.Errorf("sqlite: %s has schema version %d, newer than this binary's %d", l.path, version, len(names))
+		}
+		for i := version; i < len(names); i++ {
+			body, err := migrations.ReadFile(names[i])
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+				return fmt.Errorf("sqlite: migration %s: %w", names[i], err)
+			}
+		}
+		_, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(names)))
+		return err
+	})
+}
+
+// tx runs fn in one immediate transaction, serialised with this process's other writes.
+func (l *Ledger) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return interpret(err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return interpret(err)
+	}
+	return interpret(tx.Commit())
+}
+
+// interpret maps SQLite's errors to the ledger's sentinels: the one place that does.
+func interpret(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: %w", ledger.ErrNotFound, err)
+	}
+	var se *sqlite3.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3lib.SQLITE_BUSY, sqlite3lib.SQLITE_LOCKED:
+			return fmt.Errorf("%w: %w", ledger.ErrContended, err)
+		case sqlite3lib.SQLITE_IOERR, sqlite3lib.SQLITE_CANTOPEN, sqlite3lib.SQLITE_FULL, sqlite3lib.SQLITE_READONLY:
+			return fmt.Errorf("%w: %w", ledger.ErrUnavailable, err)
+		}
+	}
+	return err
+}
+
+func (l *Ledger) now(override time.Time) time.Time {
+	if !override.IsZero() {
+		return override
+	}
+	return l.clock()
+}
+
+const runColumns = `run_id, namespace, job, key, schedule_time, status, attempt, attempt_id, deadline,
+	not_before, payload_hash, attempts_made, last_error, created_at, updated_at, completed_at, expire_at`
+
+type scanner interface{ Scan(...any) error }
+
+func scanRun(s scanner) (*ledger.Run, error) {
+	var r ledger.Run
+	var sched, deadline, notBefore, created, updated, completed, expire int64
+	var status string
+	if err := s.Scan(&r.ID, &r.Namespace, &r.Job, &r.Key, &sched, &status, &r.Attempt, &r.AttemptID, &deadline,
+		&notBefore, &r.PayloadHash, &r.AttemptsMade, &r.LastError, &created, &updated, &completed, &expire); err != nil {
+		return nil, err
+	}
+	r.Status = ledger.Status(status)
+	r.ScheduleTime, r.Deadline, r.NotBefore = fromMicros(sched), fromMicros(deadline), fromMicros(notBefore)
+	r.CreatedAt, r.UpdatedAt, r.CompletedAt, r.ExpireAt = fromMicros(created), fromMicros(updated), fromMicros(completed), fromMicros(expire)
+	return &r, nil
+}
+
+func micros(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+func fromMicros(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us).UTC()
+}
+
+// getRun reads a run inside tx; nil when absent.
+func getRun(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, id string) (*ledger.Run, error) {
+	r, err := scanRun(q.QueryRowContext(ctx, "SELECT "+runColumns+" FROM runs WHERE run_id = ?", id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	return r, err
+}
+
+func putRun(ctx context.Context, tx *sql.Tx, r *ledger.Run) error {
+	if r == nil {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO runs ("+runColumns+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+		r.ID, r.Namespace, r.Job, r.Key, micros(r.ScheduleTime), string(r.Status), r.Attempt, r.AttemptID, micros(r.Deadline),
+		micros(r.NotBefore), r.PayloadHash, r.AttemptsMade, r.LastError, micros(r.CreatedAt), micros(r.UpdatedAt),
+		micros(r.CompletedAt), micros(r.ExpireAt))
+	return err
+}
+
+const effectColumns = `effect_key, run_id, name, status, attempt, created_at, updated_at, done_at, expire_at`
+
+func getEffect(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, key string) (*ledger.Effect, error) {
+	var e ledger.Effect
+	var status string
+	var created, updated, done, expire int64
+	err := q.QueryRowContext(ctx, "SELECT "+effectColumns+" FROM effects WHERE effect_key = ?", key).Scan(
+		&e.Key, &e.RunID, &e.Name, &status, &e.Attempt, &created, &updated, &done, &expire)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	e.Status = ledger.EffectStatus(status)
+	e.CreatedAt, e.UpdatedAt, e.DoneAt, e.ExpireAt = fromMicros(created), fromMicros(updated), fromMicros(done), fromMicros(expire)
+	return &e, nil
+}
+
+func putEffect(ctx context.Context, tx *sql.Tx, e *ledger.Effect) error {
+	if e == nil {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO effects ("+effectColumns+") VALUES (?,?,?,?,?,?,?,?,?)",
+		e.Key, e.RunID, e.Name, string(e.Status), e.Attempt, micros(e.CreatedAt), micros(e.UpdatedAt), micros(e.DoneAt), micros(e.ExpireAt))
+	return err
+}
+
+// Claim implements ledger.Ledger.
+func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (res *ledger.ClaimResult, err error) {
+	err = l.tx(ctx, func(tx *sql.Tx) error {
+		cur, err := getRun(ctx, tx, p.RunID)
+		if err != nil {
+			return err
+		}
+		next, r, err := ledger.ApplyClaim(cur, p, l.now(p.Now))
+		if err != nil {
+			return err
+		}
+		res = r
+		return putRun(ctx, tx, next)
+	})
+	return res, wrap("claim", p.RunID, err)
+}
+
+// Unclaim implements ledger.Ledger.
+func (l *Ledger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
+	return wrap("unclaim", p.RunID, l.tx(ctx, func(tx *sql.Tx) error {
+		cur, err := getRun(ctx, tx, p.RunID)
+		if err != nil {
+			return err
+		}
+		if err := ledger.CheckUnclaim(cur, p); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, "DELETE FROM runs WHERE run_id = ?", p.RunID)
+		return err
+	}))
+}
+
+// Acquire implements ledger.Ledger.
+func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (res *ledger.AcquireResult, err error) {
+	err = l.tx(ctx, func(tx *sql.Tx) error {
+		cur, err := getRun(ctx, tx, p.RunID)
+		if err != nil {
+			return err
+		}
+		next, r, err := ledger.ApplyAcquire(cur, p, l.now(p.Now))
+		if err != nil {
+			return err
+		}
+		res = r
+		return putRun(ctx, tx, next)
+	})
+	return res, wrap("acquire", p.RunID, err)
+}
+
+// update applies a fenced transition to one run in one transaction.
+func (l *Ledger) update(ctx context.Context, op, id string, apply func(cur *ledger.Run) (next, answer *ledger.Run, err error)) (*ledger.Run, error) {
+	var answer *ledger.Run
+	err := l.tx(ctx, func(tx *sql.Tx) error {
+		cur, err := getRun(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		next, a, err := apply(cur)
+		if err != nil {
+			return err
+		}
+		answer = a
+		return putRun(ctx, tx, next)
+	})
+	return answer, wrap(op, id, err)
+}
+
+// Renew implements ledger.Ledger.
+func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
+	return l.update(ctx, "renew", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		next, err := ledger.ApplyRenew(cur, p, l.now(p.Now))
+		return next, next, err
+	})
+}
+
+// Complete implements ledger.Ledger.
+func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
+	return l.update(ctx, "complete", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		return ledger.ApplyComplete(cur, p, l.now(p.Now))
+	})
+}
+
+// Release implements ledger.Ledger.
+func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
+	return l.update(ctx, "release", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		return ledger.ApplyRelease(cur, p, l.now(p.Now))
+	})
+}
+
+// Fail implements ledger.Ledger.
+func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
+	return l.update(ctx, "fail", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		return ledger.ApplyFail(cur, p, l.now(p.Now))
+	})
+}
+
+// Rescue implements ledger.Ledger.
+func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
+	return l.update(ctx, "rescue", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		next, err := ledger.ApplyRescue(cur, p, l.now(p.Now))
+		return next, next, err
+	})
+}
+
+// Get implements ledger.Ledger.
+func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
+	r, err := getRun(ctx, l.db, p.RunID)
+	if err != nil {
+		return nil, wrap("get", p.RunID, interpret(err))
+	}
+	if r == nil {
+		return nil, fmt.Errorf("%w: run %s", ledger.ErrNotFound, p.RunID)
+	}
+	return r, nil
+}
+
+// BeginEffect implements ledger.Ledger.
+func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (res *ledger.BeginEffectResult, err error) {
+	err = l.tx(ctx, func(tx *sql.Tx) error {
+		run, err := getRun(ctx, tx, p.RunID)
+		if err != nil {
+			return err
+		}
+		cur, err := getEffect(ctx, tx, ledger.EffectKey(p.RunID, p.Name))
+		if err != nil {
+			return err
+		}
+		next, r, err := ledger.ApplyBeginEffect(run, cur, p, l.now(p.Now))
+		if err != nil {
+			return err
+		}
+		res = r
+		return putEffect(ctx, tx, next)
+	})
+	return res, wrap("begin effect", p.RunID, err)
+}
+
+// CompleteEffect implements ledger.Ledger.
+func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (res *ledger.Effect, err error) {
+	err = l.tx(ctx, func(tx *sql.Tx) error {
+		run, err := getRun(ctx, tx, p.RunID)
+		if err != nil {
+			return err
+		}
+		cur, err := getEffect(ctx, tx, ledger.EffectKey(p.RunID, p.Name))
+		if err != nil {
+			return err
+		}
+		next, answer, err := ledger.ApplyCompleteEffect(run, cur, p, l.now(p.Now))
+		if err != nil {
+			return err
+		}
+		res = answer
+		return putEffect(ctx, tx, next)
+	})
+	return res, wrap("complete effect", p.RunID, err)
+}
+
+// GetEffect implements ledger.Ledger.
+func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
+	e, err := getEffect(ctx, l.db, ledger.EffectKey(p.RunID, p.Name))
+	if err != nil {
+		return nil, wrap("get effect", p.RunID, interpret(err))
+	}
+	if e == nil {
+		return nil, fmt.Errorf("%w: effect %q of run %s", ledger.ErrNotFound, p.Name, p.RunID)
+	}
+	return e, nil
+}
+
+// ListRescue implements ledger.Ledger.
+func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
+	now := ledger.Truncate(l.now(p.Now))
+	rows, err := l.db.QueryContext(ctx, "SELECT "+runColumns+` FROM runs
+		WHERE status IN ('queued', 'running') AND deadline < ? ORDER BY deadline LIMIT ?`,
+		micros(now), cmp.Or(p.Limit, 100))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list rescue: %w", interpret(err))
+	}
+	defer rows.Close()
+	var out []*ledger.Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: list rescue: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, interpret(rows.Err())
+}
+
+// Sweep implements ledger.Ledger. It deletes in one bounded transaction.
+func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
+	now := micros(ledger.Truncate(l.now(p.Now)))
+	limit := cmp.Or(p.Limit, 500)
+	n := 0
+	err := l.tx(ctx, func(tx *sql.Tx) error {
+		n = 0
+		for _, table := range []string{"runs", "effects"} {
+			res, err := tx.ExecContext(ctx, "DELETE FROM "+table+" WHERE rowid IN (SELECT rowid FROM "+table+
+				" WHERE expire_at < ? ORDER BY expire_at LIMIT ?)", now, limit-n)
+			if err != nil {
+				return err
+			}
+			k, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			n += int(k)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: sweep: %w", err)
+	}
+	return n, nil
+}
+
+// Ping implements ledger.Ledger.
+func (l *Ledger) Ping(ctx context.Context) error {
+	if err := l.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("sqlite: ping %s: %w", l.path, interpret(err))
+	}
+	return nil
+}
+
+// Close implements ledger.Ledger.
+func (l *Ledger) Close() error { return l.db.Close() }
+
+func wrap(op, id string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if strings.HasPrefix(err.Error(), "ledger: ") {
+		return err // the state machine's own answer names the run already
+	}
+	return fmt.Errorf("sqlite: %s %s: %w", op, id, err)
+}

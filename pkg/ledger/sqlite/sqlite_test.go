@@ -1,0 +1,195 @@
+package sqlite_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/ledgertest"
+	"github.com/runonce/runonce/pkg/ledger/sqlite"
+)
+
+func open(tb testing.TB, path string) *sqlite.Ledger {
+	tb.Helper()
+	l, err := sqlite.Open(tb.Context(), path, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	return l
+}
+
+func harness() ledgertest.Harness {
+	return ledgertest.Harness{
+		Open: func(tb testing.TB) ledger.Ledger {
+			return open(tb, filepath.Join(tb.TempDir(), "ledger.db"))
+		},
+		SupportsNow: true,
+	}
+}
+
+func TestConformance(t *testing.T) { ledgertest.Run(t, harness()) }
+
+func BenchmarkLedger(b *testing.B) { ledgertest.Benchmark(b, harness()) }
+
+func TestOpenURL(t *testing.T) {
+	dir := t.TempDir()
+	l, err := ledger.Open(t.Context(), "sqlite://"+filepath.Join(dir, "a.db")+"?busy_timeout=2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	for _, bad := range []string{"sqlite://host/x.db", "sqlite://", "sqlite:///x.db?cache=shared", "sqlite:///x.db?busy_timeout=often"} {
+		if _, err := ledger.Open(t.Context(), bad); err == nil || !strings.Contains(err.Error(), "sqlite") {
+			t.Errorf("Open(%q) = %v, want an error naming the URL", bad, err)
+		}
+	}
+}
+
+func TestSurvivesRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	ctx := t.Context()
+	id := ledger.KeyedRunID("ns", "job", "restart")
+	l := open(t, path)
+	res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, Job: "job"}, AttemptID: uuid.NewString()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Complete(ctx, &ledger.CompleteParams{Fence: ledger.Fence{RunID: id, Attempt: 1, AttemptID: res.Run.AttemptID}}); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l = open(t, path)
+	got, err := l.Get(ctx, &ledger.GetParams{RunID: id})
+	if err != nil || got.Status != ledger.StatusCompleted {
+		t.Fatalf("after a restart: %v, %v; want the completed run", got, err)
+	}
+}
+
+// The two-process test: this test binary, started again as a child with
+// RUNONCE_SQLITE_CHILD set, races the parent on the same keys in the same file.
+const childEnv = "RUNONCE_SQLITE_CHILD"
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		if err := child(spec); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+const keysPerProcess = 200
+
+// child claims and acquires every key, printing "claim ID" and "acquire ID" for each win.
+func child(spec string) error {
+	path, who, _ := strings.Cut(spec, "|")
+	ctx := context.Background()
+	l, err := sqlite.Open(ctx, path, nil)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	out := bufio.NewWriter(os.Stdout)
+	defer out.Flush()
+	return race(ctx, l, who, func(line string) { fmt.Fprintln(out, line) })
+}
+
+func race(ctx context.Context, l ledger.Ledger, who string, win func(string)) error {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			for k := g; k < keysPerProcess; k += 8 {
+				id := ledger.KeyedRunID("two-processes", "job", fmt.Sprint(k))
+				ident := ledger.Identity{RunID: id, Job: "job"}
+				c, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ident, AttemptID: who + uuid.NewString()})
+				if err != nil {
+					errs <- err
+					return
+				}
+				a, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: who + uuid.NewString(), Lease: time.Hour})
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				if c.Created {
+					win("claim " + id)
+				}
+				if a.Outcome == ledger.Acquired {
+					win("acquire " + id)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return errors.Join(<-errs)
+}
+
+func TestTwoProcessesShareOneFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shared.db")
+	ctx := t.Context()
+	// Both processes open a new file at once: the migration must not race either.
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+path+"|child-")
+	var childOut strings.Builder
+	cmd.Stdout = &childOut
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	l := open(t, path)
+	var parentWins []string
+	if err := race(ctx, l, "parent-", func(s string) { parentWins = append(parentWins, s) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child process: %v", err)
+	}
+	claims, acquires := 0, 0
+	for k := range keysPerProcess {
+		id := ledger.KeyedRunID("two-processes", "job", fmt.Sprint(k))
+		c, a := countWins(parentWins, childOut.String(), "claim "+id), countWins(parentWins, childOut.String(), "acquire "+id)
+		if c != 1 || a != 1 {
+			t.Fatalf("key %d: %d claims and %d acquires won across two processes, want exactly 1 each", k, c, a)
+		}
+		claims += c
+		acquires += a
+		r, err := l.Get(ctx, &ledger.GetParams{RunID: id})
+		if err != nil || r.Attempt != 1 || r.Status != ledger.StatusRunning {
+			t.Fatalf("key %d: %+v, %v; want running at attempt 1", k, r, err)
+		}
+	}
+	childWon := strings.Count(childOut.String(), "\n")
+	t.Logf("%d keys: %d claims, %d acquires; the child won %d, the parent %d", keysPerProcess, claims, acquires, childWon, len(parentWins))
+	if childWon == 0 || len(parentWins) == 0 {
+		t.Fatalf("one process won everything (child %d, parent %d): the processes did not race", childWon, len(parentWins))
+	}
+}
+
+func countWins(parent []string, child, line string) int {
+	n := strings.Count(child, line+"\n")
+	for _, p := range parent {
+		if p == line {
+			n++
+		}
+	}
+	return n
+}
