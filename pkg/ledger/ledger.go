@@ -65,6 +65,9 @@ type Run struct {
 	NotBefore time.Time
 	// PayloadHash is the hex SHA-256 of the payload the run was claimed with.
 	PayloadHash string
+	// Payload is the caller's payload, kept so that the rescuer can republish a run
+	// whose message was lost.
+	Payload []byte
 	// AttemptsMade counts attempts that ended with an outcome recorded (released,
 	// completed or failed) or that the rescuer found dead.
 	AttemptsMade int64
@@ -111,6 +114,8 @@ type Identity struct {
 	Key          string
 	ScheduleTime time.Time
 	PayloadHash  string
+	// Payload is stored with a run the claim creates.
+	Payload []byte
 }
 
 // ClaimParams are the parameters of the ingress claim.

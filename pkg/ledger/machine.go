@@ -72,7 +72,7 @@ func ApplyClaim(cur *Run, p *ClaimParams, now time.Time) (*Run, *ClaimResult, er
 	}
 	r := &Run{
 		ID: p.RunID, Namespace: p.Namespace, Job: p.Job, Key: p.Key,
-		ScheduleTime: Truncate(p.ScheduleTime), PayloadHash: p.PayloadHash,
+		ScheduleTime: Truncate(p.ScheduleTime), PayloadHash: p.PayloadHash, Payload: p.Payload,
 		Status: StatusQueued, AttemptID: p.AttemptID,
 		Deadline:  now.Add(cmp.Or(p.PickupTimeout, DefaultPickupTimeout)),
 		CreatedAt: now,
@@ -109,7 +109,7 @@ func ApplyAcquire(cur *Run, p *AcquireParams, now time.Time) (*Run, *AcquireResu
 	case cur == nil:
 		r = Run{
 			ID: p.RunID, Namespace: p.Namespace, Job: p.Job, Key: p.Key,
-			ScheduleTime: Truncate(p.ScheduleTime), PayloadHash: p.PayloadHash,
+			ScheduleTime: Truncate(p.ScheduleTime), PayloadHash: p.PayloadHash, Payload: p.Payload,
 			CreatedAt: now,
 		}
 	case cur.Status.Terminal():

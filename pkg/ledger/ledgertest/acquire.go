@@ -27,7 +27,8 @@ var acquireTests = map[string]func(*testing.T, Harness){
 		r := f.hold(id, longLease)
 		want := identity(id)
 		if r.Status != ledger.StatusRunning || r.Attempt != 1 || r.Job != want.Job || r.Namespace != want.Namespace ||
-			r.Key != want.Key || !r.ScheduleTime.Equal(want.ScheduleTime) || r.PayloadHash != want.PayloadHash {
+			r.Key != want.Key || !r.ScheduleTime.Equal(want.ScheduleTime) || r.PayloadHash != want.PayloadHash ||
+			string(r.Payload) != string(want.Payload) || string(f.get(id).Payload) != string(want.Payload) {
 			t.Fatalf("Acquire of an absent run = %+v; want it created running at attempt 1 with its identity", r)
 		}
 		if dup := f.claim(id); dup.Created || dup.Run.Status != ledger.StatusRunning {

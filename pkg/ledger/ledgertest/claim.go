@@ -24,7 +24,7 @@ var claimTests = map[string]func(*testing.T, Harness){
 		want := identity(id)
 		for _, r := range []*ledger.Run{res.Run, f.get(id)} {
 			if r.ID != id || r.Namespace != want.Namespace || r.Job != want.Job || r.Key != want.Key ||
-				!r.ScheduleTime.Equal(want.ScheduleTime) || r.PayloadHash != want.PayloadHash {
+				!r.ScheduleTime.Equal(want.ScheduleTime) || r.PayloadHash != want.PayloadHash || string(r.Payload) != string(want.Payload) {
 				t.Fatalf("run identity = %+v, want %+v", r, want)
 			}
 			if r.Status != ledger.StatusQueued || r.Attempt != 0 || r.AttemptID != claimID || r.AttemptsMade != 0 {

@@ -107,22 +107,22 @@ var fenceTests = map[string]func(*testing.T, Harness){
 			t.Fatal(err)
 		}
 		for name, err := range map[string]error{
-			"Renew of a completed run":    second(f.l.Renew(f.ctx, &ledger.RenewParams{Fence: fence(done)})),
-			"Release of a completed run":  second(f.l.Release(f.ctx, &ledger.ReleaseParams{Fence: fence(done)})),
-			"Fail of a completed run":     second(f.l.Fail(f.ctx, &ledger.FailParams{Fence: fence(done)})),
-			"Effect of a completed run":   second(f.l.BeginEffect(f.ctx, &ledger.BeginEffectParams{Fence: fence(done), Name: "e"})),
-			"Renew of a failed run":       second(f.l.Renew(f.ctx, &ledger.RenewParams{Fence: fence(failed)})),
-			"Complete of a failed run":    second(f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(failed)})),
-			"Release of a failed run":     second(f.l.Release(f.ctx, &ledger.ReleaseParams{Fence: fence(failed)})),
-			"Effect of a failed run":      second(f.l.BeginEffect(f.ctx, &ledger.BeginEffectParams{Fence: fence(failed), Name: "e"})),
-			"Complete of an absent run":   second(f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: ledger.Fence{RunID: newRunID(), Attempt: 1, AttemptID: "x"}})),
-			"Renew of an absent run":      second(f.l.Renew(f.ctx, &ledger.RenewParams{Fence: ledger.Fence{RunID: newRunID(), Attempt: 1, AttemptID: "x"}})),
-			"Effect of an absent run":     second(f.l.BeginEffect(f.ctx, &ledger.BeginEffectParams{Fence: ledger.Fence{RunID: newRunID(), Attempt: 1, AttemptID: "x"}, Name: "e"})),
-			"Release of an absent run":    second(f.l.Release(f.ctx, &ledger.ReleaseParams{Fence: ledger.Fence{RunID: newRunID(), Attempt: 1, AttemptID: "x"}})),
-			"Fail of an absent run":       second(f.l.Fail(f.ctx, &ledger.FailParams{Fence: ledger.Fence{RunID: newRunID(), Attempt: 1, AttemptID: "x"}})),
-			"CompleteEffect, absent run":  second(f.l.CompleteEffect(f.ctx, &ledger.CompleteEffectParams{Fence: ledger.Fence{RunID: newRunID(), Attempt: 1, AttemptID: "x"}, Name: "e"})),
-			"CompleteEffect, failed run":  second(f.l.CompleteEffect(f.ctx, &ledger.CompleteEffectParams{Fence: fence(failed), Name: "e"})),
-			"CompleteEffect, done run":    second(f.l.CompleteEffect(f.ctx, &ledger.CompleteEffectParams{Fence: fence(done), Name: "e"})),
+			"Renew of a completed run":   second(f.l.Renew(f.ctx, &ledger.RenewParams{Fence: fence(done)})),
+			"Release of a completed run": second(f.l.Release(f.ctx, &ledger.ReleaseParams{Fence: fence(done)})),
+			"Fail of a completed run":    second(f.l.Fail(f.ctx, &ledger.FailParams{Fence: fence(done)})),
+			"Effect of a completed run":  second(f.l.BeginEffect(f.ctx, &ledger.BeginEffectParams{Fence: fence(done), Name: "e"})),
+			"Renew of a failed run":      second(f.l.Renew(f.ctx, &ledger.RenewParams{Fence: fence(failed)})),
+			"Complete of a failed run":   second(f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(failed)})),
+			"Release of a failed run":    second(f.l.Release(f.ctx, &ledger.ReleaseParams{Fence: fence(failed)})),
+			"Effect of a failed run":     second(f.l.BeginEffect(f.ctx, &ledger.BeginEffectParams{Fence: fence(failed), Name: "e"})),
+			"Complete of an absent run":  second(f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: ledger.Fence{RunID: newRunID(), Attempt: 1, AttemptID: "x"}})),
+			"Renew of an absent run":     second(f.l.Renew(f.ctx, &ledger.RenewParams{Fence: ledger.Fence{RunID: newRunID(), Attempt: 1, AttemptID: "x"}})),
+			"Effect of an absent run":    second(f.l.BeginEffect(f.ctx, &ledger.BeginEffectParams{Fence: ledger.Fence{RunID: newRunID(), Attempt: 1, AttemptID: "x"}, Name: "e"})),
+			"Release of an absent run":   second(f.l.Release(f.ctx, &ledger.ReleaseParams{Fence: ledger.Fence{RunID: newRunID(), Attempt: 1, AttemptID: "x"}})),
+			"Fail of an absent run":      second(f.l.Fail(f.ctx, &ledger.FailParams{Fence: ledger.Fence{RunID: newRunID(), Attempt: 1, AttemptID: "x"}})),
+			"CompleteEffect, absent run": second(f.l.CompleteEffect(f.ctx, &ledger.CompleteEffectParams{Fence: ledger.Fence{RunID: newRunID(), Attempt: 1, AttemptID: "x"}, Name: "e"})),
+			"CompleteEffect, failed run": second(f.l.CompleteEffect(f.ctx, &ledger.CompleteEffectParams{Fence: fence(failed), Name: "e"})),
+			"CompleteEffect, done run":   second(f.l.CompleteEffect(f.ctx, &ledger.CompleteEffectParams{Fence: fence(done), Name: "e"})),
 		} {
 			wantErr(t, name, err, ledger.ErrLeaseLost)
 		}

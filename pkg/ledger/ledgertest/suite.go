@@ -74,6 +74,7 @@ func identity(id string) ledger.Identity {
 		RunID: id, Namespace: "ledgertest/ns", Job: "job", Key: "sched-job",
 		ScheduleTime: time.Date(2026, 10, 16, 12, 0, 0, 0, time.UTC),
 		PayloadHash:  ledger.PayloadHash([]byte(`{"n":1}`)),
+		Payload:      []byte(`{"n":1}`),
 	}
 }
 

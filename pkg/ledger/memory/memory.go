@@ -8,6 +8,7 @@
 package memory
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -91,6 +92,7 @@ func copyRun(r *ledger.Run) *ledger.Run {
 		return nil
 	}
 	c := *r
+	c.Payload = bytes.Clone(r.Payload)
 	return &c
 }
 

@@ -210,7 +210,7 @@ func (l *Ledger) now(override time.Time) time.Time {
 }
 
 const runColumns = `run_id, namespace, job, key, schedule_time, status, attempt, attempt_id, deadline,
-	not_before, payload_hash, attempts_made, last_error, created_at, updated_at, completed_at, expire_at`
+	not_before, payload_hash, payload, attempts_made, last_error, created_at, updated_at, completed_at, expire_at`
 
 type scanner interface{ Scan(...any) error }
 
@@ -219,7 +219,7 @@ func scanRun(s scanner) (*ledger.Run, error) {
 	var sched, deadline, notBefore, created, updated, completed, expire int64
 	var status string
 	if err := s.Scan(&r.ID, &r.Namespace, &r.Job, &r.Key, &sched, &status, &r.Attempt, &r.AttemptID, &deadline,
-		&notBefore, &r.PayloadHash, &r.AttemptsMade, &r.LastError, &created, &updated, &completed, &expire); err != nil {
+		&notBefore, &r.PayloadHash, &r.Payload, &r.AttemptsMade, &r.LastError, &created, &updated, &completed, &expire); err != nil {
 		return nil, err
 	}
 	r.Status = ledger.Status(status)
@@ -257,9 +257,9 @@ func putRun(ctx context.Context, tx *sql.Tx, r *ledger.Run) error {
 	if r == nil {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO runs ("+runColumns+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO runs ("+runColumns+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
 		r.ID, r.Namespace, r.Job, r.Key, micros(r.ScheduleTime), string(r.Status), r.Attempt, r.AttemptID, micros(r.Deadline),
-		micros(r.NotBefore), r.PayloadHash, r.AttemptsMade, r.LastError, micros(r.CreatedAt), micros(r.UpdatedAt),
+		micros(r.NotBefore), r.PayloadHash, nonNil(r.Payload), r.AttemptsMade, r.LastError, micros(r.CreatedAt), micros(r.UpdatedAt),
 		micros(r.CompletedAt), micros(r.ExpireAt))
 	return err
 }
@@ -531,4 +531,12 @@ func wrap(op, id string, err error) error {
 		return err // the state machine's own answer names the run already
 	}
 	return fmt.Errorf("sqlite: %s %s: %w", op, id, err)
+}
+
+// nonNil stores an absent payload as an empty one (the column is NOT NULL).
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
 }

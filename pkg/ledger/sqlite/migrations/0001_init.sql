@@ -11,6 +11,7 @@ CREATE TABLE runs (
 	deadline      INTEGER NOT NULL,
 	not_before    INTEGER NOT NULL,
 	payload_hash  TEXT NOT NULL,
+	payload       BLOB NOT NULL,
 	attempts_made INTEGER NOT NULL,
 	last_error    TEXT NOT NULL,
 	created_at    INTEGER NOT NULL,

@@ -1,0 +1,552 @@
+package firestoreledger
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"github.com/sethvargo/go-retry"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/api/iterator"
+
+	"github.com/runonce/runonce/pkg/ledger"
+)
+
+// Collection names, after the prefix.
+const (
+	RunsCollection    = "runs"
+	EffectsCollection = "effects"
+)
+
+// maxAttempts bounds the read-decide-write rounds of one operation, like the client's
+// own bound on transaction attempts (firestore.MaxAttempts, 5 by default). An
+// operation still contended after them returns ledger.ErrContended.
+const maxAttempts = firestore.DefaultTransactionMaxAttempts
+
+// queryMargin widens the bound of the rescue and sweep queries past the estimated
+// server time; the answers are then filtered exactly by the query's read time (see
+// ListRescue).
+const queryMargin = 5 * time.Second
+
+// clockProbeID is the document Ping and New read to learn the server's time. It never
+// exists: run IDs are 64 hex digits.
+const clockProbeID = "clock-probe"
+
+// Options configure a Firestore ledger. The zero value is ready to use.
+type Options struct {
+	// Prefix is prepended to the collection names ("runs", "effects"), so that several
+	// ledgers (environments, tests) share one database.
+	Prefix string
+	// Clock is the local clock, used only to measure time elapsed between round trips
+	// (to estimate the server's clock for the ingress claim's pickup deadline and the
+	// bounds of queries) — never to judge a lease. Defaults to time.Now.
+	Clock func() time.Time
+}
+
+// Ledger is a ledger on Firestore. It is safe for concurrent use.
+type Ledger struct {
+	client     *firestore.Client
+	ownsClient bool
+	prefix     string
+	runs       *firestore.CollectionRef
+	effects    *firestore.CollectionRef
+	clock      *serverClock
+	closed     atomic.Bool
+}
+
+var _ ledger.Ledger = (*Ledger)(nil)
+
+var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_.-]{0,100}$`)
+
+// New returns a ledger on client's database. It reads once (a document that does not
+// exist) to learn the server's clock, and fails when Firestore cannot be reached. The
+// caller keeps ownership of client: Close does not close it.
+func New(ctx context.Context, client *firestore.Client, opts *Options) (*Ledger, error) {
+	if client == nil {
+		return nil, errors.New("firestoreledger: New needs a client")
+	}
+	if opts == nil {
+		opts = &Options{}
+	}
+	if !validPrefix.MatchString(opts.Prefix) || strings.HasPrefix(opts.Prefix, "__") {
+		return nil, fmt.Errorf("firestoreledger: collection prefix %q: want at most 100 letters, digits, '_', '-' or '.', not starting with \"__\"", opts.Prefix)
+	}
+	local := opts.Clock
+	if local == nil {
+		local = time.Now
+	}
+	l := &Ledger{
+		client:  client,
+		prefix:  opts.Prefix,
+		runs:    client.Collection(opts.Prefix + RunsCollection),
+		effects: client.Collection(opts.Prefix + EffectsCollection),
+		clock:   newServerClock(local),
+	}
+	if err := l.Ping(ctx); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Prefix returns the collection prefix.
+func (l *Ledger) Prefix() string { return l.prefix }
+
+func nowUnsupported(op string, now time.Time) error {
+	if now.IsZero() {
+		return nil
+	}
+	return fmt.Errorf("%w: firestoreledger: %s: leases are judged by Firestore's clock", ledger.ErrNowUnsupported, op)
+}
+
+// serverNow is the estimated server time, for the one write that cannot read it first
+// (the ingress claim) and for query bounds.
+func (l *Ledger) serverNow(ctx context.Context) (time.Time, error) {
+	if t, ok := l.clock.now(); ok {
+		return t, nil
+	}
+	if err := l.Ping(ctx); err != nil {
+		return time.Time{}, err
+	}
+	t, _ := l.clock.now()
+	return t, nil
+}
+
+// getRun reads a run document: (snapshot, nil run, nil) when it does not exist. The
+// snapshot's ReadTime is the server's "now" of a decision made on it.
+func (l *Ledger) getRun(ctx context.Context, ref *firestore.DocumentRef) (*firestore.DocumentSnapshot, *ledger.Run, error) {
+	sent := l.clock.local()
+	snap, err := ref.Get(ctx)
+	if snap != nil {
+		l.clock.observe(sent, l.clock.local(), snap.ReadTime)
+	}
+	if err = mapErr(rpcRead, err, "read run %s", ref.ID); err != nil {
+		if errors.Is(err, ledger.ErrNotFound) && snap != nil {
+			return snap, nil, nil
+		}
+		return nil, nil, err
+	}
+	r, err := decodeRun(snap)
+	return snap, r, err
+}
+
+// Claim implements ledger.Ledger. A new run costs one RPC: a Create (exists=false
+// precondition). Only when the run exists does it read it (the duplicate path).
+func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
+	if err := nowUnsupported("claim", p.Now); err != nil {
+		return nil, err
+	}
+	est, err := l.serverNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	next, res, err := ledger.ApplyClaim(nil, p, est)
+	if err != nil {
+		return nil, err
+	}
+	ref := l.runs.Doc(p.RunID)
+	data := encodeClaim(next)
+	for range maxAttempts {
+		sent := l.clock.local()
+		wr, err := ref.Create(ctx, data)
+		if err == nil {
+			l.clock.observe(sent, l.clock.local(), wr.UpdateTime)
+			next.CreatedAt = ledger.Truncate(wr.UpdateTime)
+			next.UpdatedAt = next.CreatedAt
+			return res, nil
+		}
+		if err = mapErr(rpcCreate, err, "claim run %s", p.RunID); !errors.Is(err, errExists) {
+			return nil, err
+		}
+		// The duplicate path: read the run that is there.
+		snap, cur, err := l.getRun(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		if cur == nil {
+			continue // deleted (unclaimed, swept) since: create it again
+		}
+		_, dup, err := ledger.ApplyClaim(cur, p, snap.ReadTime)
+		if err != nil {
+			return nil, err
+		}
+		// The transport may have retried our own Create after it had landed.
+		dup.Created = cur.Attempt == 0 && cur.AttemptID == p.AttemptID
+		return dup, nil
+	}
+	return nil, fmt.Errorf("%w: firestoreledger: claim run %s: created and deleted %d times under us", ledger.ErrContended, p.RunID, maxAttempts)
+}
+
+// change is what a read-decide-write round writes: a run, a deletion, or nothing.
+type change struct {
+	put *ledger.Run
+	del bool
+}
+
+// update reads run id, lets decide choose a change at the server's read time, and
+// writes it only if the document is still the one read (an update-time precondition,
+// or exists=false for a new document): two RPCs, no transaction, no locks. When the
+// document changed in between, it reads and decides again, at most maxAttempts times,
+// then returns ledger.ErrContended.
+func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *ledger.Run, now time.Time) (change, error)) error {
+	ref := l.runs.Doc(id)
+	backoff := retry.WithMaxRetries(maxAttempts-1, retry.WithJitterPercent(50, retry.NewExponential(10*time.Millisecond)))
+	err := retry.Do(ctx, backoff, func(ctx context.Context) error {
+		snap, cur, err := l.getRun(ctx, ref)
+		if err != nil {
+			return err
+		}
+		c, err := decide(cur, ledger.Truncate(snap.ReadTime))
+		if err != nil {
+			return err
+		}
+		switch {
+		case c.del && cur != nil:
+			_, err = ref.Delete(ctx, firestore.LastUpdateTime(snap.UpdateTime))
+			err = mapErr(rpcWrite, err, "%s run %s", op, id)
+		case c.put != nil && cur == nil:
+			_, err = ref.Create(ctx, encodeRun(c.put))
+			if err = mapErr(rpcCreate, err, "%s run %s", op, id); errors.Is(err, errExists) {
+				err = fmt.Errorf("%w: %w", errStale, err)
+			}
+		case c.put != nil:
+			_, err = ref.Update(ctx, updates(encodeRun(c.put)), firestore.LastUpdateTime(snap.UpdateTime))
+			err = mapErr(rpcWrite, err, "%s run %s", op, id)
+		}
+		if errors.Is(err, errStale) {
+			return retry.RetryableError(err)
+		}
+		return err
+	})
+	if errors.Is(err, errStale) {
+		return fmt.Errorf("%w: firestoreledger: %s run %s: the record changed under each of %d attempts", ledger.ErrContended, op, id, maxAttempts)
+	}
+	return err
+}
+
+// Unclaim implements ledger.Ledger.
+func (l *Ledger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
+	if !ledger.ValidRunID(p.RunID) || p.AttemptID == "" {
+		return ledger.CheckUnclaim(nil, p)
+	}
+	return l.update(ctx, "unclaim", p.RunID, func(cur *ledger.Run, _ time.Time) (change, error) {
+		return change{del: true}, ledger.CheckUnclaim(cur, p)
+	})
+}
+
+// Acquire implements ledger.Ledger: a read, then an update-time-fenced write.
+func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
+	if err := nowUnsupported("acquire", p.Now); err != nil {
+		return nil, err
+	}
+	if err := ledger.ValidateIdentity(&p.Identity); err != nil {
+		return nil, err
+	}
+	var res *ledger.AcquireResult
+	err := l.update(ctx, "acquire", p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
+		if cur != nil && cur.Status == ledger.StatusRunning && cur.AttemptID == p.AttemptID {
+			// Our own write landed on an earlier round whose answer was lost.
+			res = &ledger.AcquireResult{Outcome: ledger.Acquired, Run: cur}
+			return change{}, nil
+		}
+		next, r, err := ledger.ApplyAcquire(cur, p, now)
+		res = r
+		return change{put: next}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// fenced runs a fenced transition of the run the fence names.
+func (l *Ledger) fenced(ctx context.Context, op string, f *ledger.Fence, now time.Time, apply func(cur *ledger.Run, now time.Time) (next, answer *ledger.Run, err error)) (*ledger.Run, error) {
+	if err := nowUnsupported(op, now); err != nil {
+		return nil, err
+	}
+	if err := ledger.ValidateFence(f); err != nil {
+		return nil, err
+	}
+	var answer *ledger.Run
+	err := l.update(ctx, op, f.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
+		next, a, err := apply(cur, now)
+		answer = a
+		return change{put: next}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return answer, nil
+}
+
+// Renew implements ledger.Ledger.
+func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
+	return l.fenced(ctx, "renew", &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+		next, err := ledger.ApplyRenew(cur, p, now)
+		return next, next, err
+	})
+}
+
+// Complete implements ledger.Ledger.
+func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
+	return l.fenced(ctx, "complete", &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+		return ledger.ApplyComplete(cur, p, now)
+	})
+}
+
+// Release implements ledger.Ledger.
+func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
+	return l.fenced(ctx, "release", &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+		return ledger.ApplyRelease(cur, p, now)
+	})
+}
+
+// Fail implements ledger.Ledger.
+func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
+	return l.fenced(ctx, "fail", &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+		return ledger.ApplyFail(cur, p, now)
+	})
+}
+
+// Get implements ledger.Ledger.
+func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
+	if !ledger.ValidRunID(p.RunID) {
+		return nil, fmt.Errorf("%w: run %q (not a run ID)", ledger.ErrNotFound, p.RunID)
+	}
+	_, r, err := l.getRun(ctx, l.runs.Doc(p.RunID))
+	if err != nil {
+		return nil, err
+	}
+	if r == nil {
+		return nil, fmt.Errorf("%w: run %s", ledger.ErrNotFound, p.RunID)
+	}
+	return r, nil
+}
+
+// effect runs an effect write in a transaction that reads the run and the effect and
+// writes the effect only if the run still carries the caller's fence: the effect lives
+// in another document than the run, so an update-time precondition on one write cannot
+// fence it. The transaction's read time is the server's "now".
+func (l *Ledger) effect(ctx context.Context, op string, f *ledger.Fence, name string, apply func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
+	if err := ledger.ValidateFence(f); err != nil {
+		return err
+	}
+	runRef := l.runs.Doc(f.RunID)
+	effRef := l.effects.Doc(ledger.EffectKey(f.RunID, name))
+	err := l.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		snaps, err := tx.GetAll([]*firestore.DocumentRef{runRef, effRef})
+		if err != nil {
+			return err
+		}
+		run, err := decodeRun(snaps[0])
+		if err != nil {
+			return verdict{err}
+		}
+		cur, err := decodeEffect(snaps[1])
+		if err != nil {
+			return verdict{err}
+		}
+		next, err := apply(run, cur, ledger.Truncate(snaps[0].ReadTime))
+		if err != nil {
+			return verdict{err}
+		}
+		if next == nil {
+			return nil
+		}
+		return tx.Set(effRef, encodeEffect(next))
+	}, firestore.MaxAttempts(maxAttempts))
+	if v := (verdict{}); errors.As(err, &v) {
+		return v.err
+	}
+	return mapErr(rpcTxn, err, "%s %q of run %s", op, name, f.RunID)
+}
+
+// BeginEffect implements ledger.Ledger.
+func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
+	if err := nowUnsupported("begin effect", p.Now); err != nil {
+		return nil, err
+	}
+	var res *ledger.BeginEffectResult
+	err := l.effect(ctx, "begin effect", &p.Fence, p.Name, func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error) {
+		next, r, err := ledger.ApplyBeginEffect(run, cur, p, now)
+		res = r
+		return next, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// CompleteEffect implements ledger.Ledger.
+func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
+	if err := nowUnsupported("complete effect", p.Now); err != nil {
+		return nil, err
+	}
+	var answer *ledger.Effect
+	err := l.effect(ctx, "complete effect", &p.Fence, p.Name, func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error) {
+		next, a, err := ledger.ApplyCompleteEffect(run, cur, p, now)
+		answer = a
+		return next, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return answer, nil
+}
+
+// GetEffect implements ledger.Ledger.
+func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
+	ref := l.effects.Doc(ledger.EffectKey(p.RunID, p.Name))
+	snap, err := ref.Get(ctx)
+	if err = mapErr(rpcRead, err, "read effect %q of run %s", p.Name, p.RunID); err != nil {
+		return nil, err
+	}
+	return decodeEffect(snap)
+}
+
+// RescueQuery is the query ListRescue runs: live runs past their deadline, oldest
+// deadline first. It needs the composite index (status ASC, deadline ASC) on the runs
+// collection.
+func (l *Ledger) RescueQuery(before time.Time, limit int) firestore.Query {
+	return l.runs.
+		Where(fieldStatus, "in", []string{string(ledger.StatusQueued), string(ledger.StatusRunning)}).
+		Where(fieldDeadline, "<", before).
+		OrderBy(fieldDeadline, firestore.Asc).
+		Limit(limit)
+}
+
+// ListRescue implements ledger.Ledger. The query's bound is the estimated server time
+// plus a margin; the answer is then filtered by the query's read time, the server's
+// clock, so that a run is listed only if it is past its deadline by Firestore's clock.
+func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
+	if err := nowUnsupported("list rescue", p.Now); err != nil {
+		return nil, err
+	}
+	est, err := l.serverNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*ledger.Run
+	it := l.RescueQuery(est.Add(queryMargin), cmp.Or(p.Limit, 100)).Documents(ctx)
+	defer it.Stop()
+	for {
+		snap, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return out, nil
+		}
+		if err = mapErr(rpcQuery, err, "list runs to rescue"); err != nil {
+			return nil, err
+		}
+		r, err := decodeRun(snap)
+		if err != nil {
+			return nil, err
+		}
+		if ledger.NeedsRescue(r, ledger.Truncate(snap.ReadTime)) {
+			out = append(out, r)
+		}
+	}
+}
+
+// Rescue implements ledger.Ledger.
+func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
+	if err := nowUnsupported("rescue", p.Now); err != nil {
+		return nil, err
+	}
+	if !ledger.ValidRunID(p.RunID) {
+		return nil, ledger.Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	}
+	var answer *ledger.Run
+	err := l.update(ctx, "rescue", p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
+		next, err := ledger.ApplyRescue(cur, p, now)
+		answer = next
+		return change{put: next}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return answer, nil
+}
+
+// Sweep implements ledger.Ledger: runs, then effects, past expire_at by the server's
+// clock, each deleted only if unchanged since it was read. With a TTL policy on
+// expire_at, Firestore deletes them too (within about a day of expiry).
+func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
+	if err := nowUnsupported("sweep", p.Now); err != nil {
+		return 0, err
+	}
+	est, err := l.serverNow(ctx)
+	if err != nil {
+		return 0, err
+	}
+	limit := cmp.Or(p.Limit, 500)
+	n := 0
+	for _, coll := range []*firestore.CollectionRef{l.runs, l.effects} {
+		if n >= limit {
+			break
+		}
+		m, err := l.sweep(ctx, coll, est.Add(queryMargin), limit-n)
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func (l *Ledger) sweep(ctx context.Context, coll *firestore.CollectionRef, before time.Time, limit int) (int, error) {
+	snaps, err := coll.Where(fieldExpireAt, "<", before).OrderBy(fieldExpireAt, firestore.Asc).Limit(limit).Documents(ctx).GetAll()
+	if err = mapErr(rpcQuery, err, "list expired %s", coll.ID); err != nil {
+		return 0, err
+	}
+	var deleted atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for _, s := range snaps {
+		exp, ok := s.Data()[fieldExpireAt].(time.Time)
+		if !ok || !exp.Before(s.ReadTime) {
+			continue
+		}
+		g.Go(func() error {
+			_, err := s.Ref.Delete(gctx, firestore.LastUpdateTime(s.UpdateTime))
+			switch err = mapErr(rpcWrite, err, "delete expired %s/%s", coll.ID, s.Ref.ID); {
+			case err == nil:
+				deleted.Add(1)
+			case errors.Is(err, errStale):
+				// Rewritten (its expiry moved) or deleted since it was listed.
+			default:
+				return err
+			}
+			return nil
+		})
+	}
+	err = g.Wait()
+	return int(deleted.Load()), err
+}
+
+// Ping implements ledger.Ledger: it reads a document that does not exist, which also
+// tells the ledger the server's time.
+func (l *Ledger) Ping(ctx context.Context) error {
+	_, _, err := l.getRun(ctx, l.runs.Doc(clockProbeID))
+	if err != nil {
+		return fmt.Errorf("firestoreledger: ping: %w", err)
+	}
+	return nil
+}
+
+// Close implements ledger.Ledger. It closes the client only when the ledger opened it
+// (Open by URL).
+func (l *Ledger) Close() error {
+	if !l.ownsClient || l.closed.Swap(true) {
+		return nil
+	}
+	if err := l.client.Close(); err != nil {
+		return fmt.Errorf("firestoreledger: close: %w", err)
+	}
+	return nil
+}

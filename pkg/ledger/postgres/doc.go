@@ -1,0 +1,50 @@
+// Package postgres is the PostgreSQL ledger backend, for teams that run their own database
+// or Cloud SQL. It is opened by postgres:// and postgresql:// URLs (import the package for
+// its side effect) or built with New (over a caller's pgxpool.Pool) or Open (over a DSN).
+//
+//	import _ "github.com/runonce/runonce/pkg/ledger/postgres"
+//	l, err := ledger.Open(ctx, "postgres://runonce@db/app?sslmode=verify-full&schema=runonce")
+//
+// # Guarantees
+//
+// Every transition is one SQL statement, so one round trip to the database, with no
+// client-side transaction: the ingress claim, the worker claim, renew, complete, release,
+// fail, unclaim, rescue and both effect writes. Each statement is conditional on the
+// record it changes (the fence: status, attempt number and attempt ID), and the rows it
+// returns say what happened; when it changed nothing, it returns the record as it stands
+// (read under a row lock, so that it is the latest committed version, not the statement's
+// snapshot), and the verdict — an idempotent repeat, ErrLeaseLost with what the record
+// holds, Held until …, Terminal — is taken by the pure rules of package ledger
+// (ledger.ApplyComplete and friends) over that record, so the two cannot disagree.
+//
+// Time comes from the database: every statement computes coalesce($now, now()), so leases,
+// deadlines and expiry are judged by PostgreSQL's clock, never the caller's; a params' Now
+// replaces it for tests. Times are stored as timestamptz (microseconds) and returned in UTC.
+//
+// Native errors are mapped in one place: serialization failures, deadlocks and lock
+// timeouts are ledger.ErrContended; connection failures, shutdowns and timeouts are
+// ledger.ErrUnavailable. Under READ COMMITTED (the default, and what the statements are
+// written for) the statements neither deadlock nor fail to serialize against each other.
+//
+// # Schema
+//
+// The tables live in the schema Options.Schema names (the URL's schema parameter), created
+// if missing, or in the connection's current schema when none is given:
+//
+//	runs(run_id text PRIMARY KEY, namespace, job, run_key, schedule_time, payload_hash,
+//	     status, attempt, attempt_id, deadline, not_before, attempts_made, last_error,
+//	     created_at, updated_at, completed_at, expire_at)
+//	  runs_rescue_idx    ON runs (deadline) WHERE status IN ('queued', 'running')
+//	  runs_expire_at_idx ON runs (expire_at)
+//	effects(effect_key text PRIMARY KEY, run_id, name, status, attempt,
+//	        created_at, updated_at, done_at, expire_at)
+//	  effects_expire_at_idx ON effects (expire_at)
+//
+// Migrations are embedded (goose, versioned in goose_db_version in the same schema) and
+// applied when the ledger opens, under a PostgreSQL session advisory lock keyed by the
+// schema so that instances starting together do not race. Teams that migrate in a pipeline
+// set Options.NoMigrate (migrate=false in the URL) and run cmd/runonce-migrate or Migrate.
+//
+// Sweep deletes expired runs and effects in bounded batches (at most Limit rows per call,
+// skipping rows other statements hold locked), so it never holds long locks.
+package postgres

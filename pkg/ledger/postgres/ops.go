@@ -1,0 +1,425 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/runonce/runonce/pkg/ledger"
+)
+
+// Default bounds, as in the ledger's documentation.
+const (
+	defaultRescueLimit = 100
+	defaultSweepLimit  = 500
+)
+
+// Claim implements ledger.Ledger with one INSERT … ON CONFLICT statement.
+func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
+	if err := ledger.ValidateIdentity(&p.Identity); err != nil {
+		return nil, err
+	}
+	if p.AttemptID == "" {
+		return nil, ledger.Invalidf("run %s: the ingress claim needs an attempt ID", p.RunID)
+	}
+	var (
+		created bool
+		s       runScan
+	)
+	err := l.pool.QueryRow(ctx, l.q.claim, timeArg(p.Now),
+		p.RunID, p.Namespace, p.Job, p.Key, timeArg(p.ScheduleTime), p.PayloadHash, p.AttemptID,
+		micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)),
+	).Scan(append([]any{&created}, s.dest()...)...)
+	if err != nil {
+		return nil, interpretError("claim run "+p.RunID, err)
+	}
+	r := s.run()
+	return &ledger.ClaimResult{Run: r, Created: created, PayloadMismatch: !created && r.PayloadHash != p.PayloadHash}, nil
+}
+
+// Unclaim implements ledger.Ledger with one DELETE statement.
+func (l *Ledger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
+	if err := ledger.CheckUnclaim(nil, p); errors.Is(err, ledger.ErrInvalid) {
+		return err
+	}
+	var (
+		deleted bool
+		s       runScan
+	)
+	err := l.pool.QueryRow(ctx, l.q.unclaim, p.RunID, p.AttemptID).Scan(append([]any{&deleted}, s.dest()...)...)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return ledger.CheckUnclaim(nil, p)
+	case err != nil:
+		return interpretError("unclaim run "+p.RunID, err)
+	case deleted:
+		return nil
+	}
+	if err := ledger.CheckUnclaim(s.run(), p); err != nil {
+		return err
+	}
+	return inconsistent("unclaim", p.RunID, s.run())
+}
+
+// Acquire implements ledger.Ledger with one INSERT … ON CONFLICT DO UPDATE statement.
+func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
+	if err := ledger.ValidateIdentity(&p.Identity); err != nil {
+		return nil, err
+	}
+	if p.AttemptID == "" {
+		return nil, ledger.Invalidf("run %s: the worker claim needs a new attempt ID", p.RunID)
+	}
+	var (
+		written bool
+		s       runScan
+		now     time.Time
+	)
+	err := l.pool.QueryRow(ctx, l.q.acquire, timeArg(p.Now),
+		p.RunID, p.Namespace, p.Job, p.Key, timeArg(p.ScheduleTime), p.PayloadHash, p.AttemptID,
+		micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)),
+	).Scan(append(append([]any{&written}, s.dest()...), &now)...)
+	if err != nil {
+		return nil, interpretError("acquire run "+p.RunID, err)
+	}
+	r := s.run()
+	if written && r.Status == ledger.StatusRunning && r.AttemptID == p.AttemptID {
+		return &ledger.AcquireResult{Outcome: ledger.Acquired, Run: r}, nil
+	}
+	// Nothing taken: the state machine says why (held until …, or terminal).
+	next, res, err := ledger.ApplyAcquire(r, p, now)
+	if err != nil {
+		return nil, err
+	}
+	if next != nil {
+		return nil, inconsistent("acquire", p.RunID, r)
+	}
+	return res, nil
+}
+
+// Renew implements ledger.Ledger with one fenced UPDATE.
+func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
+	if err := ledger.ValidateFence(&p.Fence); err != nil {
+		return nil, err
+	}
+	return l.fenced(ctx, "renew", l.q.renew, p.RunID,
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease))},
+		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+			next, err := ledger.ApplyRenew(cur, p, now)
+			return next, next, err
+		})
+}
+
+// Complete implements ledger.Ledger with one fenced UPDATE.
+func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
+	if err := ledger.ValidateFence(&p.Fence); err != nil {
+		return nil, err
+	}
+	return l.fenced(ctx, "complete", l.q.complete, p.RunID,
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, "", micros(retention(p.Retention))},
+		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+			return ledger.ApplyComplete(cur, p, now)
+		})
+}
+
+// Fail implements ledger.Ledger with one fenced UPDATE.
+func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
+	if err := ledger.ValidateFence(&p.Fence); err != nil {
+		return nil, err
+	}
+	return l.fenced(ctx, "fail", l.q.fail, p.RunID,
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retention(p.Retention))},
+		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+			return ledger.ApplyFail(cur, p, now)
+		})
+}
+
+// Release implements ledger.Ledger with one fenced UPDATE.
+func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
+	if err := ledger.ValidateFence(&p.Fence); err != nil {
+		return nil, err
+	}
+	retry := max(p.RetryAfter, 0)
+	pickup := cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)
+	return l.fenced(ctx, "release", l.q.release, p.RunID,
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retry), micros(retry + pickup), micros(retention(p.Retention))},
+		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+			return ledger.ApplyRelease(cur, p, now)
+		})
+}
+
+// Rescue implements ledger.Ledger with one conditional UPDATE.
+func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
+	if !ledger.ValidRunID(p.RunID) {
+		return nil, ledger.Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	}
+	deadline := ledger.Truncate(p.Deadline)
+	lost := fmt.Sprintf("attempt %d lost its lease at %s", p.Attempt, deadline.Format(time.RFC3339Nano))
+	return l.fenced(ctx, "rescue", l.q.rescue, p.RunID,
+		[]any{timeArg(p.Now), p.RunID, string(p.Status), p.Attempt, timeArg(deadline),
+			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), lost},
+		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+			next, err := ledger.ApplyRescue(cur, p, now)
+			return next, next, err
+		})
+}
+
+// fenced runs a conditional UPDATE of one run whose answer is (written, run columns, now):
+// the updated run, or the run as it stands (locked) when the condition failed, or no row
+// when the run is absent. When nothing was written, verdict (the state machine's rule for
+// the transition) decides between an idempotent repeat (it answers the run and writes
+// nothing) and a refusal (its error).
+func (l *Ledger) fenced(ctx context.Context, op, sql, runID string, args []any,
+	verdict func(cur *ledger.Run, now time.Time) (next, answer *ledger.Run, err error),
+) (*ledger.Run, error) {
+	var (
+		written bool
+		s       runScan
+		now     time.Time
+	)
+	err := l.pool.QueryRow(ctx, sql, args...).Scan(append(append([]any{&written}, s.dest()...), &now)...)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, interpretError(op+" run "+runID, err)
+	}
+	if written {
+		return s.run(), nil
+	}
+	cur := s.run() // nil when absent
+	next, answer, err := verdict(cur, now.UTC())
+	if err != nil {
+		return nil, err
+	}
+	if next != nil {
+		return nil, inconsistent(op, runID, cur)
+	}
+	return answer, nil
+}
+
+// Get implements ledger.Ledger.
+func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
+	var s runScan
+	if err := l.pool.QueryRow(ctx, l.q.get, p.RunID).Scan(s.dest()...); err != nil {
+		return nil, interpretError("get run "+p.RunID, err)
+	}
+	return s.run(), nil
+}
+
+// BeginEffect implements ledger.Ledger with one statement: it locks the run (FOR SHARE,
+// so that no takeover slips in), checks the fence and upserts the effect.
+func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
+	if err := ledger.ValidateFence(&p.Fence); err != nil {
+		return nil, err
+	}
+	if p.Name == "" {
+		return nil, ledger.Invalidf("run %s: an effect needs a name", p.RunID)
+	}
+	var (
+		run     fenceScan
+		up, old effectScan
+		now     time.Time
+	)
+	dest := append(append(append(run.dest(), up.dest()...), old.dest()...), &now)
+	err := l.pool.QueryRow(ctx, l.q.beginEffect, timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID,
+		ledger.EffectKey(p.RunID, p.Name), p.Name, micros(retention(p.Retention))).Scan(dest...)
+	if err != nil {
+		return nil, interpretError(fmt.Sprintf("begin effect %q of run %s", p.Name, p.RunID), err)
+	}
+	if e := up.effect(); e != nil {
+		if e.Status == ledger.EffectDone {
+			return &ledger.BeginEffectResult{Effect: e, Done: true}, nil
+		}
+		var prev int64
+		if o := old.effect(); o != nil {
+			prev = o.Attempt
+		}
+		return &ledger.BeginEffectResult{Effect: e, PreviousAttempt: prev}, nil
+	}
+	next, res, err := ledger.ApplyBeginEffect(run.run(p.RunID), old.effect(), p, now.UTC())
+	if err != nil {
+		return nil, err
+	}
+	if next != nil {
+		return nil, inconsistent("begin effect "+p.Name, p.RunID, run.run(p.RunID))
+	}
+	return res, nil
+}
+
+// CompleteEffect implements ledger.Ledger with one statement, fenced like BeginEffect.
+func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
+	if err := ledger.ValidateFence(&p.Fence); err != nil {
+		return nil, err
+	}
+	if p.Name == "" {
+		return nil, ledger.Invalidf("run %s: an effect needs a name", p.RunID)
+	}
+	var (
+		run     fenceScan
+		up, cur effectScan
+		now     time.Time
+	)
+	dest := append(append(append(run.dest(), up.dest()...), cur.dest()...), &now)
+	err := l.pool.QueryRow(ctx, l.q.completeEffect, timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID,
+		ledger.EffectKey(p.RunID, p.Name), micros(retention(p.Retention))).Scan(dest...)
+	if err != nil {
+		return nil, interpretError(fmt.Sprintf("complete effect %q of run %s", p.Name, p.RunID), err)
+	}
+	if e := up.effect(); e != nil {
+		return e, nil
+	}
+	next, answer, err := ledger.ApplyCompleteEffect(run.run(p.RunID), cur.effect(), p, now.UTC())
+	if err != nil {
+		return nil, err
+	}
+	if next != nil {
+		return nil, inconsistent("complete effect "+p.Name, p.RunID, run.run(p.RunID))
+	}
+	return answer, nil
+}
+
+// GetEffect implements ledger.Ledger.
+func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
+	var s effectScan
+	if err := l.pool.QueryRow(ctx, l.q.getEffect, ledger.EffectKey(p.RunID, p.Name)).Scan(s.dest()...); err != nil {
+		return nil, interpretError(fmt.Sprintf("get effect %q of run %s", p.Name, p.RunID), err)
+	}
+	return s.effect(), nil
+}
+
+// ListRescue implements ledger.Ledger over the partial index runs_rescue_idx.
+func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
+	rows, err := l.pool.Query(ctx, l.q.listRescue, timeArg(p.Now), cmp.Or(p.Limit, defaultRescueLimit))
+	if err != nil {
+		return nil, interpretError("list runs to rescue", err)
+	}
+	var out []*ledger.Run
+	var s runScan
+	_, err = pgx.ForEachRow(rows, s.dest(), func() error {
+		out = append(out, s.run())
+		return nil
+	})
+	if err != nil {
+		return nil, interpretError("list runs to rescue", err)
+	}
+	return out, nil
+}
+
+// Sweep implements ledger.Ledger: one statement deletes at most Limit expired runs and
+// effects, skipping rows that are locked.
+func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
+	var n int64
+	if err := l.pool.QueryRow(ctx, l.q.sweep, timeArg(p.Now), cmp.Or(p.Limit, defaultSweepLimit)).Scan(&n); err != nil {
+		return 0, interpretError("sweep", err)
+	}
+	return int(n), nil
+}
+
+// inconsistent reports a statement that wrote nothing where the state machine says it
+// should have: a bug in this package's SQL, never a verdict about the run.
+func inconsistent(op, runID string, cur *ledger.Run) error {
+	if cur == nil {
+		return fmt.Errorf("postgres: %s run %s: the statement wrote nothing and the run is absent, but the state machine would write: report this bug", op, runID)
+	}
+	return fmt.Errorf("postgres: %s run %s: the statement wrote nothing to the run (%s at attempt %d, %q), but the state machine would write: report this bug",
+		op, runID, cur.Status, cur.Attempt, cur.AttemptID)
+}
+
+func retention(d time.Duration) time.Duration { return cmp.Or(d, ledger.DefaultRetention) }
+
+// micros is d in whole microseconds, rounded down, so that now+d is what
+// ledger.Truncate(now.Add(d)) is for a now on a microsecond.
+func micros(d time.Duration) int64 {
+	q := d / time.Microsecond
+	if d%time.Microsecond < 0 {
+		q--
+	}
+	return int64(q)
+}
+
+// timeArg is t as a statement argument: NULL when zero, else UTC on a microsecond.
+func timeArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return ledger.Truncate(t)
+}
+
+func timeOf(t pgtype.Timestamptz) time.Time {
+	if !t.Valid {
+		return time.Time{}
+	}
+	return t.Time.UTC()
+}
+
+// runScan receives the columns of runCols; every one may be NULL (an outer join, or a
+// statement that found no run).
+type runScan struct {
+	id, namespace, job, key, payloadHash, status, attemptID, lastError pgtype.Text
+	attempt, attemptsMade                                              pgtype.Int8
+	scheduleTime, deadline, notBefore                                  pgtype.Timestamptz
+	createdAt, updatedAt, completedAt, expireAt                        pgtype.Timestamptz
+}
+
+func (s *runScan) dest() []any {
+	return []any{&s.id, &s.namespace, &s.job, &s.key, &s.scheduleTime, &s.payloadHash, &s.status,
+		&s.attempt, &s.attemptID, &s.deadline, &s.notBefore, &s.attemptsMade, &s.lastError,
+		&s.createdAt, &s.updatedAt, &s.completedAt, &s.expireAt}
+}
+
+// run returns the scanned run, or nil when there was none.
+func (s *runScan) run() *ledger.Run {
+	if !s.id.Valid {
+		return nil
+	}
+	return &ledger.Run{
+		ID: s.id.String, Namespace: s.namespace.String, Job: s.job.String, Key: s.key.String,
+		ScheduleTime: timeOf(s.scheduleTime), PayloadHash: s.payloadHash.String,
+		Status: ledger.Status(s.status.String), Attempt: s.attempt.Int64, AttemptID: s.attemptID.String,
+		Deadline: timeOf(s.deadline), NotBefore: timeOf(s.notBefore),
+		AttemptsMade: s.attemptsMade.Int64, LastError: s.lastError.String,
+		CreatedAt: timeOf(s.createdAt), UpdatedAt: timeOf(s.updatedAt),
+		CompletedAt: timeOf(s.completedAt), ExpireAt: timeOf(s.expireAt),
+	}
+}
+
+// fenceScan receives the fence columns of a run (status, attempt, attempt_id).
+type fenceScan struct {
+	status, attemptID pgtype.Text
+	attempt           pgtype.Int8
+}
+
+func (s *fenceScan) dest() []any { return []any{&s.status, &s.attempt, &s.attemptID} }
+
+// run returns the run's fence as a record for the state machine, or nil when absent.
+func (s *fenceScan) run(id string) *ledger.Run {
+	if !s.status.Valid {
+		return nil
+	}
+	return &ledger.Run{ID: id, Status: ledger.Status(s.status.String), Attempt: s.attempt.Int64, AttemptID: s.attemptID.String}
+}
+
+// effectScan receives the columns of effectCols, each possibly NULL.
+type effectScan struct {
+	key, runID, name, status               pgtype.Text
+	attempt                                pgtype.Int8
+	createdAt, updatedAt, doneAt, expireAt pgtype.Timestamptz
+}
+
+func (s *effectScan) dest() []any {
+	return []any{&s.key, &s.runID, &s.name, &s.status, &s.attempt, &s.createdAt, &s.updatedAt, &s.doneAt, &s.expireAt}
+}
+
+func (s *effectScan) effect() *ledger.Effect {
+	if !s.key.Valid {
+		return nil
+	}
+	return &ledger.Effect{
+		Key: s.key.String, RunID: s.runID.String, Name: s.name.String,
+		Status: ledger.EffectStatus(s.status.String), Attempt: s.attempt.Int64,
+		CreatedAt: timeOf(s.createdAt), UpdatedAt: timeOf(s.updatedAt),
+		DoneAt: timeOf(s.doneAt), ExpireAt: timeOf(s.expireAt),
+	}
+}

@@ -1,0 +1,240 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runonce/runonce/pkg/ledger"
+)
+
+// The URL schemes this backend registers.
+const (
+	Scheme      = "postgres"
+	SchemeAlias = "postgresql"
+)
+
+// The query parameters of a ledger URL that belong to runonce; they are removed before the
+// URL is handed to pgx. Every other parameter is pgx's (sslmode, pool_max_conns, …) or a
+// server setting (application_name, statement_timeout, …), except that a parameter whose
+// name starts with "runonce" is refused unless it is one of these.
+const (
+	// ParamSchema is Options.Schema.
+	ParamSchema = "schema"
+	// ParamMigrate is the negation of Options.NoMigrate: migrate=false opens without
+	// applying migrations.
+	ParamMigrate = "migrate"
+)
+
+func init() {
+	ledger.Register(Scheme, ledger.OpenerFunc(openURL))
+	ledger.Register(SchemeAlias, ledger.OpenerFunc(openURL))
+}
+
+// Options configure a PostgreSQL ledger. A nil *Options is the zero value, which is ready
+// to use.
+type Options struct {
+	// Schema is the PostgreSQL schema that holds the ledger's tables and goose's version
+	// table, created if missing; it isolates one ledger from another in one database.
+	// Empty means the connection's current schema (the first of its search_path, usually
+	// public).
+	Schema string
+	// NoMigrate opens the ledger without applying its migrations: for teams that apply
+	// them in a pipeline (cmd/runonce-migrate, Migrate). Default false: migrations are
+	// applied, under a session lock, when the ledger opens.
+	NoMigrate bool
+	// Clock is the process's clock. It times local work only (how long migrations took,
+	// for the log); leases, deadlines and expiry are always judged by the database's
+	// clock. Defaults to time.Now.
+	Clock func() time.Time
+	// Logger receives the backend's few logs (migrations applied). Defaults to discarding
+	// them.
+	Logger *slog.Logger
+}
+
+func (o *Options) withDefaults() Options {
+	var out Options
+	if o != nil {
+		out = *o
+	}
+	if out.Clock == nil {
+		out.Clock = time.Now
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return out
+}
+
+// Ledger is a ledger.Ledger stored in PostgreSQL. It is safe for concurrent use.
+type Ledger struct {
+	pool     *pgxpool.Pool
+	ownsPool bool
+	schema   string
+	opts     Options
+	q        queries
+}
+
+var _ ledger.Ledger = (*Ledger)(nil)
+
+// New returns a ledger over pool, applying the migrations first unless opts.NoMigrate. The
+// pool stays the caller's: Close does not close it.
+func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Ledger, error) {
+	if pool == nil {
+		return nil, errors.New("postgres: New needs a pool")
+	}
+	o := opts.withDefaults()
+	if !o.NoMigrate {
+		start := o.Clock()
+		n, err := migrate(ctx, pool.Config().ConnConfig, o.Schema)
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			o.Logger.InfoContext(ctx, "ledger migrations applied", slog.Int("migrations", n),
+				slog.String("schema", o.Schema), slog.Duration("took", o.Clock().Sub(start)))
+		}
+	}
+	return &Ledger{pool: pool, schema: o.Schema, opts: o, q: buildQueries(o.Schema)}, nil
+}
+
+// Open connects to the database dsn names (a postgres:// URL or a key=value connection
+// string, as pgx takes it) and returns a ledger that owns its pool. In a URL, the query
+// parameters schema and migrate override opts.Schema and opts.NoMigrate.
+func Open(ctx context.Context, dsn string, opts *Options) (*Ledger, error) {
+	o := opts.withDefaults()
+	dsn, err := stripParams(dsn, &o)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, interpretError("connect", err)
+	}
+	l, err := New(ctx, pool, &o)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	l.ownsPool = true
+	return l, nil
+}
+
+func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
+	return Open(ctx, u.String(), nil)
+}
+
+// stripParams removes runonce's query parameters from a URL DSN, applying them to o, and
+// refuses unknown parameters named like runonce's. A key=value DSN is returned as is.
+func stripParams(dsn string, o *Options) (string, error) {
+	if !strings.HasPrefix(dsn, Scheme+"://") && !strings.HasPrefix(dsn, SchemeAlias+"://") {
+		return dsn, nil
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		// Parse's error repeats the URL, password included: say no more than that.
+		return "", errors.New("postgres: malformed URL")
+	}
+	q := u.Query()
+	var unknown []string
+	for k, vs := range q {
+		v := vs[len(vs)-1]
+		switch k {
+		case ParamSchema:
+			o.Schema = v
+		case ParamMigrate:
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return "", fmt.Errorf("postgres: query parameter %s=%q is not a boolean", k, v)
+			}
+			o.NoMigrate = !b
+		default:
+			if strings.HasPrefix(strings.ToLower(k), "runonce") {
+				unknown = append(unknown, strconv.Quote(k))
+			}
+			continue
+		}
+		q.Del(k)
+	}
+	if len(unknown) > 0 {
+		return "", fmt.Errorf("postgres: unknown runonce query parameter(s) %s (known: %s, %s)",
+			strings.Join(unknown, ", "), ParamSchema, ParamMigrate)
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// Schema returns the schema the ledger's tables live in ("" for the connection's current
+// schema).
+func (l *Ledger) Schema() string { return l.schema }
+
+// Pool returns the ledger's connection pool.
+func (l *Ledger) Pool() *pgxpool.Pool { return l.pool }
+
+// Ping implements ledger.Ledger.
+func (l *Ledger) Ping(ctx context.Context) error {
+	if err := l.pool.Ping(ctx); err != nil {
+		return interpretError("ping", err)
+	}
+	return nil
+}
+
+// Close implements ledger.Ledger. It closes the pool when Open created it.
+func (l *Ledger) Close() error {
+	if l.ownsPool {
+		l.pool.Close()
+	}
+	return nil
+}
+
+// interpretError maps a native error to the ledger's sentinels, wrapping both so that the
+// cause stays inspectable: no rows is ErrNotFound, serialization failures, deadlocks and
+// lock timeouts are ErrContended, connection failures, shutdowns and timeouts are
+// ErrUnavailable. op names the operation for the message.
+func interpretError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var sentinel error
+	var pgErr *pgconn.PgError
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		sentinel = ledger.ErrNotFound
+	case errors.As(err, &pgErr):
+		switch {
+		case pgErr.Code == "40001", pgErr.Code == "40P01", pgErr.Code == "55P03":
+			// serialization_failure, deadlock_detected, lock_not_available
+			sentinel = ledger.ErrContended
+		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
+			pgErr.Code == "53300",                                               // too_many_connections
+			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", // shutdown, cannot connect now
+			pgErr.Code == "57014": // query_canceled (statement_timeout)
+			sentinel = ledger.ErrUnavailable
+		}
+	case errors.As(err, &connectErr), errors.As(err, &netErr),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err), pgconn.SafeToRetry(err):
+		sentinel = ledger.ErrUnavailable
+	}
+	if sentinel == nil {
+		return fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	return fmt.Errorf("postgres: %s: %w: %w", op, sentinel, err)
+}

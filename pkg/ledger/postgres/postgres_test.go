@@ -1,0 +1,558 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/ledgertest"
+)
+
+// testDSN returns TEST_DATABASE_URL with a pool large enough for the 32-goroutine
+// benchmarks. It skips the test when the variable is unset, and fails it under CI=true.
+func testDSN(tb testing.TB) string {
+	tb.Helper()
+	dsn := os.Getenv("TEST_DATABASE_URL")
+	if dsn == "" {
+		if os.Getenv("CI") == "true" {
+			tb.Fatal("TEST_DATABASE_URL is unset under CI=true: scripts/services.sh must start PostgreSQL")
+		}
+		tb.Skip("set TEST_DATABASE_URL to run against PostgreSQL (eval \"$(scripts/services.sh start DIR)\")")
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		tb.Fatalf("TEST_DATABASE_URL: %v", err)
+	}
+	q := u.Query()
+	if !q.Has("pool_max_conns") {
+		q.Set("pool_max_conns", "40")
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// newSchema returns a fresh schema name and drops the schema in tb.Cleanup.
+func newSchema(tb testing.TB, dsn string) string {
+	tb.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "ledgertest_" + hex.EncodeToString(b[:])
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cfg, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			tb.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		delete(cfg.RuntimeParams, "pool_max_conns")
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			tb.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			tb.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
+// openTest opens a ledger on a fresh schema, closed and dropped in tb.Cleanup.
+func openTest(tb testing.TB, opts *Options) *Ledger {
+	tb.Helper()
+	dsn := testDSN(tb)
+	o := opts.withDefaults()
+	o.Schema = newSchema(tb, dsn)
+	l, err := Open(context.Background(), dsn, &o)
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	tb.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func harness() ledgertest.Harness {
+	return ledgertest.Harness{
+		Open: func(tb testing.TB) ledger.Ledger { return openTest(tb, nil) },
+		// A second client of the same schema whose process clock is skewed: decisions
+		// must not change, since every time comes from the database.
+		SkewedClient: func(tb testing.TB, l ledger.Ledger, skew time.Duration) ledger.Ledger {
+			tb.Helper()
+			skewed, err := Open(context.Background(), testDSN(tb), &Options{
+				Schema: l.(*Ledger).Schema(),
+				Clock:  func() time.Time { return time.Now().Add(skew) },
+			})
+			if err != nil {
+				tb.Fatalf("Open skewed client: %v", err)
+			}
+			tb.Cleanup(func() { _ = skewed.Close() })
+			return skewed
+		},
+		SupportsNow: true,
+	}
+}
+
+func TestConformance(t *testing.T) {
+	ledgertest.Run(t, harness())
+}
+
+func BenchmarkLedger(b *testing.B) {
+	ledgertest.Benchmark(b, harness())
+}
+
+// BenchmarkRawInsert is the limit the new-run claim is compared with: a single-row
+// INSERT … ON CONFLICT DO NOTHING of the same row into the same table, through the same
+// pool, without the ledger.
+func BenchmarkRawInsert(b *testing.B) {
+	for _, n := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
+			l := openTest(b, nil)
+			sql := `INSERT INTO ` + pgx.Identifier{l.Schema()}.Sanitize() + `.runs (run_id, namespace, job, run_key,
+				schedule_time, payload_hash, status, attempt, attempt_id, deadline, attempts_made, last_error,
+				created_at, updated_at, expire_at)
+				VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, $7, now() + interval '5 minutes', 0, '', now(), now(),
+				now() + interval '336 hours')
+				ON CONFLICT DO NOTHING`
+			ids := make([]string, b.N)
+			for i := range ids {
+				ids[i] = ledger.KeyedRunID("bench", "job", uuid.NewString())
+			}
+			st := time.Date(2026, 10, 16, 12, 0, 0, 0, time.UTC)
+			hash := ledger.PayloadHash([]byte(`{"n":1}`))
+			ledgertest.Parallel(b, n, func(ctx context.Context, i int) error {
+				_, err := l.pool.Exec(ctx, sql, ids[i], "ledgertest/ns", "job", "sched-job", st, hash, uuid.NewString())
+				return err
+			})
+		})
+	}
+}
+
+func TestURL(t *testing.T) {
+	t.Parallel()
+	dsn := testDSN(t)
+	ctx := t.Context()
+	for _, scheme := range []string{"postgres", "postgresql"} {
+		t.Run(scheme, func(t *testing.T) {
+			schema := newSchema(t, dsn)
+			u := withParam(t, dsn, "schema", schema)
+			u = scheme + strings.TrimPrefix(u, strings.SplitN(u, ":", 2)[0])
+			l, err := ledger.Open(ctx, u)
+			if err != nil {
+				t.Fatalf("ledger.Open(%s): %v", scheme, err)
+			}
+			defer l.Close()
+			if got := l.(*Ledger).Schema(); got != schema {
+				t.Fatalf("schema = %q, want %q", got, schema)
+			}
+			if err := l.Ping(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: ledger.KeyedRunID("u", "j", "k")}, AttemptID: "a"}); err != nil {
+				t.Fatalf("Claim through a URL-opened ledger: %v", err)
+			}
+		})
+	}
+	t.Run("UnknownRunonceParam", func(t *testing.T) {
+		_, err := ledger.Open(ctx, withParam(t, dsn, "runonce_shema", "x"))
+		if err == nil || !strings.Contains(err.Error(), `"runonce_shema"`) {
+			t.Fatalf("Open with an unknown runonce parameter: error = %v, want one naming it", err)
+		}
+	})
+	t.Run("BadMigrate", func(t *testing.T) {
+		_, err := ledger.Open(ctx, withParam(t, dsn, "migrate", "perhaps"))
+		if err == nil || !strings.Contains(err.Error(), "migrate") {
+			t.Fatalf("Open with migrate=perhaps: error = %v, want one naming the parameter", err)
+		}
+	})
+	t.Run("NoMigrate", func(t *testing.T) {
+		schema := newSchema(t, dsn)
+		l, err := ledger.Open(ctx, withParam(t, withParam(t, dsn, "schema", schema), "migrate", "false"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		_, err = l.Get(ctx, &ledger.GetParams{RunID: ledger.KeyedRunID("u", "j", "k")})
+		if err == nil || errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("Get on a schema never migrated = %v, want an error about the missing table", err)
+		}
+		res, err := Migrate(ctx, withParam(t, dsn, "schema", schema), "")
+		if err != nil || len(res.Applied) == 0 || res.Version != res.Applied[len(res.Applied)-1] {
+			t.Fatalf("Migrate = %+v, %v; want the migrations applied", res, err)
+		}
+		_, err = l.Get(ctx, &ledger.GetParams{RunID: ledger.KeyedRunID("u", "j", "k")})
+		if !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("Get after Migrate = %v, want ErrNotFound", err)
+		}
+		again, err := Migrate(ctx, dsn, schema)
+		if err != nil || len(again.Applied) != 0 || again.Version != res.Version {
+			t.Fatalf("second Migrate = %+v, %v; want nothing applied, version %d", again, err, res.Version)
+		}
+	})
+	t.Run("Unreachable", func(t *testing.T) {
+		_, err := Open(ctx, "postgres://nobody@127.0.0.1:1/x?connect_timeout=2&sslmode=disable", nil)
+		if !errors.Is(err, ledger.ErrUnavailable) {
+			t.Fatalf("Open of an unreachable server = %v, want ledger.ErrUnavailable", err)
+		}
+	})
+}
+
+func withParam(t *testing.T, dsn, k, v string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set(k, v)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// TestConcurrentOpenMigratesOnce opens one fresh schema from several ledgers at once: the
+// session lock serializes their migrations, and all of them open.
+func TestConcurrentOpenMigratesOnce(t *testing.T) {
+	t.Parallel()
+	dsn := testDSN(t)
+	schema := newSchema(t, dsn)
+	const n = 4
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			l, err := Open(t.Context(), dsn, &Options{Schema: schema})
+			if err == nil {
+				_, err = l.Claim(t.Context(), &ledger.ClaimParams{Identity: ledger.Identity{RunID: ledger.KeyedRunID("m", "j", uuid.NewString())}, AttemptID: "a"})
+				_ = l.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("open %d of %d: %v", i, n, err)
+		}
+	}
+	conn, err := pgx.Connect(t.Context(), strings.Replace(dsn, "pool_max_conns=40", "", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(t.Context())
+	var applied int
+	err = conn.QueryRow(t.Context(), "SELECT count(*) FROM "+pgx.Identifier{schema, "goose_db_version"}.Sanitize()+" WHERE version_id > 0").Scan(&applied)
+	if err != nil || applied != 1 {
+		t.Fatalf("goose_db_version in the schema holds %d applied migrations (%v), want 1", applied, err)
+	}
+}
+
+// countingConn counts the writes a connection makes: with pgx's cached prepared
+// statements, one write of Bind/Execute/Sync is one round trip.
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+type countingTracer struct{ queries atomic.Int64 }
+
+func (t *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	t.queries.Add(1)
+	return ctx
+}
+
+func (t *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestOneStatementPerTransition checks that every operation is one query and one network
+// write (one round trip) on a warm connection: a query tracer counts statements, a
+// wrapped net.Conn counts writes.
+func TestOneStatementPerTransition(t *testing.T) {
+	t.Parallel()
+	dsn := testDSN(t)
+	schema := newSchema(t, dsn)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1 // one connection, so its statement cache is warm after the first pass
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	var writes atomic.Int64
+	tracer := &countingTracer{}
+	cfg.ConnConfig.Tracer = tracer
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{Conn: c, writes: &writes}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	l, err := New(t.Context(), pool, &Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	at := time.Now()
+
+	// pass runs every operation once on fresh runs; ops reports the counts per operation.
+	pass := func(t *testing.T, check bool) {
+		count := func(name string, op func() error) {
+			t.Helper()
+			q0, w0 := tracer.queries.Load(), writes.Load()
+			if err := op(); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			q, w := tracer.queries.Load()-q0, writes.Load()-w0
+			if check && (q != 1 || w != 1) {
+				t.Errorf("%s: %d statements, %d network writes; want 1 and 1", name, q, w)
+			}
+		}
+		id := ledger.KeyedRunID("rt", "job", uuid.NewString())
+		ident := ledger.Identity{RunID: id, Job: "job", PayloadHash: "h"}
+		var run *ledger.Run
+		count("Claim (new run)", func() error {
+			_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ident, AttemptID: uuid.NewString()})
+			return err
+		})
+		count("Claim (duplicate)", func() error {
+			_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ident, AttemptID: uuid.NewString()})
+			return err
+		})
+		count("Acquire (acquired)", func() error {
+			res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: uuid.NewString()})
+			if err == nil {
+				run = res.Run
+			}
+			return err
+		})
+		count("Acquire (held)", func() error {
+			res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: uuid.NewString()})
+			if err == nil && res.Outcome != ledger.Held {
+				err = fmt.Errorf("outcome %v, want held", res.Outcome)
+			}
+			return err
+		})
+		f := ledger.Fence{RunID: id, Attempt: run.Attempt, AttemptID: run.AttemptID}
+		count("Renew", func() error { _, err := l.Renew(ctx, &ledger.RenewParams{Fence: f}); return err })
+		count("Renew (fenced out)", func() error {
+			_, err := l.Renew(ctx, &ledger.RenewParams{Fence: ledger.Fence{RunID: id, Attempt: 9, AttemptID: "x"}})
+			if errors.Is(err, ledger.ErrLeaseLost) {
+				return nil
+			}
+			return fmt.Errorf("error %v, want lease lost", err)
+		})
+		count("BeginEffect", func() error {
+			_, err := l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: "e"})
+			return err
+		})
+		count("CompleteEffect", func() error {
+			_, err := l.CompleteEffect(ctx, &ledger.CompleteEffectParams{Fence: f, Name: "e"})
+			return err
+		})
+		count("GetEffect", func() error {
+			_, err := l.GetEffect(ctx, &ledger.GetEffectParams{RunID: id, Name: "e"})
+			return err
+		})
+		count("Release", func() error { _, err := l.Release(ctx, &ledger.ReleaseParams{Fence: f}); return err })
+		count("Release (repeat)", func() error { _, err := l.Release(ctx, &ledger.ReleaseParams{Fence: f}); return err })
+		count("Acquire (again)", func() error {
+			res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: uuid.NewString()})
+			if err == nil {
+				run = res.Run
+			}
+			return err
+		})
+		f = ledger.Fence{RunID: id, Attempt: run.Attempt, AttemptID: run.AttemptID}
+		count("Complete", func() error { _, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f}); return err })
+		count("Complete (repeat)", func() error { _, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f}); return err })
+		count("Get", func() error { _, err := l.Get(ctx, &ledger.GetParams{RunID: id}); return err })
+
+		failed := ledger.KeyedRunID("rt", "job", uuid.NewString())
+		res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: failed}, AttemptID: uuid.NewString()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		count("Fail", func() error {
+			_, err := l.Fail(ctx, &ledger.FailParams{Fence: ledger.Fence{RunID: failed, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}, Error: "x"})
+			return err
+		})
+
+		unclaimed := ledger.KeyedRunID("rt", "job", uuid.NewString())
+		c, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: unclaimed}, AttemptID: uuid.NewString(), PickupTimeout: time.Millisecond, Now: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		later := at.Add(time.Hour)
+		count("ListRescue", func() error {
+			_, err := l.ListRescue(ctx, &ledger.ListRescueParams{Now: later})
+			return err
+		})
+		count("Rescue", func() error {
+			_, err := l.Rescue(ctx, &ledger.RescueParams{RunID: unclaimed, Status: c.Run.Status, Attempt: 0, Deadline: c.Run.Deadline, Now: later})
+			return err
+		})
+		count("Unclaim", func() error {
+			return l.Unclaim(ctx, &ledger.UnclaimParams{RunID: unclaimed, AttemptID: c.Run.AttemptID})
+		})
+		count("Sweep", func() error { _, err := l.Sweep(ctx, &ledger.SweepParams{Limit: 10}); return err })
+	}
+	pass(t, false) // prepares each statement on the connection (an extra round trip, once)
+	pass(t, true)
+}
+
+// TestRacesReturnTheLatestRow pins the statements' behaviour when the row they conflict
+// with was committed after their snapshot: a transaction holds a write, the operation
+// blocks on it, the transaction commits, and the operation must answer from the committed
+// row (a plain snapshot read would see nothing, or the old version).
+func TestRacesReturnTheLatestRow(t *testing.T) {
+	t.Parallel()
+	l := openTest(t, nil)
+	ctx := t.Context()
+	runs := pgx.Identifier{l.Schema(), "runs"}.Sanitize()
+
+	// blockThenCommit runs write in a transaction, starts op, waits until op waits for the
+	// transaction's lock, commits, and returns op's error.
+	blockThenCommit := func(t *testing.T, write string, args []any, op func() error) {
+		t.Helper()
+		tx, err := l.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx))
+		if _, err := tx.Exec(ctx, write, args...); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- op() }()
+		waitForLockWait(t, l)
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the operation did not finish after the commit")
+		}
+	}
+	insertRunning := `INSERT INTO ` + runs + ` (run_id, namespace, job, run_key, payload_hash, status, attempt, attempt_id,
+		deadline, created_at, updated_at, expire_at)
+		VALUES ($1, '', 'job', '', 'h', 'running', 1, 'holder', now() + interval '1 hour', now(), now(), now() + interval '1 day')`
+
+	t.Run("ClaimOfARowInsertedConcurrently", func(t *testing.T) {
+		id := ledger.KeyedRunID("race", "job", uuid.NewString())
+		blockThenCommit(t, insertRunning, []any{id}, func() error {
+			res, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: id, PayloadHash: "h"}, AttemptID: "mine"})
+			if err != nil {
+				return err
+			}
+			if res.Created || res.Run == nil || res.Run.AttemptID != "holder" || res.Run.Status != ledger.StatusRunning {
+				return fmt.Errorf("Claim = %+v, want the concurrently inserted run, not created", res)
+			}
+			return nil
+		})
+	})
+	t.Run("AcquireOfARowInsertedConcurrently", func(t *testing.T) {
+		id := ledger.KeyedRunID("race", "job", uuid.NewString())
+		blockThenCommit(t, insertRunning, []any{id}, func() error {
+			res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id}, AttemptID: "mine"})
+			if err != nil {
+				return err
+			}
+			if res.Outcome != ledger.Held || res.Run == nil || res.Run.AttemptID != "holder" || res.Until.IsZero() {
+				return fmt.Errorf("Acquire = %+v, want held by the concurrently inserted attempt", res)
+			}
+			return nil
+		})
+	})
+	t.Run("RepeatedCompleteDuringItsOwnCompletion", func(t *testing.T) {
+		id := ledger.KeyedRunID("race", "job", uuid.NewString())
+		res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id}, AttemptID: uuid.NewString()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := res.Run
+		// The first Complete is in flight (uncommitted) when its retry arrives.
+		first := `UPDATE ` + runs + ` SET status = 'completed', attempts_made = 1, deadline = NULL,
+			completed_at = now(), updated_at = now() WHERE run_id = $1`
+		blockThenCommit(t, first, []any{id}, func() error {
+			got, err := l.Complete(ctx, &ledger.CompleteParams{Fence: ledger.Fence{RunID: id, Attempt: r.Attempt, AttemptID: r.AttemptID}})
+			if err != nil {
+				return fmt.Errorf("the repeated Complete = %w, want the completed run", err)
+			}
+			if got.Status != ledger.StatusCompleted {
+				return fmt.Errorf("the repeated Complete answered %s, want completed", got.Status)
+			}
+			return nil
+		})
+	})
+}
+
+// waitForLockWait waits until some session of the test's database waits for a lock.
+func waitForLockWait(t *testing.T, l *Ledger) {
+	t.Helper()
+	for range 200 {
+		var n int
+		err := l.pool.QueryRow(t.Context(),
+			`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the operation never waited for the open transaction's lock")
+}
+
+func TestInterpretError(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want error
+	}{
+		{pgx.ErrNoRows, ledger.ErrNotFound},
+		{&pgconn.PgError{Code: "40001"}, ledger.ErrContended},
+		{&pgconn.PgError{Code: "40P01"}, ledger.ErrContended},
+		{&pgconn.PgError{Code: "57P01"}, ledger.ErrUnavailable},
+		{&pgconn.PgError{Code: "08006"}, ledger.ErrUnavailable},
+		{context.DeadlineExceeded, ledger.ErrUnavailable},
+		{&net.OpError{Op: "dial", Err: errors.New("refused")}, ledger.ErrUnavailable},
+	} {
+		got := interpretError("op", tc.err)
+		if !errors.Is(got, tc.want) || !errors.Is(got, tc.err) {
+			t.Errorf("interpretError(%v) = %v, want it to wrap %v and the cause", tc.err, got, tc.want)
+		}
+	}
+	if got := interpretError("op", &pgconn.PgError{Code: "23505"}); ledger.Retryable(got) {
+		t.Errorf("interpretError(unique violation) = %v, want no retryable sentinel", got)
+	}
+}
