@@ -5,4 +5,14 @@
 //
 // Delivery is at least once. A message carries the run's identity; the ledger decides
 // whether the run still needs work, so duplicates and redeliveries are harmless.
+//
+// # Publishing
+//
+// Publisher.Publish returns only once Pub/Sub has stored the message (or failed, with an
+// error wrapping ErrUnavailable), so a caller that answers after it never acknowledges
+// a run that was not enqueued. Publishers use LatencyPublishSettings (a 1 ms delay
+// threshold) unless told otherwise. Topics are opened as pubsub://PROJECT/TOPIC; the
+// client honours PUBSUB_EMULATOR_HOST. InProcess runs the client library's pstest server
+// in the process, with EnsureTopic and EnsureSubscription working against it, the
+// emulator and Pub/Sub alike.
 package queue

@@ -66,6 +66,7 @@ func Decode(attrs map[string]string, data []byte) (*Message, error) {
 		Traceparent: attrs[AttrTraceparent],
 		Payload:     data,
 	}
+	m.Identity.Payload = data
 	if !ledger.ValidRunID(m.Identity.RunID) {
 		return nil, fmt.Errorf("queue: message attribute %s=%q is not a run ID", AttrRunID, m.Identity.RunID)
 	}

@@ -1,0 +1,274 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/oauth2"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/api/idtoken"
+
+	"github.com/runonce/runonce/internal/config"
+	"github.com/runonce/runonce/internal/obs"
+	"github.com/runonce/runonce/pkg/auth"
+	"github.com/runonce/runonce/pkg/jobs"
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/worker"
+)
+
+// WorkerFlags are the worker's settings (DESIGN.md, "Configuration").
+type WorkerFlags struct {
+	Addr, Ledger, Subscription, Topic, Jobs        string
+	Auth, Audience, Allow, OIDCIssuer, OIDCJWKSURL string
+	LogLevel                                       string
+	Retention, Lease, Grace, RescueInterval        time.Duration
+	MaxAckExtension                                time.Duration
+	Concurrency, MaxAttempts                       int
+}
+
+// WorkerFlagSet declares the worker's flags on a new flag set.
+func WorkerFlagSet(f *WorkerFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.StringVar(&f.Addr, "addr", ":8080", "listen address for /healthz, /readyz, /metrics and POST /v1/push (PORT when set)")
+	fs.StringVar(&f.Ledger, "ledger", "", "ledger URL (sqlite:///PATH, postgres://…, firestore://PROJECT[/DATABASE], memory://NAME)")
+	fs.DurationVar(&f.Retention, "retention", ledger.DefaultRetention, "how long run and effect records are kept; messages older than this are dropped")
+	fs.StringVar(&f.Auth, "auth", "", "push caller authentication: oidc or none (required)")
+	fs.StringVar(&f.Audience, "audience", "", "the audience push ID tokens must carry (-auth oidc)")
+	fs.StringVar(&f.Allow, "allow", "", "allowed push service account emails, comma-separated (-auth oidc)")
+	fs.StringVar(&f.OIDCIssuer, "oidc-issuer", "", "accepted ID token issuers, comma-separated (default Google's)")
+	fs.StringVar(&f.OIDCJWKSURL, "oidc-jwks-url", "", "the issuer's key set URL (default Google's)")
+	fs.StringVar(&f.Subscription, "subscription", "", "pubsub://PROJECT/SUBSCRIPTION to pull from (pull mode); empty: push only")
+	fs.StringVar(&f.Topic, "topic", "", "pubsub://PROJECT/TOPIC where the rescuer republishes lost runs; empty: no rescuer")
+	fs.StringVar(&f.Jobs, "jobs", "", "jobs file: the HTTP targets this worker runs")
+	fs.IntVar(&f.Concurrency, "concurrency", 8, "jobs run at once by this process")
+	fs.DurationVar(&f.Lease, "lease", 30*time.Second, "lease length; renewed every third of it")
+	fs.DurationVar(&f.Grace, "grace", 8*time.Second, "shutdown grace before running jobs are cancelled and released")
+	fs.IntVar(&f.MaxAttempts, "max-attempts", 5, "attempts of a run before it fails, for jobs that set no max_attempts")
+	fs.DurationVar(&f.RescueInterval, "rescue-interval", 30*time.Second, "how often the rescuer looks for runs to republish")
+	fs.DurationVar(&f.MaxAckExtension, "max-ack-extension", 60*time.Second, "longest single ack-deadline extension: a crashed worker's messages come back within it (10s to 600s)")
+	fs.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
+	return fs
+}
+
+// Authenticator returns the authenticator -auth, -audience, -allow and the OIDC flags
+// describe. An empty mode is refused: running without authentication must be explicit.
+func Authenticator(ctx context.Context, mode, audience, allow, issuers, jwks string, log *slog.Logger) (auth.Authenticator, error) {
+	switch mode {
+	case "none":
+		log.Warn("authentication is off (-auth none): anyone who can reach this service can call it")
+		return auth.None{}, nil
+	case "oidc":
+		return auth.NewOIDC(ctx, auth.OIDCConfig{
+			Audience: audience, Allow: config.SplitList(allow), Issuers: config.SplitList(issuers), JWKSURL: jwks,
+		})
+	case "":
+		return nil, errors.New("-auth is required: -auth oidc with -audience and -allow, or -auth none to run without authentication")
+	}
+	return nil, fmt.Errorf("-auth %q: want oidc or none", mode)
+}
+
+// RunWorker runs the worker command until ctx is done.
+func RunWorker(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	var f WorkerFlags
+	if err := config.Parse(WorkerFlagSet(&f), args, getenv); err != nil {
+		return err
+	}
+	level, err := obs.ParseLevel(f.LogLevel)
+	if err != nil {
+		return err
+	}
+	log := obs.NewLogger(stderr, level)
+	switch {
+	case f.Ledger == "":
+		return errors.New("-ledger is required")
+	case f.Concurrency < 1:
+		return fmt.Errorf("-concurrency %d: must be at least 1", f.Concurrency)
+	case f.Grace <= 0 || f.Lease <= 0:
+		return errors.New("-grace and -lease must be positive")
+	}
+	if f.Grace >= 10*time.Second {
+		log.Warn("-grace is 10s or more: Cloud Run kills an instance 10s after SIGTERM, so jobs may be killed before they are released", slog.Duration("grace", f.Grace))
+	}
+	authn, err := Authenticator(ctx, f.Auth, f.Audience, f.Allow, f.OIDCIssuer, f.OIDCJWKSURL, log)
+	if err != nil {
+		return err
+	}
+	mux := worker.NewMux()
+	var longest time.Duration
+	if f.Jobs != "" {
+		js, err := jobs.Load(f.Jobs)
+		if err != nil {
+			return err
+		}
+		for _, j := range js {
+			longest = max(longest, j.Timeout)
+		}
+		worker.MuxFromJobs(mux, js, &worker.HTTPTargetOptions{Token: GoogleIDTokens()})
+	}
+	led, err := ledger.Open(ctx, f.Ledger)
+	if err != nil {
+		return err
+	}
+	defer led.Close()
+	return ServeWorker(ctx, &WorkerSetup{Flags: f, Ledger: led, Handler: mux, LongestJob: longest, Auth: authn, Log: log})
+}
+
+// WorkerSetup is what ServeWorker runs: the parsed flags and the parts built from them.
+type WorkerSetup struct {
+	Flags   WorkerFlags
+	Ledger  ledger.Ledger
+	Handler *worker.Mux
+	// LongestJob is the longest job timeout; the ack deadline is extended at least that
+	// long and the retention must outlast it.
+	LongestJob time.Duration
+	Auth       auth.Authenticator
+	Log        *slog.Logger
+	// Listener, when set, replaces listening on Flags.Addr.
+	Listener net.Listener
+	// Subscriber and Republish, when set, replace opening Flags.Subscription and
+	// Flags.Topic (the embedded mode passes in-process ones).
+	Subscriber *queue.Subscriber
+	Republish  worker.Publisher
+	// NackDelay is passed to the worker (the embedded mode's Pub/Sub has no retry policy).
+	NackDelay time.Duration
+}
+
+// ServeWorker runs a worker: pull (when a subscription is given), push, the rescuer
+// (when a topic is given) and the health and metrics endpoints, until ctx is done, then
+// shuts down within the grace.
+func ServeWorker(ctx context.Context, s *WorkerSetup) error {
+	f, log := s.Flags, s.Log
+	metrics, err := obs.NewMetrics()
+	if err != nil {
+		return err
+	}
+	sub := s.Subscriber
+	if sub == nil && f.Subscription != "" {
+		sub, err = queue.OpenSubscriber(ctx, f.Subscription, &queue.SubscriberOptions{
+			Concurrency:                f.Concurrency,
+			MaxExtension:               max(time.Hour, 2*s.LongestJob),
+			MaxDurationPerAckExtension: f.MaxAckExtension,
+			ShutdownTimeout:            f.Grace + time.Second,
+			Client:                     queue.ClientOptions{Tracing: true},
+		})
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+	}
+	longestLease := max(f.Lease, s.LongestJob)
+	if sub != nil {
+		subRetention, err := sub.Retention(ctx)
+		if err != nil {
+			return fmt.Errorf("read the subscription's message retention: %w", err)
+		}
+		if min := subRetention + config.SchedulerRetryWindow + longestLease; f.Retention < min {
+			return fmt.Errorf("-retention %s is too short: records must outlast the subscription's message retention (%s), "+
+				"the scheduler's retry window (%s) and the longest lease or job (%s), or a late redelivery could run a run twice; use at least %s",
+				f.Retention, subRetention, config.SchedulerRetryWindow, longestLease, min)
+		}
+	} else if err := config.CheckRetention(f.Retention, longestLease); err != nil {
+		return err
+	}
+	republish := s.Republish
+	if republish == nil && f.Topic != "" {
+		pub, err := queue.OpenPublisher(ctx, f.Topic, nil)
+		if err != nil {
+			return err
+		}
+		defer pub.Close()
+		republish = pub
+	}
+	w, err := worker.New(&worker.Config{
+		Ledger: s.Ledger, Handler: s.Handler, Lease: f.Lease, MaxAttempts: f.MaxAttempts, Retention: f.Retention,
+		Republish: republish, RescueInterval: f.RescueInterval, NackDelay: s.NackDelay,
+		Logger: log, Meter: metrics.Meter("github.com/runonce/runonce/pkg/worker"),
+	})
+	if err != nil {
+		return err
+	}
+	defer w.CancelJobs()
+	// Cancel running jobs once the grace is over, whichever way they came in.
+	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(f.Grace, w.CancelJobs) })
+	defer stopGrace()
+
+	h := http.NewServeMux()
+	h.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	h.HandleFunc("GET /readyz", func(rw http.ResponseWriter, r *http.Request) {
+		var errs []error
+		if err := s.Ledger.Ping(r.Context()); err != nil {
+			errs = append(errs, fmt.Errorf("ledger: %w", err))
+		}
+		if sub != nil {
+			if err := sub.Ping(r.Context()); err != nil {
+				errs = append(errs, fmt.Errorf("subscription: %w", err))
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			http.Error(rw, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(rw, "ready\n")
+	})
+	h.Handle("GET /metrics", metrics.Handler())
+	h.Handle("POST /v1/push", w.PushHandler(s.Auth))
+
+	ln := s.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", f.Addr); err != nil {
+			return err
+		}
+	}
+	log.Info("worker listening", slog.String("addr", ln.Addr().String()), slog.String("subscription", f.Subscription),
+		slog.Int("concurrency", f.Concurrency), slog.Duration("lease", f.Lease), slog.Duration("grace", f.Grace),
+		slog.Any("jobs", s.Handler.Jobs()), slog.Bool("rescuer", republish != nil))
+	g, gctx := errgroup.WithContext(ctx)
+	srv := config.NewServer(f.Addr, h, log)
+	srv.WriteTimeout = 0 // a push request lasts as long as its job
+	g.Go(func() error { return config.Serve(gctx, srv, ln, f.Grace+time.Second) })
+	if sub != nil {
+		g.Go(func() error { return w.Pull(gctx, sub, f.Grace) })
+	}
+	if republish != nil {
+		g.Go(func() error { w.Rescue(gctx); return nil })
+	}
+	err = g.Wait()
+	log.Info("worker stopped", slog.Any("error", err))
+	return err
+}
+
+// GoogleIDTokens returns a token source for auth: oidc targets: Google ID tokens for the
+// target's URL as audience, from the environment's credentials (on Cloud Run, the
+// metadata server), cached per audience.
+func GoogleIDTokens() worker.TokenSource {
+	var mu sync.Mutex
+	sources := map[string]oauth2.TokenSource{}
+	return func(ctx context.Context, audience string) (string, error) {
+		mu.Lock()
+		ts, ok := sources[audience]
+		if !ok {
+			var err error
+			ts, err = idtoken.NewTokenSource(context.WithoutCancel(ctx), audience)
+			if err != nil {
+				mu.Unlock()
+				return "", fmt.Errorf("ID token source for %s: %w", audience, err)
+			}
+			sources[audience] = ts
+		}
+		mu.Unlock()
+		tok, err := ts.Token()
+		if err != nil {
+			return "", err
+		}
+		return tok.AccessToken, nil
+	}
+}

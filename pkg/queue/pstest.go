@@ -1,0 +1,98 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// InProcess is an in-process Pub/Sub server (the client library's pstest fake) with a
+// client connected to it: the embedded mode's queue and the fast tests' queue. Its
+// messages live as long as the process.
+type InProcess struct {
+	// Server is the fake; tests inspect Server.Messages() (acks, modacks) and inject
+	// errors with pstest.WithErrorInjection passed to NewInProcess.
+	Server *pstest.Server
+	// Client is connected to Server. Close closes it.
+	Client  *pubsub.Client
+	project string
+	conn    *grpc.ClientConn
+}
+
+// NewInProcess starts a fake Pub/Sub server on a loopback port and connects a client
+// for project to it (PUBSUB_EMULATOR_HOST is ignored).
+func NewInProcess(ctx context.Context, project string, opts ...pstest.ServerReactorOption) (*InProcess, error) {
+	srv := pstest.NewServer(opts...)
+	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("queue: connect to in-process Pub/Sub at %s: %w", srv.Addr, err), srv.Close())
+	}
+	c, err := NewClient(ctx, project, &ClientOptions{Options: []option.ClientOption{option.WithGRPCConn(conn)}})
+	if err != nil {
+		return nil, errors.Join(err, conn.Close(), srv.Close())
+	}
+	return &InProcess{Server: srv, Client: c, project: project, conn: conn}, nil
+}
+
+// Addr is the server's host:port, usable as PUBSUB_EMULATOR_HOST by another process.
+func (p *InProcess) Addr() string { return p.Server.Addr }
+
+// ConnOption returns the client option that connects another client (another
+// component in the same process) to this server.
+func (p *InProcess) ConnOption() option.ClientOption { return option.WithGRPCConn(p.conn) }
+
+// URL returns pubsub://PROJECT/name for a topic or subscription ID of this server.
+func (p *InProcess) URL(id string) string { return Scheme + "://" + p.project + "/" + id }
+
+// Close closes the client and stops the server.
+func (p *InProcess) Close() error {
+	var errs []error
+	if err := p.Client.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := p.conn.Close(); err != nil && status.Code(err) != codes.Canceled {
+		errs = append(errs, err)
+	}
+	if err := p.Server.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// EnsureTopic creates topicID in the client's project unless it exists, and returns
+// its full name. It works against Pub/Sub, the emulator and InProcess alike.
+func EnsureTopic(ctx context.Context, c *pubsub.Client, topicID string) (string, error) {
+	name := fmt.Sprintf("projects/%s/topics/%s", c.Project(), topicID)
+	_, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: name})
+	if err != nil && status.Code(err) != codes.AlreadyExists {
+		return "", fmt.Errorf("queue: create topic %s: %w", name, err)
+	}
+	return name, nil
+}
+
+// EnsureSubscription creates subID on topicID unless it exists, and returns its full
+// name. sub, when non-nil, is the template (ack deadline, retry policy, dead letter
+// policy, push config…); its Name and Topic are set here.
+func EnsureSubscription(ctx context.Context, c *pubsub.Client, topicID, subID string, sub *pubsubpb.Subscription) (string, error) {
+	req := &pubsubpb.Subscription{}
+	if sub != nil {
+		req = proto.Clone(sub).(*pubsubpb.Subscription)
+	}
+	req.Name = fmt.Sprintf("projects/%s/subscriptions/%s", c.Project(), subID)
+	req.Topic = fmt.Sprintf("projects/%s/topics/%s", c.Project(), topicID)
+	_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, req)
+	if err != nil && status.Code(err) != codes.AlreadyExists {
+		return "", fmt.Errorf("queue: create subscription %s on %s: %w", req.Name, req.Topic, err)
+	}
+	return req.Name, nil
+}

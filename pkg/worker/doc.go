@@ -1,0 +1,37 @@
+// Package worker runs jobs for the runs that reach it from Pub/Sub (pull or push) so that
+// each run takes effect once.
+//
+// # Guarantees
+//
+// For every delivery, one code path decides: claim the run in the ledger, run the job
+// while a lease keeper renews the lease, then complete, release or fail the run, and only
+// then ack or nack the message.
+//
+//   - A delivery of a run that another live attempt holds is nacked, never acked: acking
+//     it would lose the run if the holder then died. A completed or failed run is acked
+//     without work.
+//   - Every write after the claim is fenced by the attempt: a worker whose lease was taken
+//     over (a pause, a partition) learns it at its next renewal, its job's context is
+//     cancelled with ledger.ErrLeaseLost as the cause, and it neither completes, releases,
+//     records effects nor acks. A worker that cannot reach the ledger cancels its job
+//     before its lease runs out (self-fencing).
+//   - Side effects go through Effect: the effect key is recorded before the effect, an
+//     effect done by an earlier attempt is skipped, and the key is handed to the effect to
+//     pass downstream as Idempotency-Key, so an effect retried after a crash is
+//     deduplicated downstream. AtMostOnce is the variant for downstreams that take no
+//     key: an effect an earlier attempt began and did not finish is skipped and reported.
+//   - A handler's error decides the run: nil completes it; Permanent(err) fails it; any
+//     other error, a RetryAfter or a panic releases it for a retry, until the job's
+//     attempts are exhausted, when it fails.
+//   - On shutdown, running jobs get a grace period; the rest are cancelled, their runs
+//     released and their messages nacked.
+//   - A rescuer in every worker republishes runs whose pickup deadline or lease passed
+//     (a lost message, an ingress that died between claim and publish); a conditional
+//     ledger write makes exactly one rescuer republish each.
+//
+// # Jobs
+//
+// A job is a Handler registered by name on a Mux, as in net/http; Middleware wraps
+// handlers. HTTPTarget turns a jobs-file entry into a handler that calls a URL with the
+// run's Idempotency-Key.
+package worker

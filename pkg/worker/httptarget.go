@@ -1,0 +1,137 @@
+package worker
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/runonce/runonce/pkg/jobs"
+)
+
+// TokenSource returns an ID token for an audience (auth: oidc); on Google Cloud it is the
+// metadata server's, e.g. google.golang.org/api/idtoken.
+type TokenSource func(ctx context.Context, audience string) (string, error)
+
+// HTTPTargetOptions configure HTTPTarget.
+type HTTPTargetOptions struct {
+	// Client makes the calls. Defaults to a client without a timeout of its own (the
+	// job's timeout bounds each call).
+	Client *http.Client
+	// Token is required for jobs with auth: oidc.
+	Token TokenSource
+	// DefaultTimeout bounds a call when the job sets no timeout. Defaults to 10m.
+	DefaultTimeout time.Duration
+}
+
+// HTTPTarget returns a handler that calls the job's URL with the run's payload, under the
+// effect RunEffect: the Idempotency-Key header carries its key, stable across every
+// attempt of the run, and a call an earlier attempt completed is not made again. 2xx
+// completes the run; 408, 425, 429, 5xx and network errors release it (honouring
+// Retry-After); other statuses fail it.
+func HTTPTarget(j *jobs.Job, o *HTTPTargetOptions) Handler {
+	if o == nil {
+		o = &HTTPTargetOptions{}
+	}
+	client := o.Client
+	if client == nil {
+		client = &http.Client{}
+	}
+	timeout := cmp.Or(j.Timeout, o.DefaultTimeout, 10*time.Minute)
+	method := cmp.Or(j.Method, http.MethodPost)
+	return HandlerFunc(func(ctx context.Context, job *Job) error {
+		return Effect(ctx, RunEffect, func(ctx context.Context, key string) error {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, method, j.URL.String(), bytes.NewReader(job.Payload))
+			if err != nil {
+				return Permanent(fmt.Errorf("job %s: build request: %w", j.Name, err))
+			}
+			for k, v := range j.Headers {
+				req.Header.Set(k, v)
+			}
+			if req.Header.Get("Content-Type") == "" {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			req.Header.Set("Idempotency-Key", key)
+			req.Header.Set("X-Runonce-Run-Id", job.RunID)
+			req.Header.Set("X-Runonce-Job", job.Name)
+			req.Header.Set("X-Runonce-Attempt", strconv.FormatInt(job.Attempt, 10))
+			if !job.ScheduleTime.IsZero() {
+				req.Header.Set("X-Runonce-Schedule-Time", job.ScheduleTime.UTC().Format(time.RFC3339))
+			}
+			if j.Auth == jobs.AuthOIDC {
+				if o.Token == nil {
+					return Permanent(fmt.Errorf("job %s: auth oidc but the worker has no ID token source", j.Name))
+				}
+				tok, err := o.Token(ctx, j.URL.String())
+				if err != nil {
+					return fmt.Errorf("job %s: ID token for %s: %w", j.Name, j.URL, err)
+				}
+				req.Header.Set("Authorization", "Bearer "+tok)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+					return fmt.Errorf("job %s: %s %s: no answer within %s: %w", j.Name, method, j.URL, timeout, err)
+				}
+				return fmt.Errorf("job %s: %s %s: %w", j.Name, method, j.URL, err)
+			}
+			defer resp.Body.Close()
+			snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+			return statusError(j, method, resp, snippet)
+		})
+	})
+}
+
+// statusError maps a target's answer to the run's fate.
+func statusError(j *jobs.Job, method string, resp *http.Response, body []byte) error {
+	code := resp.StatusCode
+	if code >= 200 && code < 300 {
+		return nil
+	}
+	err := fmt.Errorf("job %s: %s %s answered %d: %q", j.Name, method, j.URL, code, bytes.TrimSpace(body))
+	switch {
+	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests, code >= 500:
+		if d, ok := retryAfter(resp.Header.Get("Retry-After")); ok {
+			return RetryAfter(d, err)
+		}
+		return err
+	default:
+		return Permanent(err)
+	}
+}
+
+// retryAfter parses a Retry-After header: delay-seconds or an HTTP date.
+func retryAfter(v string) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0), true
+	}
+	return 0, false
+}
+
+// MuxFromJobs registers an HTTP target for each job of a jobs file on mux, with the
+// job's max_attempts, skipping jobs mux already has a Go handler for.
+func MuxFromJobs(mux *Mux, js map[string]*jobs.Job, o *HTTPTargetOptions) {
+	have := map[string]bool{}
+	for _, name := range mux.Jobs() {
+		have[name] = true
+	}
+	for name, j := range js {
+		if !have[name] {
+			mux.HandleWith(name, HTTPTarget(j, o), &HandleOptions{MaxAttempts: j.MaxAttempts})
+		}
+	}
+}

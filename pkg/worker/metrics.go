@@ -1,0 +1,57 @@
+package worker
+
+import (
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+type metrics struct {
+	deliveries     metric.Int64Counter
+	jobDuration    metric.Float64Histogram
+	renewals       metric.Int64Counter
+	leasesLost     metric.Int64Counter
+	fencedRefused  metric.Int64Counter
+	effectsSkipped metric.Int64Counter
+	rescues        metric.Int64Counter
+	nackedHeld     metric.Int64Counter
+}
+
+func newMetrics(m metric.Meter) (*metrics, error) {
+	var (
+		out metrics
+		err error
+		e   error
+	)
+	counter := func(name, desc string) metric.Int64Counter {
+		c, cerr := m.Int64Counter(name, metric.WithDescription(desc))
+		if cerr != nil {
+			e = cerr
+		}
+		return c
+	}
+	out.deliveries = counter("runonce_worker_deliveries", "Deliveries processed, by outcome.")
+	out.renewals = counter("runonce_worker_lease_renewals", "Lease renewals that succeeded.")
+	out.leasesLost = counter("runonce_worker_leases_lost", "Attempts that lost their lease to another attempt.")
+	out.fencedRefused = counter("runonce_worker_fenced_writes_refused", "Ledger writes refused because the attempt was fenced out.")
+	out.effectsSkipped = counter("runonce_worker_effects_skipped", "Effects skipped: done by an earlier attempt, or uncertain (at most once).")
+	out.rescues = counter("runonce_worker_rescues", "Runs the rescuer republished.")
+	out.nackedHeld = counter("runonce_worker_deliveries_nacked_held", "Deliveries nacked because another live attempt holds the run.")
+	out.jobDuration, err = m.Float64Histogram("runonce_worker_job_duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of job attempts."))
+	if err == nil {
+		err = e
+	}
+	return &out, err
+}
+
+func (m *metrics) outcome(o string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("outcome", o))
+}
+
+func (m *metrics) job(name string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("job", name))
+}
+
+func (m *metrics) reason(r string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("reason", r))
+}

@@ -1,0 +1,429 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/sethvargo/go-retry"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/queue"
+)
+
+// Publisher republishes runs for the rescuer; *queue.Publisher is one.
+type Publisher interface {
+	Publish(ctx context.Context, m *queue.Message) (string, error)
+}
+
+// Config configures a Worker. Zero values mean the documented defaults.
+type Config struct {
+	// Ledger records runs and effects. Required.
+	Ledger ledger.Ledger
+	// Handler runs jobs; a *Mux also gives per-job attempt bounds. Required.
+	Handler Handler
+	// Lease is the lease a claim takes; it is renewed every third of it. Defaults to 30s.
+	Lease time.Duration
+	// MaxAttempts bounds the attempts of a run whose job sets none. Defaults to 5.
+	MaxAttempts int
+	// Retention is how long records are kept after their last write, and the age past
+	// which a message is dropped. Defaults to ledger.DefaultRetention.
+	Retention time.Duration
+	// PickupTimeout is how long a released or rescued run may wait for a worker before
+	// the rescuer republishes it. Defaults to 5m.
+	PickupTimeout time.Duration
+	// FinishTimeout bounds the retries of the write that completes, releases or fails a
+	// run after its job returned. Defaults to 10s.
+	FinishTimeout time.Duration
+	// NackDelay, when positive, delays the nack of a held run (or a released one) by up
+	// to this long, so that a subscription without a retry policy does not redeliver in
+	// a hot loop. Defaults to 0: nack at once, and let the retry policy back off.
+	NackDelay time.Duration
+	// Republish is where the rescuer republishes runs; nil disables the rescuer.
+	Republish Publisher
+	// RescueInterval is how often the rescuer looks for runs to republish. Defaults to 30s.
+	RescueInterval time.Duration
+	// Logger receives JSON logs. Defaults to discarding them.
+	Logger *slog.Logger
+	// Meter records metrics. Defaults to a no-op meter.
+	Meter metric.Meter
+}
+
+func (c Config) withDefaults() Config {
+	c.Lease = cmp.Or(c.Lease, 30*time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 5)
+	c.Retention = cmp.Or(c.Retention, ledger.DefaultRetention)
+	c.PickupTimeout = cmp.Or(c.PickupTimeout, ledger.DefaultPickupTimeout)
+	c.FinishTimeout = cmp.Or(c.FinishTimeout, 10*time.Second)
+	c.RescueInterval = cmp.Or(c.RescueInterval, 30*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Meter == nil {
+		c.Meter = noop.NewMeterProvider().Meter("runonce/worker")
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Ledger == nil:
+		return errors.New("worker: Config.Ledger is required")
+	case c.Handler == nil:
+		return errors.New("worker: Config.Handler is required")
+	case c.Lease < 3*time.Millisecond:
+		return fmt.Errorf("worker: lease %s is too short to renew every third of it", c.Lease)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("worker: max attempts %d must be at least 1", c.MaxAttempts)
+	}
+	return nil
+}
+
+// Worker runs deliveries of runs. Its methods are safe for concurrent use.
+type Worker struct {
+	cfg     Config
+	metrics *metrics
+	// jobs is the context every job runs under; Shutdown cancels it after the grace.
+	jobs       context.Context
+	cancelJobs context.CancelCauseFunc
+}
+
+// New returns a worker.
+func New(cfg *Config) (*Worker, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(c.Meter)
+	if err != nil {
+		return nil, err
+	}
+	jobs, cancel := context.WithCancelCause(context.Background())
+	return &Worker{cfg: c, metrics: m, jobs: jobs, cancelJobs: cancel}, nil
+}
+
+// ErrShutdown is the cause of a job's context cancelled because the worker shut down.
+var ErrShutdown = errors.New("worker: shutting down")
+
+// ErrSelfFenced is the cause of a job's context cancelled because the worker could not
+// renew its lease before it would run out.
+var ErrSelfFenced = errors.New("worker: could not renew the lease before it ran out; stopped the job")
+
+// CancelJobs cancels every running job with ErrShutdown: their runs are released and
+// their deliveries nacked. Call it when the shutdown grace is over.
+func (w *Worker) CancelJobs() { w.cancelJobs(ErrShutdown) }
+
+// Delivery is one delivery of a message, from pull or push.
+type Delivery struct {
+	Message *queue.Message
+	// DeliveryAttempt is Pub/Sub's count where a dead-letter policy provides it, else 0.
+	DeliveryAttempt int
+	// PublishTime is when Pub/Sub accepted the message.
+	PublishTime time.Time
+}
+
+// Verdict says what to do with a delivery.
+type Verdict struct {
+	// Ack is true when the message must not come back: the run is done, failed for good,
+	// or can never be run (malformed, too old).
+	Ack bool
+	// RetryAt, when set with a nack, is the earliest time the run can make progress.
+	RetryAt time.Time
+	// Outcome names what happened, for logs and metrics.
+	Outcome string
+}
+
+// Outcomes of a delivery.
+const (
+	OutcomeCompleted = "completed"
+	OutcomeFailed    = "failed"
+	OutcomeReleased  = "released"
+	OutcomeHeld      = "held"
+	OutcomeTerminal  = "duplicate_terminal"
+	OutcomeLeaseLost = "lease_lost"
+	OutcomeDropped   = "dropped_too_old"
+	OutcomeError     = "ledger_error"
+)
+
+// Process runs one delivery through claim → job → complete/release/fail and returns
+// whether to ack. It blocks while the job runs. The job runs under the worker's own
+// context, not ctx: a delivery's context ends when its receiver stops, while a job gets
+// the shutdown grace (see CancelJobs).
+func (w *Worker) Process(ctx context.Context, d *Delivery) Verdict {
+	m := d.Message
+	log := w.cfg.Logger.With(slog.String("run_id", m.Identity.RunID), slog.String("job", m.Identity.Job))
+	if age := w.age(d); age > w.cfg.Retention {
+		log.ErrorContext(ctx, "message older than the retention dropped: its run may have been deleted, running it could run it twice",
+			slog.Duration("age", age), slog.Duration("retention", w.cfg.Retention))
+		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeDropped})
+	}
+	attemptID, err := uuid.NewV7()
+	if err != nil {
+		return w.verdict(ctx, Verdict{Outcome: OutcomeError})
+	}
+	claimStart := time.Now()
+	res, err := w.cfg.Ledger.Acquire(ctx, &ledger.AcquireParams{
+		Identity: m.Identity, AttemptID: attemptID.String(), Lease: w.cfg.Lease, Retention: w.cfg.Retention,
+	})
+	if err != nil {
+		if errors.Is(err, ledger.ErrInvalid) {
+			log.ErrorContext(ctx, "delivery refused by the ledger and dropped", slog.Any("error", err))
+			return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeDropped})
+		}
+		log.WarnContext(ctx, "worker claim failed; the message will come back", slog.Any("error", err))
+		return w.verdict(ctx, Verdict{Outcome: OutcomeError})
+	}
+	switch res.Outcome {
+	case ledger.Terminal:
+		log.InfoContext(ctx, "duplicate delivery of a finished run acked", slog.String("status", string(res.Run.Status)))
+		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeTerminal})
+	case ledger.Held:
+		w.metrics.nackedHeld.Add(ctx, 1)
+		log.InfoContext(ctx, "run held by another attempt; delivery nacked", slog.Time("held_until", res.Until), slog.Int64("holder_attempt", res.Run.Attempt))
+		w.nackDelay(ctx, res.Until)
+		return w.verdict(ctx, Verdict{RetryAt: res.Until, Outcome: OutcomeHeld})
+	}
+	return w.run(ctx, d, res.Run, claimStart, log)
+}
+
+func (w *Worker) age(d *Delivery) time.Duration {
+	var age time.Duration
+	for _, t := range []time.Time{d.PublishTime, d.Message.EnqueuedAt} {
+		if !t.IsZero() {
+			age = max(age, time.Since(t))
+		}
+	}
+	return age
+}
+
+func (w *Worker) maxAttempts(job string) int {
+	if mux, ok := w.cfg.Handler.(*Mux); ok {
+		if n := mux.MaxAttempts(job); n > 0 {
+			return n
+		}
+	}
+	return w.cfg.MaxAttempts
+}
+
+// run works on a run this worker acquired.
+func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimStart time.Time, log *slog.Logger) Verdict {
+	job := &Job{
+		RunID: run.ID, Namespace: run.Namespace, Name: run.Job, Key: run.Key, ScheduleTime: run.ScheduleTime,
+		Attempt: run.Attempt, AttemptID: run.AttemptID, DeliveryAttempt: d.DeliveryAttempt, Payload: d.Message.Payload,
+	}
+	if len(job.Payload) == 0 && len(run.Payload) > 0 {
+		job.Payload = run.Payload
+	}
+	log = log.With(slog.Int64("attempt", run.Attempt), slog.String("attempt_id", run.AttemptID))
+	fence := ledger.Fence{RunID: run.ID, Attempt: run.Attempt, AttemptID: run.AttemptID}
+	limit := w.maxAttempts(run.Job)
+	if run.Attempt > int64(limit) {
+		return w.fail(dctx, fence, fmt.Sprintf("attempts exhausted: attempt %d of at most %d (the earlier ones died without an outcome); last error: %s", run.Attempt, limit, run.LastError), log)
+	}
+
+	// The job's context: values (trace) from the delivery, cancellation from the worker's
+	// shutdown and from the lease keeper.
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(dctx))
+	defer cancel(nil)
+	stopOnShutdown := context.AfterFunc(w.jobs, func() { cancel(context.Cause(w.jobs)) })
+	defer stopOnShutdown()
+	a := &attempt{w: w, job: job, fence: fence, cancel: cancel, log: log}
+	ctx = withAttempt(ctx, a)
+
+	keeperDone := make(chan struct{})
+	stopKeeper := make(chan struct{})
+	go func() {
+		defer close(keeperDone)
+		w.keepLease(ctx, a, claimStart, stopKeeper)
+	}()
+
+	start := time.Now()
+	log.InfoContext(ctx, "job started")
+	herr := w.call(ctx, job)
+	close(stopKeeper)
+	<-keeperDone
+	w.metrics.jobDuration.Record(ctx, time.Since(start).Seconds(), w.metrics.job(job.Name))
+
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, ledger.ErrLeaseLost):
+		w.metrics.leasesLost.Add(ctx, 1)
+		log.WarnContext(ctx, "lease lost during the job: another attempt holds the run; nothing written, delivery nacked", slog.Any("cause", cause), slog.Any("error", herr))
+		return w.verdict(ctx, Verdict{Outcome: OutcomeLeaseLost})
+	case herr == nil:
+		return w.complete(ctx, fence, log)
+	case errors.Is(herr, ErrPermanent):
+		return w.fail(ctx, fence, herr.Error(), log)
+	}
+	// A retryable error, a panic, a shutdown or a self-fence: release for a retry, unless
+	// the attempts are exhausted.
+	if run.Attempt >= int64(limit) && cause == nil {
+		return w.fail(ctx, fence, fmt.Sprintf("attempts exhausted: attempt %d of at most %d failed: %v", run.Attempt, limit, herr), log)
+	}
+	var ra *RetryAfterError
+	var delay time.Duration
+	if errors.As(herr, &ra) {
+		delay = ra.Delay
+	}
+	reason := herr.Error()
+	if cause != nil {
+		reason = fmt.Sprintf("%v (job error: %v)", cause, herr)
+	}
+	return w.release(ctx, fence, reason, delay, log)
+}
+
+// call runs the handler, turning a panic into a retryable error.
+func (w *Worker) call(ctx context.Context, j *Job) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return w.cfg.Handler.HandleJob(ctx, j)
+}
+
+// keepLease renews the lease every third of it until stop is closed. A renewal that
+// finds the lease lost cancels the job with ledger.ErrLeaseLost; renewals that keep
+// failing cancel it with ErrSelfFenced before the lease can run out.
+func (w *Worker) keepLease(ctx context.Context, a *attempt, held time.Time, stop <-chan struct{}) {
+	every := w.cfg.Lease / 3
+	// The lease runs out no sooner than held+Lease by the ledger's clock (it started
+	// after held); stop the job a sixth of a lease before that unless a renewal succeeds.
+	fenceAt := func() time.Time { return held.Add(w.cfg.Lease - w.cfg.Lease/6) }
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	selfFence := time.NewTimer(time.Until(fenceAt()))
+	defer selfFence.Stop()
+	var lastErr error
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-selfFence.C:
+			a.log.ErrorContext(ctx, "lease renewals failed until the lease would run out; job cancelled (self-fenced)", slog.Any("error", lastErr))
+			a.cancel(fmt.Errorf("%w: %w", ErrSelfFenced, lastErr))
+			return
+		case <-tick.C:
+		}
+		callStart := time.Now()
+		rctx, cancel := context.WithDeadline(ctx, fenceAt())
+		_, err := w.cfg.Ledger.Renew(rctx, &ledger.RenewParams{Fence: a.fence, Lease: w.cfg.Lease})
+		cancel()
+		switch {
+		case err == nil:
+			held = callStart
+			selfFence.Reset(time.Until(fenceAt()))
+			w.metrics.renewals.Add(ctx, 1)
+		case errors.Is(err, ledger.ErrLeaseLost):
+			w.metrics.fencedRefused.Add(ctx, 1)
+			a.cancel(err)
+			return
+		default:
+			lastErr = err
+			a.log.WarnContext(ctx, "lease renewal failed; retrying before the lease runs out", slog.Any("error", err), slog.Time("self_fence_at", fenceAt()))
+		}
+	}
+}
+
+// finish retries a finishing write while the backend is unavailable, within
+// FinishTimeout; a refused write (lease lost) is not retried.
+func (w *Worker) finish(ctx context.Context, write func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.FinishTimeout)
+	defer cancel()
+	b := retry.WithCappedDuration(time.Second, retry.NewExponential(50*time.Millisecond))
+	return retry.Do(ctx, b, func(ctx context.Context) error {
+		err := write(ctx)
+		if ledger.Retryable(err) {
+			return retry.RetryableError(err)
+		}
+		return err
+	})
+}
+
+func (w *Worker) complete(ctx context.Context, f ledger.Fence, log *slog.Logger) Verdict {
+	err := w.finish(ctx, func(ctx context.Context) error {
+		_, err := w.cfg.Ledger.Complete(ctx, &ledger.CompleteParams{Fence: f, Retention: w.cfg.Retention})
+		return err
+	})
+	return w.finished(ctx, err, Verdict{Ack: true, Outcome: OutcomeCompleted}, "run completed", log)
+}
+
+func (w *Worker) fail(ctx context.Context, f ledger.Fence, reason string, log *slog.Logger) Verdict {
+	err := w.finish(ctx, func(ctx context.Context) error {
+		_, err := w.cfg.Ledger.Fail(ctx, &ledger.FailParams{Fence: f, Error: reason, Retention: w.cfg.Retention})
+		return err
+	})
+	return w.finished(ctx, err, Verdict{Ack: true, Outcome: OutcomeFailed}, "run failed for good: "+reason, log)
+}
+
+func (w *Worker) release(ctx context.Context, f ledger.Fence, reason string, delay time.Duration, log *slog.Logger) Verdict {
+	var released *ledger.Run
+	err := w.finish(ctx, func(ctx context.Context) error {
+		r, err := w.cfg.Ledger.Release(ctx, &ledger.ReleaseParams{
+			Fence: f, Error: reason, RetryAfter: delay, PickupTimeout: w.cfg.PickupTimeout, Retention: w.cfg.Retention,
+		})
+		released = r
+		return err
+	})
+	v := Verdict{Outcome: OutcomeReleased}
+	if err == nil {
+		v.RetryAt = released.NotBefore
+		log = log.With(slog.Time("rescue_after", released.Deadline))
+		if !released.NotBefore.IsZero() {
+			log = log.With(slog.Time("retry_not_before", released.NotBefore))
+		}
+		w.nackDelay(ctx, released.NotBefore)
+	}
+	return w.finished(ctx, err, v, "run released for a retry: "+reason, log)
+}
+
+// finished logs the end of an attempt and turns a refused or failed finishing write into
+// a nack: the run stays with whoever holds it, or comes back when its lease runs out.
+func (w *Worker) finished(ctx context.Context, err error, v Verdict, msg string, log *slog.Logger) Verdict {
+	switch {
+	case err == nil:
+		log.InfoContext(ctx, msg, slog.String("outcome", v.Outcome))
+		return w.verdict(ctx, v)
+	case errors.Is(err, ledger.ErrLeaseLost):
+		w.metrics.fencedRefused.Add(ctx, 1)
+		w.metrics.leasesLost.Add(ctx, 1)
+		log.WarnContext(ctx, "finishing write refused: another attempt took the run over; delivery nacked", slog.String("wanted", v.Outcome), slog.Any("error", err))
+		return w.verdict(ctx, Verdict{Outcome: OutcomeLeaseLost})
+	default:
+		log.ErrorContext(ctx, "finishing write failed: the run stays running until its lease expires, then another attempt takes it; delivery nacked",
+			slog.String("wanted", v.Outcome), slog.Any("error", err))
+		return w.verdict(ctx, Verdict{Outcome: OutcomeError})
+	}
+}
+
+func (w *Worker) verdict(ctx context.Context, v Verdict) Verdict {
+	w.metrics.deliveries.Add(ctx, 1, w.metrics.outcome(v.Outcome))
+	return v
+}
+
+func (w *Worker) nackDelay(ctx context.Context, until time.Time) {
+	if w.cfg.NackDelay <= 0 {
+		return
+	}
+	d := min(w.cfg.NackDelay, time.Until(until))
+	if until.IsZero() {
+		d = w.cfg.NackDelay
+	}
+	if d <= 0 {
+		return
+	}
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	case <-w.jobs.Done():
+	}
+}

@@ -1,0 +1,613 @@
+package worker_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc/oidctest"
+	"github.com/google/uuid"
+
+	"github.com/runonce/runonce/pkg/auth"
+	"github.com/runonce/runonce/pkg/jobs"
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/memory"
+	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/worker"
+)
+
+type bundle struct {
+	t      *testing.T
+	ledger ledger.Ledger
+	mux    *worker.Mux
+	w      *worker.Worker
+	ps     *queue.InProcess
+	pub    *queue.Publisher
+	sub    *queue.Subscriber
+}
+
+func setup(t *testing.T, l ledger.Ledger, cfg *worker.Config) *bundle {
+	t.Helper()
+	if l == nil {
+		l = memory.New(nil)
+	}
+	b := &bundle{t: t, ledger: l, mux: worker.NewMux()}
+	c := worker.Config{Lease: 600 * time.Millisecond, MaxAttempts: 3}
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Ledger, c.Handler = l, b.mux
+	w, err := worker.New(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.w = w
+	t.Cleanup(w.CancelJobs)
+	return b
+}
+
+// withQueue adds an in-process Pub/Sub with a topic and a pull subscription.
+func (b *bundle) withQueue() *bundle {
+	ctx := b.t.Context()
+	ps, err := queue.NewInProcess(ctx, "proj")
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { ps.Close() })
+	if _, err := queue.EnsureTopic(ctx, ps.Client, "runs"); err != nil {
+		b.t.Fatal(err)
+	}
+	if _, err := queue.EnsureSubscription(ctx, ps.Client, "runs", "runs-worker", nil); err != nil {
+		b.t.Fatal(err)
+	}
+	b.ps = ps
+	b.pub = queue.NewPublisher(ps.Client, "runs", nil)
+	b.t.Cleanup(func() { b.pub.Close() })
+	b.sub = queue.NewSubscriber(ps.Client, "runs-worker", &queue.SubscriberOptions{Concurrency: 8, ShutdownTimeout: 3 * time.Second})
+	return b
+}
+
+// pull runs the worker's pull loop until the test ends or stop is called.
+func (b *bundle) pull(grace time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.w.Pull(ctx, b.sub, grace) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				b.t.Errorf("Pull: %v", err)
+			}
+		})
+	}
+	b.t.Cleanup(stop)
+	return stop
+}
+
+func message(job, key string, payload string) *queue.Message {
+	return &queue.Message{
+		Identity: ledger.Identity{
+			RunID: ledger.KeyedRunID("ns", job, key), Namespace: "ns", Job: job, Key: key,
+			PayloadHash: ledger.PayloadHash([]byte(payload)), Payload: []byte(payload),
+		},
+		EnqueuedAt: time.Now(),
+		Payload:    []byte(payload),
+	}
+}
+
+func (b *bundle) process(m *queue.Message) worker.Verdict {
+	return b.w.Process(b.t.Context(), &worker.Delivery{Message: m, PublishTime: time.Now()})
+}
+
+func (b *bundle) run(id string) *ledger.Run {
+	b.t.Helper()
+	r, err := b.ledger.Get(b.t.Context(), &ledger.GetParams{RunID: id})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return r
+}
+
+func (b *bundle) waitStatus(id string, want ledger.Status, within time.Duration) *ledger.Run {
+	b.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		r, err := b.ledger.Get(b.t.Context(), &ledger.GetParams{RunID: id})
+		if err == nil && r.Status == want {
+			return r
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("run %s is %v (%v) after %v, want %s", id[:8], r, err, within, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestOutcomes(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name       string
+		handler    func(ctx context.Context, j *worker.Job) error
+		wantAck    bool
+		wantOut    string
+		wantStatus ledger.Status
+		wantErr    string
+	}{
+		{"NilCompletes", func(context.Context, *worker.Job) error { return nil }, true, worker.OutcomeCompleted, ledger.StatusCompleted, ""},
+		{"PermanentFails", func(context.Context, *worker.Job) error { return worker.Permanent(errors.New("bad invoice")) },
+			true, worker.OutcomeFailed, ledger.StatusFailed, "bad invoice"},
+		{"ErrorReleases", func(context.Context, *worker.Job) error { return errors.New("downstream 503") },
+			false, worker.OutcomeReleased, ledger.StatusQueued, "downstream 503"},
+		{"PanicReleases", func(context.Context, *worker.Job) error { panic("nil map") },
+			false, worker.OutcomeReleased, ledger.StatusQueued, "panicked: nil map"},
+		{"RetryAfterReleasesWithADelay", func(context.Context, *worker.Job) error { return worker.RetryAfter(time.Hour, errors.New("429")) },
+			false, worker.OutcomeReleased, ledger.StatusQueued, "retry after 1h0m0s"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, nil, nil)
+			b.mux.HandleFunc("job", c.handler)
+			m := message("job", c.name, "{}")
+			v := b.process(m)
+			if v.Ack != c.wantAck || v.Outcome != c.wantOut {
+				t.Fatalf("verdict = %+v, want ack %v, %s", v, c.wantAck, c.wantOut)
+			}
+			r := b.run(m.Identity.RunID)
+			if r.Status != c.wantStatus || !strings.Contains(r.LastError, c.wantErr) {
+				t.Fatalf("run = %s, error %q; want %s, error containing %q", r.Status, r.LastError, c.wantStatus, c.wantErr)
+			}
+			if c.name == "RetryAfterReleasesWithADelay" {
+				if r.NotBefore.Before(time.Now().Add(59*time.Minute)) || !v.RetryAt.Equal(r.NotBefore) {
+					t.Fatalf("NotBefore = %v, RetryAt %v; want an hour from now", r.NotBefore, v.RetryAt)
+				}
+				if again := b.process(m); again.Ack || again.Outcome != worker.OutcomeHeld {
+					t.Fatalf("a delivery before Retry-After = %+v, want held and nacked", again)
+				}
+			}
+		})
+	}
+}
+
+func TestAttemptsExhaustedFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil) // MaxAttempts 3
+	var calls atomic.Int32
+	b.mux.HandleFunc("flaky", func(context.Context, *worker.Job) error { calls.Add(1); return errors.New("still broken") })
+	m := message("flaky", "k", "{}")
+	for i, want := range []string{worker.OutcomeReleased, worker.OutcomeReleased, worker.OutcomeFailed, worker.OutcomeTerminal} {
+		if v := b.process(m); v.Outcome != want {
+			t.Fatalf("delivery %d = %s, want %s", i+1, v.Outcome, want)
+		}
+	}
+	r := b.run(m.Identity.RunID)
+	if calls.Load() != 3 || r.Status != ledger.StatusFailed || !strings.Contains(r.LastError, "attempts exhausted") {
+		t.Fatalf("%d calls, run %s %q; want 3 calls and failed with attempts exhausted", calls.Load(), r.Status, r.LastError)
+	}
+}
+
+func TestPerJobMaxAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	b.mux.HandleWith("once", worker.HandlerFunc(func(context.Context, *worker.Job) error { return errors.New("x") }), &worker.HandleOptions{MaxAttempts: 1})
+	if v := b.process(message("once", "k", "{}")); v.Outcome != worker.OutcomeFailed {
+		t.Fatalf("first failure of a job with max_attempts 1 = %s, want failed", v.Outcome)
+	}
+}
+
+func TestHeldDeliveryIsNacked(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, &worker.Config{Lease: 5 * time.Second})
+	release := make(chan struct{})
+	started := make(chan struct{})
+	b.mux.HandleFunc("slow", func(ctx context.Context, j *worker.Job) error {
+		close(started)
+		<-release
+		return nil
+	})
+	m := message("slow", "k", "{}")
+	first := make(chan worker.Verdict)
+	go func() { first <- b.process(m) }()
+	<-started
+	v := b.process(m)
+	if v.Ack || v.Outcome != worker.OutcomeHeld || v.RetryAt.IsZero() {
+		t.Fatalf("delivery while another attempt holds the run = %+v; want nacked as held, with when to retry", v)
+	}
+	close(release)
+	if v := <-first; !v.Ack || v.Outcome != worker.OutcomeCompleted {
+		t.Fatalf("holder's verdict = %+v", v)
+	}
+	if v := b.process(m); !v.Ack || v.Outcome != worker.OutcomeTerminal {
+		t.Fatalf("delivery of a completed run = %+v; want acked without work", v)
+	}
+}
+
+func TestDuplicateDeliveriesRunTheHandlerOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, &worker.Config{Lease: 5 * time.Second}).withQueue()
+	var calls sync.Map
+	b.mux.HandleFunc("job", func(ctx context.Context, j *worker.Job) error {
+		n, _ := calls.LoadOrStore(j.RunID, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	b.pull(time.Second)
+	const runs, dups = 20, 5
+	var ids []string
+	for i := range runs {
+		m := message("job", fmt.Sprint(i), fmt.Sprintf(`{"i":%d}`, i))
+		ids = append(ids, m.Identity.RunID)
+		for range dups {
+			if _, err := b.pub.Publish(t.Context(), m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, id := range ids {
+		b.waitStatus(id, ledger.StatusCompleted, 10*time.Second)
+	}
+	// Late redeliveries of finished runs are acked without work.
+	time.Sleep(200 * time.Millisecond)
+	for _, id := range ids {
+		n, ok := calls.Load(id)
+		if !ok || n.(*atomic.Int32).Load() != 1 {
+			t.Fatalf("run %s: handler ran %v times for %d deliveries, want once", id[:8], n, dups)
+		}
+	}
+}
+
+// stallingLedger lets renewals fail or hang, to cut a worker off from its lease.
+type stallingLedger struct {
+	ledger.Ledger
+	renewErr atomic.Pointer[error]
+}
+
+func (s *stallingLedger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
+	if e := s.renewErr.Load(); e != nil {
+		return nil, *e
+	}
+	return s.Ledger.Renew(ctx, p)
+}
+
+func TestLeaseLostCancelsTheJobAndFencesItsWrites(t *testing.T) {
+	t.Parallel()
+	mem := memory.New(nil)
+	b := setup(t, mem, &worker.Config{Lease: 300 * time.Millisecond})
+	took := make(chan struct{})
+	var effectErr, cause error
+	b.mux.HandleFunc("job", func(ctx context.Context, j *worker.Job) error {
+		// Another worker takes the run over (the ledger is told the lease has expired).
+		run, _ := mem.Get(ctx, &ledger.GetParams{RunID: j.RunID})
+		res, err := mem.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: j.RunID}, AttemptID: uuid.NewString(), Now: run.Deadline.Add(time.Millisecond)})
+		if err != nil || res.Outcome != ledger.Acquired {
+			t.Errorf("takeover: %v, %v", res, err)
+		}
+		close(took)
+		<-ctx.Done() // the next renewal finds the lease lost
+		cause = context.Cause(ctx)
+		effectErr = worker.Effect(ctx, "charge", func(context.Context, string) error {
+			t.Error("an effect ran after the lease was lost")
+			return nil
+		})
+		return nil // and even a success must not complete the run
+	})
+	m := message("job", "k", "{}")
+	v := b.process(m)
+	<-took
+	if v.Ack || v.Outcome != worker.OutcomeLeaseLost {
+		t.Fatalf("verdict = %+v, want nacked as lease lost", v)
+	}
+	if !errors.Is(cause, ledger.ErrLeaseLost) || effectErr == nil {
+		t.Fatalf("job context cause = %v, effect error = %v; want ErrLeaseLost and a refused effect", cause, effectErr)
+	}
+	r := b.run(m.Identity.RunID)
+	if r.Status != ledger.StatusRunning || r.Attempt != 2 {
+		t.Fatalf("run = %s at attempt %d; want still held by attempt 2", r.Status, r.Attempt)
+	}
+	if _, err := mem.GetEffect(t.Context(), &ledger.GetEffectParams{RunID: r.ID, Name: "charge"}); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the fenced-out attempt recorded an effect: %v", err)
+	}
+}
+
+func TestUnreachableLedgerSelfFencesBeforeTheLeaseRunsOut(t *testing.T) {
+	t.Parallel()
+	sl := &stallingLedger{Ledger: memory.New(nil)}
+	unavailable := fmt.Errorf("%w: connection refused", ledger.ErrUnavailable)
+	sl.renewErr.Store(&unavailable)
+	const lease = 600 * time.Millisecond
+	b := setup(t, sl, &worker.Config{Lease: lease, FinishTimeout: 100 * time.Millisecond})
+	var cancelledAt time.Time
+	var deadline time.Time
+	var cause error
+	b.mux.HandleFunc("job", func(ctx context.Context, j *worker.Job) error {
+		r, _ := sl.Get(ctx, &ledger.GetParams{RunID: j.RunID})
+		deadline = r.Deadline
+		<-ctx.Done()
+		cancelledAt, cause = time.Now(), context.Cause(ctx)
+		return ctx.Err()
+	})
+	v := b.process(message("job", "k", "{}"))
+	if !errors.Is(cause, worker.ErrSelfFenced) {
+		t.Fatalf("job context cause = %v, want ErrSelfFenced", cause)
+	}
+	if !cancelledAt.Before(deadline) {
+		t.Fatalf("job cancelled at %v, not before its lease ran out at %v", cancelledAt, deadline)
+	}
+	if v.Ack {
+		t.Fatalf("verdict = %+v, want a nack", v)
+	}
+}
+
+func TestEffects(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	var keys []string
+	var charges, emails atomic.Int32
+	b.mux.HandleFunc("invoice", func(ctx context.Context, j *worker.Job) error {
+		if err := worker.Effect(ctx, "charge", func(ctx context.Context, key string) error {
+			charges.Add(1)
+			keys = append(keys, key)
+			return nil
+		}); err != nil {
+			return err
+		}
+		return worker.Effect(ctx, "email", func(ctx context.Context, key string) error {
+			if emails.Add(1) == 1 {
+				return errors.New("smtp timeout") // the first attempt fails after charging
+			}
+			return nil
+		})
+	})
+	m := message("invoice", "2026-11", "{}")
+	if v := b.process(m); v.Outcome != worker.OutcomeReleased {
+		t.Fatalf("first attempt = %s, want released", v.Outcome)
+	}
+	if v := b.process(m); v.Outcome != worker.OutcomeCompleted {
+		t.Fatalf("second attempt = %s, want completed", v.Outcome)
+	}
+	if charges.Load() != 1 || emails.Load() != 2 {
+		t.Fatalf("charged %d times, emailed %d times; want the charge once and the failed email retried", charges.Load(), emails.Load())
+	}
+	if keys[0] != ledger.EffectKey(m.Identity.RunID, "charge") {
+		t.Fatalf("effect key %s, want EffectKey(run, charge)", keys[0])
+	}
+	if err := worker.Effect(t.Context(), "x", func(context.Context, string) error { return nil }); !errors.Is(err, worker.ErrNotInJob) {
+		t.Fatalf("Effect outside a job = %v, want ErrNotInJob", err)
+	}
+}
+
+func TestEffectInFlightAtACrashIsRetriedWithTheSameKey(t *testing.T) {
+	t.Parallel()
+	mem := memory.New(nil)
+	b := setup(t, mem, nil)
+	m := message("job", "k", "{}")
+	// Attempt 1 began the effect and died (no release): its lease is left to expire.
+	res, err := mem.Acquire(t.Context(), &ledger.AcquireParams{Identity: m.Identity, AttemptID: uuid.NewString(), Lease: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mem.BeginEffect(t.Context(), &ledger.BeginEffectParams{Fence: ledger.Fence{RunID: res.Run.ID, Attempt: 1, AttemptID: res.Run.AttemptID}, Name: "charge"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	var gotKey string
+	var uncertain error
+	b.mux.HandleFunc("job", func(ctx context.Context, j *worker.Job) error {
+		uncertain = worker.AtMostOnce(ctx, "charge", func(context.Context, string) error {
+			t.Error("AtMostOnce redid an effect an earlier attempt began")
+			return nil
+		})
+		return worker.Effect(ctx, "charge", func(ctx context.Context, key string) error { gotKey = key; return nil })
+	})
+	if v := b.process(m); v.Outcome != worker.OutcomeCompleted {
+		t.Fatalf("verdict = %s", v.Outcome)
+	}
+	var ue *worker.UncertainEffectError
+	if !errors.Is(uncertain, worker.ErrEffectUncertain) || !errors.As(uncertain, &ue) || ue.Attempt != 1 {
+		t.Fatalf("AtMostOnce of an effect a dead attempt began = %v; want ErrEffectUncertain naming attempt 1", uncertain)
+	}
+	if gotKey != ledger.EffectKey(m.Identity.RunID, "charge") {
+		t.Fatalf("retried effect key %q, want the same key as attempt 1", gotKey)
+	}
+}
+
+func TestHTTPTarget(t *testing.T) {
+	t.Parallel()
+	type call struct{ key, attempt, runID, job, sched string }
+	var mu sync.Mutex
+	var calls []call
+	statuses := map[string][]int{"flaky": {500, 503, 200}, "bad": {400}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		job := r.Header.Get("X-Runonce-Job")
+		calls = append(calls, call{r.Header.Get("Idempotency-Key"), r.Header.Get("X-Runonce-Attempt"), r.Header.Get("X-Runonce-Run-Id"), job, r.Header.Get("X-Runonce-Schedule-Time")})
+		n := len(statuses[job])
+		code := statuses[job][0]
+		if n > 1 {
+			statuses[job] = statuses[job][1:]
+		}
+		w.WriteHeader(code)
+	}))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	b := setup(t, nil, &worker.Config{Lease: time.Second, MaxAttempts: 5})
+	worker.MuxFromJobs(b.mux, map[string]*jobs.Job{
+		"flaky": {Name: "flaky", URL: u, Timeout: 5 * time.Second},
+		"bad":   {Name: "bad", URL: u, Timeout: 5 * time.Second},
+	}, nil)
+
+	flaky := message("flaky", "sched-job", "{}")
+	flaky.Identity.ScheduleTime = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	flaky.Identity.RunID = ledger.ScheduledRunID("ns", "flaky", "sched-job", flaky.Identity.ScheduleTime)
+	for i, want := range []string{worker.OutcomeReleased, worker.OutcomeReleased, worker.OutcomeCompleted} {
+		if v := b.process(flaky); v.Outcome != want {
+			t.Fatalf("flaky delivery %d = %s, want %s", i+1, v.Outcome, want)
+		}
+	}
+	bad := message("bad", "k", "{}")
+	if v := b.process(bad); v.Outcome != worker.OutcomeFailed || !v.Ack {
+		t.Fatalf("a 400 = %+v, want failed and acked", v)
+	}
+	if v := b.process(bad); v.Outcome != worker.OutcomeTerminal {
+		t.Fatalf("a redelivery after a 400 = %s, want no retry", v.Outcome)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 4 {
+		t.Fatalf("%d calls, want 3 for flaky and 1 for bad", len(calls))
+	}
+	wantKey := ledger.EffectKey(flaky.Identity.RunID, worker.RunEffect)
+	for i, c := range calls[:3] {
+		if c.key != wantKey || c.attempt != fmt.Sprint(i+1) || c.runID != flaky.Identity.RunID || c.sched != "2026-11-30T09:00:00Z" {
+			t.Fatalf("call %d = %+v; want key %s, attempt %d, the run's ID and schedule time", i+1, c, wantKey[:8], i+1)
+		}
+	}
+	if r := b.run(bad.Identity.RunID); r.Status != ledger.StatusFailed || !strings.Contains(r.LastError, "400") {
+		t.Fatalf("bad run = %s %q", r.Status, r.LastError)
+	}
+}
+
+func TestRescueRepublishesARunWhoseMessageWasNeverPublished(t *testing.T) {
+	t.Parallel()
+	mem := memory.New(nil)
+	b := setup(t, mem, nil).withQueue()
+	b2 := setup(t, mem, &worker.Config{Lease: time.Second, Republish: b.pub})
+	done := make(chan string, 1)
+	b.mux.HandleFunc("job", func(ctx context.Context, j *worker.Job) error { done <- string(j.Payload); return nil })
+	b.pull(time.Second)
+	m := message("job", "lost", `{"lost":true}`)
+	// The ingress claimed the run and died before publishing.
+	if _, err := mem.Claim(t.Context(), &ledger.ClaimParams{Identity: m.Identity, AttemptID: uuid.NewString(), PickupTimeout: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	// Two rescuers race: exactly one republishes.
+	var total atomic.Int32
+	var wg sync.WaitGroup
+	for _, w := range []*worker.Worker{b2.w, b2.w} {
+		wg.Go(func() {
+			n, err := w.RescueOnce(t.Context())
+			if err != nil {
+				t.Error(err)
+			}
+			total.Add(int32(n))
+		})
+	}
+	wg.Wait()
+	if total.Load() != 1 {
+		t.Fatalf("rescuers republished %d times, want 1", total.Load())
+	}
+	select {
+	case p := <-done:
+		if p != `{"lost":true}` {
+			t.Fatalf("republished payload %q", p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the rescued run was never run")
+	}
+	b.waitStatus(m.Identity.RunID, ledger.StatusCompleted, 5*time.Second)
+}
+
+func TestShutdownReleasesAndNacksLongJobs(t *testing.T) {
+	t.Parallel()
+	mem := memory.New(nil)
+	b := setup(t, mem, &worker.Config{Lease: 2 * time.Second}).withQueue()
+	started := make(chan struct{}, 1)
+	b.mux.HandleFunc("long", func(ctx context.Context, j *worker.Job) error {
+		started <- struct{}{}
+		<-ctx.Done() // a job longer than the grace
+		return context.Cause(ctx)
+	})
+	stop := b.pull(200 * time.Millisecond)
+	m := message("long", "k", "{}")
+	if _, err := b.pub.Publish(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	begin := time.Now()
+	stop()
+	if took := time.Since(begin); took > 3*time.Second {
+		t.Fatalf("shutdown took %v, want within the grace plus the finishing write", took)
+	}
+	r := b.run(m.Identity.RunID)
+	if r.Status != ledger.StatusQueued || !strings.Contains(r.LastError, "shutting down") {
+		t.Fatalf("after shutdown the run is %s (%q), want released with the shutdown as its error", r.Status, r.LastError)
+	}
+	// Another worker completes it from the nacked message.
+	b2 := setup(t, mem, nil)
+	b2.sub = queue.NewSubscriber(b.ps.Client, "runs-worker", nil)
+	b2.mux.HandleFunc("long", func(context.Context, *worker.Job) error { return nil })
+	b2.pull(time.Second)
+	b2.waitStatus(m.Identity.RunID, ledger.StatusCompleted, 10*time.Second)
+}
+
+func TestPushEndToEnd(t *testing.T) {
+	t.Parallel()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := &oidctest.Server{PublicKeys: []oidctest.PublicKey{{PublicKey: key.Public(), KeyID: "k1", Algorithm: "RS256"}}}
+	idp := httptest.NewServer(op)
+	t.Cleanup(idp.Close)
+	op.SetIssuer(idp.URL)
+	const aud, pusher = "https://worker.example/v1/push", "push@proj.iam.gserviceaccount.com"
+	verifier, err := auth.NewOIDC(t.Context(), auth.OIDCConfig{Audience: aud, Allow: []string{pusher}, Issuers: []string{idp.URL}, JWKSURL: idp.URL + "/keys"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, nil, nil)
+	var ran atomic.Int32
+	b.mux.HandleFunc("job", func(context.Context, *worker.Job) error { ran.Add(1); return nil })
+	srv := httptest.NewServer(b.w.PushHandler(verifier))
+	t.Cleanup(srv.Close)
+
+	claims, _ := json.Marshal(map[string]any{"iss": idp.URL, "aud": aud, "sub": "1", "email": pusher, "email_verified": true,
+		"iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()})
+	token := oidctest.SignIDToken(key, "k1", "RS256", string(claims))
+	m := message("job", "push", `{"p":1}`)
+	env := map[string]any{"subscription": "projects/proj/subscriptions/push", "message": map[string]any{
+		"attributes": m.Attributes(), "data": base64.StdEncoding.EncodeToString(m.Payload), "messageId": "1", "publishTime": time.Now().Format(time.RFC3339Nano)}}
+	body, _ := json.Marshal(env)
+	post := func(token string, body []byte) *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(string(body)))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	if resp := post("", body); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("push without a token = %d, want 401", resp.StatusCode)
+	}
+	if resp := post(token, []byte(`{"not":"an envelope"`)); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("push of a broken envelope = %d, want 400", resp.StatusCode)
+	}
+	for i := range 2 {
+		if resp := post(token, body); resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("push %d = %d, want 204 (ack)", i+1, resp.StatusCode)
+		}
+	}
+	if ran.Load() != 1 {
+		t.Fatalf("the job ran %d times for two pushes, want once", ran.Load())
+	}
+}
