@@ -40,5 +40,8 @@ echo "test: starting services" >&2
 eval "$(scripts/services.sh start "$work")"
 export CI=${CI:-true}
 
+echo "test: fuzz FuzzDeriveKey (10s)" >&2
+go test -run '^$' -fuzz FuzzDeriveKey -fuzztime 10s ./pkg/ingress
+
 echo "test: go test -race" >&2
 go test ${RACE--race} -count=1 -timeout 15m "$@" ./...

@@ -419,4 +419,3 @@ func TestSigtermReleasesALongJobWithinTheGrace(t *testing.T) {
 		t.Fatalf("completed at attempt %d, want 2", r.Attempt)
 	}
 }
-

@@ -18,6 +18,9 @@ const (
 	fieldExpireAt  = "expire_at"
 	fieldCreatedAt = "created_at"
 	fieldUpdatedAt = "updated_at"
+	// fieldEffectSeq counts effect writes: each bumps it, with the run's update time
+	// as a precondition, to fence the effect on the run (see Ledger.effect).
+	fieldEffectSeq = "effect_seq"
 )
 
 // runDoc is a run document as stored. Times are Timestamps, or null when zero.
@@ -27,6 +30,7 @@ type runDoc struct {
 	Key          string     `firestore:"key"`
 	ScheduleTime *time.Time `firestore:"schedule_time"`
 	PayloadHash  string     `firestore:"payload_hash"`
+	Payload      []byte     `firestore:"payload"`
 	Status       string     `firestore:"status"`
 	Attempt      int64      `firestore:"attempt"`
 	AttemptID    string     `firestore:"attempt_id"`
@@ -75,6 +79,7 @@ func encodeRun(r *ledger.Run) map[string]any {
 		"key":           r.Key,
 		"schedule_time": stamp(r.ScheduleTime),
 		"payload_hash":  r.PayloadHash,
+		"payload":       r.Payload,
 		fieldStatus:     string(r.Status),
 		"attempt":       r.Attempt,
 		"attempt_id":    r.AttemptID,
@@ -120,7 +125,7 @@ func decodeRun(s *firestore.DocumentSnapshot) (*ledger.Run, error) {
 	}
 	r := &ledger.Run{
 		ID: s.Ref.ID, Namespace: d.Namespace, Job: d.Job, Key: d.Key,
-		ScheduleTime: unstamp(d.ScheduleTime), PayloadHash: d.PayloadHash,
+		ScheduleTime: unstamp(d.ScheduleTime), PayloadHash: d.PayloadHash, Payload: d.Payload,
 		Status: ledger.Status(d.Status), Attempt: d.Attempt, AttemptID: d.AttemptID,
 		Deadline: unstamp(d.Deadline), NotBefore: unstamp(d.NotBefore),
 		AttemptsMade: d.AttemptsMade, LastError: d.LastError,

@@ -19,7 +19,6 @@ const (
 	rpcCreate            // Commit of a Create (exists=false precondition)
 	rpcWrite             // Commit of an Update or Delete with an update-time precondition
 	rpcQuery             // RunQuery
-	rpcTxn               // a transaction: BeginTransaction, reads, Commit
 )
 
 // Internal outcomes of a write that the operations turn into a retry or an answer;
@@ -62,7 +61,8 @@ func mapErr(kind rpc, err error, format string, args ...any) error {
 			return fmt.Errorf("firestoreledger: %s: %w (a missing composite index? see the package documentation)", what, err)
 		}
 	case codes.Aborted:
-		// A transaction that lost to another one, after the client's own retries.
+		// A transaction that lost to another one (or, on the emulator, a write that
+		// waited too long for a transaction's lock), after the client's own retries.
 		sentinel = ledger.ErrContended
 	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Internal:
 		sentinel = ledger.ErrUnavailable
@@ -74,10 +74,3 @@ func mapErr(kind rpc, err error, format string, args ...any) error {
 	}
 	return fmt.Errorf("%w: %s: %w", sentinel, what, err)
 }
-
-// verdict carries a state-machine answer (ErrLeaseLost, ErrInvalid, …) out of a
-// transaction function, so that it is not mistaken for an RPC error.
-type verdict struct{ err error }
-
-func (v verdict) Error() string { return v.err.Error() }
-func (v verdict) Unwrap() error { return v.err }

@@ -188,18 +188,37 @@ type change struct {
 	del bool
 }
 
+// retryStale runs round until it does not report errStale (the documents it read
+// changed before its write), at most maxAttempts times with a short jittered backoff;
+// then it returns ledger.ErrContended.
+func retryStale(ctx context.Context, what string, round func(ctx context.Context) error) error {
+	backoff := retry.WithMaxRetries(maxAttempts-1, retry.WithJitterPercent(50, retry.NewExponential(10*time.Millisecond)))
+	err := retry.Do(ctx, backoff, func(ctx context.Context) error {
+		err := round(ctx)
+		if errors.Is(err, errStale) {
+			return retry.RetryableError(err)
+		}
+		return err
+	})
+	if errors.Is(err, errStale) {
+		return fmt.Errorf("%w: firestoreledger: %s: the record changed under each of %d attempts", ledger.ErrContended, what, maxAttempts)
+	}
+	return err
+}
+
 // update reads run id, lets decide choose a change at the server's read time, and
 // writes it only if the document is still the one read (an update-time precondition,
 // or exists=false for a new document): two RPCs, no transaction, no locks. When the
-// document changed in between, it reads and decides again, at most maxAttempts times,
-// then returns ledger.ErrContended.
+// document changed in between, it reads and decides again (retryStale).
 func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *ledger.Run, now time.Time) (change, error)) error {
 	ref := l.runs.Doc(id)
-	backoff := retry.WithMaxRetries(maxAttempts-1, retry.WithJitterPercent(50, retry.NewExponential(10*time.Millisecond)))
-	err := retry.Do(ctx, backoff, func(ctx context.Context) error {
+	return retryStale(ctx, op+" run "+id, func(ctx context.Context) error {
 		snap, cur, err := l.getRun(ctx, ref)
 		if err != nil {
 			return err
+		}
+		if snap.ReadTime.IsZero() {
+			return fmt.Errorf("firestoreledger: %s run %s: the read carried no server time", op, id)
 		}
 		c, err := decide(cur, ledger.Truncate(snap.ReadTime))
 		if err != nil {
@@ -208,25 +227,19 @@ func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *led
 		switch {
 		case c.del && cur != nil:
 			_, err = ref.Delete(ctx, firestore.LastUpdateTime(snap.UpdateTime))
-			err = mapErr(rpcWrite, err, "%s run %s", op, id)
+			return mapErr(rpcWrite, err, "%s run %s", op, id)
 		case c.put != nil && cur == nil:
 			_, err = ref.Create(ctx, encodeRun(c.put))
 			if err = mapErr(rpcCreate, err, "%s run %s", op, id); errors.Is(err, errExists) {
-				err = fmt.Errorf("%w: %w", errStale, err)
+				return fmt.Errorf("%w: %w", errStale, err)
 			}
+			return err
 		case c.put != nil:
 			_, err = ref.Update(ctx, updates(encodeRun(c.put)), firestore.LastUpdateTime(snap.UpdateTime))
-			err = mapErr(rpcWrite, err, "%s run %s", op, id)
+			return mapErr(rpcWrite, err, "%s run %s", op, id)
 		}
-		if errors.Is(err, errStale) {
-			return retry.RetryableError(err)
-		}
-		return err
+		return nil
 	})
-	if errors.Is(err, errStale) {
-		return fmt.Errorf("%w: firestoreledger: %s run %s: the record changed under each of %d attempts", ledger.ErrContended, op, id, maxAttempts)
-	}
-	return err
 }
 
 // Unclaim implements ledger.Ledger.
@@ -328,42 +341,60 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 	return r, nil
 }
 
-// effect runs an effect write in a transaction that reads the run and the effect and
-// writes the effect only if the run still carries the caller's fence: the effect lives
-// in another document than the run, so an update-time precondition on one write cannot
-// fence it. The transaction's read time is the server's "now".
+// effect runs an effect write. The effect lives in another document than the run, so
+// it reads both (one BatchGetDocuments, no locks), decides at the read's time, and
+// commits both writes atomically, each with a precondition: the effect's (exists=false,
+// or its update time as read) and the run's update time as read, checked by a write
+// that only bumps the run's effect_seq counter. So the effect is written only while the
+// run still carries the caller's fence, and the holder's renewals never wait on a lock.
+// A transaction is the client's only atomic multi-document write (WriteBatch is
+// deprecated); it holds no read, so it costs BeginTransaction and Commit.
 func (l *Ledger) effect(ctx context.Context, op string, f *ledger.Fence, name string, apply func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
 	if err := ledger.ValidateFence(f); err != nil {
 		return err
 	}
 	runRef := l.runs.Doc(f.RunID)
 	effRef := l.effects.Doc(ledger.EffectKey(f.RunID, name))
-	err := l.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		snaps, err := tx.GetAll([]*firestore.DocumentRef{runRef, effRef})
+	what := fmt.Sprintf("%s %q of run %s", op, name, f.RunID)
+	return retryStale(ctx, what, func(ctx context.Context) error {
+		sent := l.clock.local()
+		snaps, err := l.client.GetAll(ctx, []*firestore.DocumentRef{runRef, effRef})
+		if err = mapErr(rpcRead, err, "%s: read", what); err != nil {
+			return err
+		}
+		runSnap, effSnap := snaps[0], snaps[1]
+		if runSnap.ReadTime.IsZero() {
+			return fmt.Errorf("firestoreledger: %s: the read carried no server time", what)
+		}
+		l.clock.observe(sent, l.clock.local(), runSnap.ReadTime)
+		run, err := decodeRun(runSnap)
 		if err != nil {
 			return err
 		}
-		run, err := decodeRun(snaps[0])
+		cur, err := decodeEffect(effSnap)
 		if err != nil {
-			return verdict{err}
+			return err
 		}
-		cur, err := decodeEffect(snaps[1])
-		if err != nil {
-			return verdict{err}
+		next, err := apply(run, cur, ledger.Truncate(runSnap.ReadTime))
+		if err != nil || next == nil {
+			return err
 		}
-		next, err := apply(run, cur, ledger.Truncate(snaps[0].ReadTime))
-		if err != nil {
-			return verdict{err}
+		// run != nil here: the state machine refuses an effect of an absent run.
+		err = l.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+			fence := []firestore.Update{{Path: fieldEffectSeq, Value: firestore.Increment(1)}}
+			if err := tx.Update(runRef, fence, firestore.LastUpdateTime(runSnap.UpdateTime)); err != nil {
+				return err
+			}
+			if cur == nil {
+				return tx.Create(effRef, encodeEffect(next))
+			}
+			return tx.Update(effRef, updates(encodeEffect(next)), firestore.LastUpdateTime(effSnap.UpdateTime))
+		}, firestore.MaxAttempts(maxAttempts))
+		if err = mapErr(rpcWrite, err, "%s: write", what); errors.Is(err, errExists) {
+			return fmt.Errorf("%w: %w", errStale, err)
 		}
-		if next == nil {
-			return nil
-		}
-		return tx.Set(effRef, encodeEffect(next))
-	}, firestore.MaxAttempts(maxAttempts))
-	if v := (verdict{}); errors.As(err, &v) {
-		return v.err
-	}
-	return mapErr(rpcTxn, err, "%s %q of run %s", op, name, f.RunID)
+		return err
+	})
 }
 
 // BeginEffect implements ledger.Ledger.

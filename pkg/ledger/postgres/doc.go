@@ -32,7 +32,7 @@
 // if missing, or in the connection's current schema when none is given:
 //
 //	runs(run_id text PRIMARY KEY, namespace, job, run_key, schedule_time, payload_hash,
-//	     status, attempt, attempt_id, deadline, not_before, attempts_made, last_error,
+//	     payload, status, attempt, attempt_id, deadline, not_before, attempts_made, last_error,
 //	     created_at, updated_at, completed_at, expire_at)
 //	  runs_rescue_idx    ON runs (deadline) WHERE status IN ('queued', 'running')
 //	  runs_expire_at_idx ON runs (expire_at)

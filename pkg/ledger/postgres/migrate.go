@@ -8,6 +8,7 @@ import (
 	"io/fs"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -35,7 +36,7 @@ type MigrateResult struct {
 }
 
 // Migrate applies the embedded migrations to the database dsn names, in schema (created if
-// missing; "" for the connection's current schema, or the URL's schema parameter), under a
+// missing; "" for the URL's schema parameter, else the connection's current schema), under a
 // session advisory lock so that concurrent callers apply each migration once. It is what
 // opening a ledger does unless told not to, for teams that migrate in a pipeline.
 func Migrate(ctx context.Context, dsn, schema string) (*MigrateResult, error) {
@@ -44,12 +45,17 @@ func Migrate(ctx context.Context, dsn, schema string) (*MigrateResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := pgx.ParseConfig(dsn)
+	if schema != "" {
+		o.Schema = schema
+	}
+	// The pool's parser, so that a ledger URL with pool parameters (pool_max_conns, …)
+	// migrates as it is.
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	var res MigrateResult
-	res.Applied, res.Version, err = migrateConfig(ctx, cfg, o.Schema)
+	res.Applied, res.Version, err = migrateConfig(ctx, cfg.ConnConfig, o.Schema)
 	if err != nil {
 		return nil, err
 	}

@@ -33,7 +33,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	)
 	err := l.pool.QueryRow(ctx, l.q.claim, timeArg(p.Now),
 		p.RunID, p.Namespace, p.Job, p.Key, timeArg(p.ScheduleTime), p.PayloadHash, p.AttemptID,
-		micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)),
+		micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), p.Payload,
 	).Scan(append([]any{&created}, s.dest()...)...)
 	if err != nil {
 		return nil, interpretError("claim run "+p.RunID, err)
@@ -81,7 +81,7 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	)
 	err := l.pool.QueryRow(ctx, l.q.acquire, timeArg(p.Now),
 		p.RunID, p.Namespace, p.Job, p.Key, timeArg(p.ScheduleTime), p.PayloadHash, p.AttemptID,
-		micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)),
+		micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), p.Payload,
 	).Scan(append(append([]any{&written}, s.dest()...), &now)...)
 	if err != nil {
 		return nil, interpretError("acquire run "+p.RunID, err)
@@ -358,13 +358,14 @@ func timeOf(t pgtype.Timestamptz) time.Time {
 // statement that found no run).
 type runScan struct {
 	id, namespace, job, key, payloadHash, status, attemptID, lastError pgtype.Text
+	payload                                                            []byte
 	attempt, attemptsMade                                              pgtype.Int8
 	scheduleTime, deadline, notBefore                                  pgtype.Timestamptz
 	createdAt, updatedAt, completedAt, expireAt                        pgtype.Timestamptz
 }
 
 func (s *runScan) dest() []any {
-	return []any{&s.id, &s.namespace, &s.job, &s.key, &s.scheduleTime, &s.payloadHash, &s.status,
+	return []any{&s.id, &s.namespace, &s.job, &s.key, &s.scheduleTime, &s.payloadHash, &s.payload, &s.status,
 		&s.attempt, &s.attemptID, &s.deadline, &s.notBefore, &s.attemptsMade, &s.lastError,
 		&s.createdAt, &s.updatedAt, &s.completedAt, &s.expireAt}
 }
@@ -376,7 +377,7 @@ func (s *runScan) run() *ledger.Run {
 	}
 	return &ledger.Run{
 		ID: s.id.String, Namespace: s.namespace.String, Job: s.job.String, Key: s.key.String,
-		ScheduleTime: timeOf(s.scheduleTime), PayloadHash: s.payloadHash.String,
+		ScheduleTime: timeOf(s.scheduleTime), PayloadHash: s.payloadHash.String, Payload: s.payload,
 		Status: ledger.Status(s.status.String), Attempt: s.attempt.Int64, AttemptID: s.attemptID.String,
 		Deadline: timeOf(s.deadline), NotBefore: timeOf(s.notBefore),
 		AttemptsMade: s.attemptsMade.Int64, LastError: s.lastError.String,

@@ -14,14 +14,17 @@ import (
 // Three patterns recur:
 //
 //   - Upsert that must return the row (Claim, Acquire, BeginEffect): INSERT … ON CONFLICT
-//     DO UPDATE … WHERE cond locks the conflicting row, even one committed after the
-//     statement's snapshot was taken, but returns it only if it updated it. So the WHERE
-//     also holds when the locked row is newer than the snapshot (no version with the same
-//     ctid is visible to it): the update is then a no-op, written only to return the
-//     latest row. Otherwise the snapshot already holds the latest version, which the
-//     UNION ALL branch reads (we hold its lock). A plain ON CONFLICT DO NOTHING followed by
-//     a SELECT is wrong here: under READ COMMITTED the SELECT uses the statement's
-//     snapshot and misses a row a concurrent claim committed in between, returning nothing.
+//     DO UPDATE locks the conflicting row, even one committed after the statement's
+//     snapshot was taken, but RETURNING gives it only if it was updated. Claim always
+//     updates it (a no-op SET run_id = EXCLUDED.run_id), so it always returns the latest
+//     row. Acquire and BeginEffect update only when the transition applies, or when the
+//     locked row is newer than the snapshot (no version with the same ctid is visible to
+//     it), in which case the update is a no-op written only to return the latest row;
+//     otherwise the snapshot already holds the latest version, which a UNION ALL branch
+//     reads (under the lock the upsert took), so a held or terminal run is not rewritten.
+//     ON CONFLICT DO NOTHING followed by a SELECT in the same statement is wrong: under
+//     READ COMMITTED the SELECT uses the statement's snapshot and misses a row that a
+//     concurrent claim committed in between, returning nothing.
 //   - Fenced UPDATE (Renew, Complete, Release, Fail, Rescue, Unclaim's DELETE): the WHERE
 //     carries the fence; PostgreSQL re-checks it on the latest version of a concurrently
 //     updated row. When nothing was updated, a FOR SHARE read, which also follows the
@@ -32,7 +35,7 @@ import (
 //   - Effects lock their run FOR SHARE first, so that a takeover cannot slip between the
 //     fence check and the effect write.
 const (
-	runCols = `run_id, namespace, job, run_key, schedule_time, payload_hash, status, attempt,
+	runCols = `run_id, namespace, job, run_key, schedule_time, payload_hash, payload, status, attempt,
 	attempt_id, deadline, not_before, attempts_made, last_error, created_at, updated_at,
 	completed_at, expire_at`
 	effectCols = `effect_key, run_id, name, status, attempt, created_at, updated_at, done_at, expire_at`
@@ -53,18 +56,16 @@ func cols(alias, list string) string {
 
 func us(param string) string { return "(" + param + "::bigint * interval '1 microsecond')" }
 
+// The ingress claim: the INSERT creates the run, or ON CONFLICT DO UPDATE locks the existing
+// row — the latest committed version, even one a concurrent claim committed after this
+// statement's snapshot — and rewrites its run_id with itself, a no-op whose only purpose is
+// to make RETURNING return that row. xmax is 0 only on a tuple this statement inserted.
 const claimSQL = `
-WITH ins AS (
-	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, status,
-		attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
-	VALUES ($2, $3, $4, $5, $6, $7, 'queued', 0, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us10})
-	ON CONFLICT (run_id) DO UPDATE SET run_id = EXCLUDED.run_id
-	WHERE NOT EXISTS (SELECT 1 FROM {runs} v WHERE v.run_id = EXCLUDED.run_id AND v.ctid = r.ctid)
-	RETURNING r.xmax = 0, {r.runCols}
-)
-SELECT * FROM ins
-UNION ALL
-SELECT false, {s.runCols} FROM {runs} s WHERE s.run_id = $2 AND NOT EXISTS (SELECT 1 FROM ins)`
+INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
+	status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
+VALUES ($2, $3, $4, $5, $6, $7, $11, 'queued', 0, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us10})
+ON CONFLICT (run_id) DO UPDATE SET run_id = EXCLUDED.run_id
+RETURNING r.xmax = 0, {r.runCols}`
 
 // claimable: the existing row r may be taken by a worker claim at {now}.
 const claimable = `((r.status = 'queued' AND (r.not_before IS NULL OR r.not_before <= {now}))
@@ -74,9 +75,9 @@ const takeover = `(r.status = 'running' AND r.deadline < {now})`
 
 const acquireSQL = `
 WITH up AS (
-	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, status,
-		attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
-	VALUES ($2, $3, $4, $5, $6, $7, 'running', 1, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us10})
+	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
+		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
+	VALUES ($2, $3, $4, $5, $6, $7, $11, 'running', 1, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us10})
 	ON CONFLICT (run_id) DO UPDATE SET
 		status        = CASE WHEN {claimable} THEN 'running' ELSE r.status END,
 		attempt       = CASE WHEN {claimable} THEN r.attempt + 1 ELSE r.attempt END,

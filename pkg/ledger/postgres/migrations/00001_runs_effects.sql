@@ -9,6 +9,8 @@ CREATE TABLE runs (
     run_key       text        NOT NULL,
     schedule_time timestamptz,
     payload_hash  text        NOT NULL,
+    -- payload: the caller's payload, kept so that the rescuer can republish the run.
+    payload       bytea,
     status        text        NOT NULL CHECK (status IN ('queued', 'running', 'completed', 'failed')),
     -- attempt is the fencing token: bumped by every worker claim, 0 until the first.
     attempt       bigint      NOT NULL DEFAULT 0,
