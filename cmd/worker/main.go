@@ -14,9 +14,6 @@ import (
 	"syscall"
 
 	"github.com/runonce/runonce/internal/app"
-
-	_ "github.com/runonce/runonce/pkg/ledger/memory"
-	_ "github.com/runonce/runonce/pkg/ledger/sqlite"
 )
 
 func main() {

@@ -55,7 +55,7 @@ func sameAttempt(r *Run, f *Fence) bool {
 
 func touch(r *Run, now time.Time, keep time.Duration) {
 	r.UpdatedAt = now
-	r.ExpireAt = now.Add(retention(keep))
+	r.ExpireAt = Truncate(now.Add(retention(keep)))
 }
 
 // ApplyClaim is the ingress claim.
@@ -74,7 +74,7 @@ func ApplyClaim(cur *Run, p *ClaimParams, now time.Time) (*Run, *ClaimResult, er
 		ID: p.RunID, Namespace: p.Namespace, Job: p.Job, Key: p.Key,
 		ScheduleTime: Truncate(p.ScheduleTime), PayloadHash: p.PayloadHash, Payload: p.Payload,
 		Status: StatusQueued, AttemptID: p.AttemptID,
-		Deadline:  now.Add(cmp.Or(p.PickupTimeout, DefaultPickupTimeout)),
+		Deadline:  Truncate(now.Add(cmp.Or(p.PickupTimeout, DefaultPickupTimeout))),
 		CreatedAt: now,
 	}
 	touch(r, now, p.Retention)
@@ -129,7 +129,7 @@ func ApplyAcquire(cur *Run, p *AcquireParams, now time.Time) (*Run, *AcquireResu
 	r.Attempt++
 	r.AttemptID = p.AttemptID
 	r.NotBefore = time.Time{}
-	r.Deadline = now.Add(cmp.Or(p.Lease, DefaultLease))
+	r.Deadline = Truncate(now.Add(cmp.Or(p.Lease, DefaultLease)))
 	touch(&r, now, p.Retention)
 	return &r, &AcquireResult{Outcome: Acquired, Run: &r}, nil
 }
@@ -144,7 +144,7 @@ func ApplyRenew(cur *Run, p *RenewParams, now time.Time) (*Run, error) {
 		return nil, leaseLost(p.Fence, cur)
 	}
 	r := *cur
-	r.Deadline = now.Add(cmp.Or(p.Lease, DefaultLease))
+	r.Deadline = Truncate(now.Add(cmp.Or(p.Lease, DefaultLease)))
 	r.UpdatedAt = now
 	if r.ExpireAt.Before(r.Deadline) {
 		r.ExpireAt = r.Deadline
@@ -238,7 +238,7 @@ func ApplyRescue(cur *Run, p *RescueParams, now time.Time) (*Run, error) {
 		r.Status = StatusQueued
 	}
 	r.NotBefore = time.Time{}
-	r.Deadline = now.Add(cmp.Or(p.PickupTimeout, DefaultPickupTimeout))
+	r.Deadline = Truncate(now.Add(cmp.Or(p.PickupTimeout, DefaultPickupTimeout)))
 	touch(&r, now, p.Retention)
 	return &r, nil
 }
@@ -273,7 +273,7 @@ func ApplyBeginEffect(run *Run, cur *Effect, p *BeginEffectParams, now time.Time
 	e.Status = EffectPending
 	e.Attempt = p.Attempt
 	e.UpdatedAt = now
-	e.ExpireAt = now.Add(retention(p.Retention))
+	e.ExpireAt = Truncate(now.Add(retention(p.Retention)))
 	return e, &BeginEffectResult{Effect: e, PreviousAttempt: prev}, nil
 }
 
@@ -303,6 +303,6 @@ func ApplyCompleteEffect(run *Run, cur *Effect, p *CompleteEffectParams, now tim
 	e.Status = EffectDone
 	e.DoneAt = now
 	e.UpdatedAt = now
-	e.ExpireAt = now.Add(retention(p.Retention))
+	e.ExpireAt = Truncate(now.Add(retention(p.Retention)))
 	return &e, &e, nil
 }

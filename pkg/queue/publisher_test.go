@@ -28,7 +28,7 @@ func message(key string) *queue.Message {
 	return &queue.Message{
 		Identity: ledger.Identity{
 			RunID: ledger.KeyedRunID("ns", "job", key), Namespace: "ns", Job: "job", Key: key,
-			PayloadHash: ledger.PayloadHash(payload),
+			PayloadHash: ledger.PayloadHash(payload), Payload: payload,
 		},
 		EnqueuedAt: time.Now().UTC().Truncate(time.Microsecond),
 		Payload:    payload,

@@ -24,7 +24,7 @@ var retentionTests = map[string]func(*testing.T, Harness){
 		f := setup(t, h)
 		id := newRunID()
 		c := f.claimFor(id, time.Hour, 0)
-		approx(t, "claim ExpireAt", c.ExpireAt, c.UpdatedAt.Add(time.Hour))
+		approxWithin(t, "claim ExpireAt", c.ExpireAt, c.UpdatedAt.Add(time.Hour), hintSlack)
 		a, err := f.l.Acquire(f.ctx, &ledger.AcquireParams{Identity: identity(id), AttemptID: uuid.NewString(), Lease: longLease, Retention: 2 * time.Hour})
 		if err != nil || a.Outcome != ledger.Acquired {
 			t.Fatalf("Acquire = %v, %v", a, err)

@@ -21,6 +21,10 @@ const (
 	// slack is how far a backend's timestamps may stray from what the suite computes
 	// (the gap between a transaction's read and its commit).
 	slack = 2 * time.Second
+	// hintSlack is how far the ingress claim's pickup deadline may stray: it only tells
+	// the rescuer when to republish a run nobody picked up, and a backend whose one-RPC
+	// claim cannot read the server's clock (Firestore) estimates it.
+	hintSlack = 5 * time.Second
 	// contenders is how many goroutines race on one key.
 	contenders = 64
 )
@@ -154,6 +158,13 @@ func approx(t *testing.T, what string, got, want time.Time) {
 	t.Helper()
 	if d := got.Sub(want); d < -slack || d > slack {
 		t.Fatalf("%s = %v, want %v ± %v (off by %v)", what, got, want, slack, d)
+	}
+}
+
+func approxWithin(t *testing.T, what string, got, want time.Time, within time.Duration) {
+	t.Helper()
+	if d := got.Sub(want); d < -within || d > within {
+		t.Fatalf("%s = %v, want %v ± %v (off by %v)", what, got, want, within, d)
 	}
 }
 

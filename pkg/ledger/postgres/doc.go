@@ -5,6 +5,13 @@
 //	import _ "github.com/runonce/runonce/pkg/ledger/postgres"
 //	l, err := ledger.Open(ctx, "postgres://runonce@db/app?sslmode=verify-full&schema=runonce")
 //
+// The URL's query parameters schema (Options.Schema) and migrate (migrate=false is
+// Options.NoMigrate) are runonce's and are removed before the URL reaches pgx; any other
+// parameter named runonce… is refused, and the rest are pgx's (sslmode, pool_max_conns,
+// default_query_exec_mode, …) or server settings (application_name, statement_timeout).
+// pgxpool's default pool is small (4 connections, or the number of CPUs): size it for the
+// process's concurrency with pool_max_conns.
+//
 // # Guarantees
 //
 // Every transition is one SQL statement, so one round trip to the database, with no
@@ -23,8 +30,10 @@
 //
 // Native errors are mapped in one place: serialization failures, deadlocks and lock
 // timeouts are ledger.ErrContended; connection failures, shutdowns and timeouts are
-// ledger.ErrUnavailable. Under READ COMMITTED (the default, and what the statements are
-// written for) the statements neither deadlock nor fail to serialize against each other.
+// ledger.ErrUnavailable. The statements are written for READ COMMITTED, PostgreSQL's
+// default: there they raise no serialization failures, and none deadlocks with another,
+// since each locks at most one run and then one of its effects (the sweep skips locked
+// rows instead of waiting).
 //
 // # Schema
 //

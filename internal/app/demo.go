@@ -1,0 +1,94 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/runonce/runonce/pkg/worker"
+)
+
+// DemoJob is the embedded mode's Go job: it waits, logs, and greets once through the
+// effect API.
+const DemoJob = "demo"
+
+// DemoHTTPJob is the embedded mode's HTTP-target job: the worker calls the dev sink.
+const DemoHTTPJob = "demo-http"
+
+// DemoEffect is the one effect the demo job records.
+const DemoEffect = "greet"
+
+// demoHandler returns the demo job: it sleeps for the payload's "sleep" (a Go duration)
+// or delay, then performs its one effect under the effect API, so that a retried or
+// duplicated run greets once.
+func demoHandler(delay time.Duration, log *slog.Logger) worker.Handler {
+	return worker.HandlerFunc(func(ctx context.Context, j *worker.Job) error {
+		var p struct {
+			Sleep string `json:"sleep"`
+			Fail  string `json:"fail"`
+		}
+		_ = json.Unmarshal(j.Payload, &p) // any payload is fine; only these fields mean something
+		d := delay
+		if p.Sleep != "" {
+			parsed, err := time.ParseDuration(p.Sleep)
+			if err != nil {
+				return worker.Permanent(fmt.Errorf("demo: payload sleep %q: %w", p.Sleep, err))
+			}
+			d = parsed
+		}
+		log.InfoContext(ctx, "demo job running", slog.String("run_id", j.RunID), slog.Int64("attempt", j.Attempt), slog.Duration("sleep", d))
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		if p.Fail == "permanent" {
+			return worker.Permanent(fmt.Errorf("demo: asked to fail for good"))
+		}
+		return worker.Effect(ctx, DemoEffect, func(ctx context.Context, key string) error {
+			log.InfoContext(ctx, "demo effect: hello, once per run", slog.String("run_id", j.RunID), slog.String("idempotency_key", key))
+			return nil
+		})
+	})
+}
+
+// devSink is the downstream of the demo-http job: it counts calls per Idempotency-Key.
+type devSink struct {
+	mu    sync.Mutex
+	calls map[string]int
+	log   *slog.Logger
+}
+
+func newDevSink(log *slog.Logger) *devSink { return &devSink{calls: map[string]int{}, log: log} }
+
+func (s *devSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet {
+		s.mu.Lock()
+		keys := make([]string, 0, len(s.calls))
+		for k := range s.calls {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		out := make([]map[string]any, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, map[string]any{"idempotency_key": k, "calls": s.calls[k]})
+		}
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"calls": out})
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	s.mu.Lock()
+	s.calls[key]++
+	n := s.calls[key]
+	s.mu.Unlock()
+	s.log.InfoContext(r.Context(), "dev sink called", slog.String("idempotency_key", key),
+		slog.String("run_id", r.Header.Get("X-Runonce-Run-Id")), slog.Int("calls_with_this_key", n))
+	w.WriteHeader(http.StatusNoContent)
+}

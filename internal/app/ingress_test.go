@@ -1,0 +1,103 @@
+package app_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runonce/runonce/internal/app"
+	"github.com/runonce/runonce/pkg/queue"
+)
+
+func run(ctx context.Context, args []string, getenv func(string) string) error {
+	return app.RunIngress(ctx, args, getenv, io.Discard, io.Discard)
+}
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestRefusesUnsafeConfig(t *testing.T) {
+	base := []string{"-ledger", "memory://refuse", "-topic", "pubsub://p/runs"}
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"no auth", base, nil, "-auth is required"},
+		{"oidc without audience", append(base, "-auth", "oidc", "-allow", "a@b.c"), nil, "audience"},
+		{"oidc without allow", append(base, "-auth", "oidc", "-audience", "x"), nil, "allowed caller"},
+		{"unknown auth", append(base, "-auth", "basic"), nil, `-auth "basic"`},
+		{"short retention", append(base, "-auth", "none", "-retention", "168h"), nil, "-retention 168h0m0s is too short"},
+		{"short retention from env", append(base, "-auth", "none"), map[string]string{"RUNONCE_RETENTION": "100h"}, "too short"},
+		{"no ledger", []string{"-auth", "none", "-topic", "pubsub://p/runs"}, nil, "-ledger and -topic are required"},
+		{"bad topic", []string{"-auth", "none", "-ledger", "memory://x", "-topic", "p/runs"}, nil, "scheme must be pubsub"},
+		{"dev with a bad jobs file", []string{"-dev", "-addr", "127.0.0.1:0", "-ledger", "memory://dev-bad", "-jobs", "/nonexistent/jobs.json"}, nil, "jobs file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := run(t.Context(), c.args, env(c.env))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("run: %v, want an error saying %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestServes starts the binary's run against an in-process Pub/Sub (as an emulator)
+// and the memory ledger, configured from the environment, and stops it with its context.
+func TestServes(t *testing.T) {
+	ps, err := queue.NewInProcess(t.Context(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	if _, err := queue.EnsureTopic(t.Context(), ps.Client, "runs"); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PUBSUB_EMULATOR_HOST", ps.Addr())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-auth", "none", "-log-level", "error"}, env(map[string]string{
+			"RUNONCE_LEDGER": "memory://serves", "RUNONCE_TOPIC": "pubsub://p/runs", "RUNONCE_ADDR": addr,
+		}))
+	}()
+	var resp *http.Response
+	for i := 0; i < 100; i++ {
+		resp, err = http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("readyz %d", resp.StatusCode)
+	}
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/jobs/demo", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", "smoke")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 202 || len(ps.Server.Messages()) != 1 {
+		t.Fatalf("POST: %d, %d messages", resp.StatusCode, len(ps.Server.Messages()))
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run after shutdown: %v", err)
+	}
+}

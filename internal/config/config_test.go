@@ -1,0 +1,145 @@
+package config_test
+
+import (
+	"context"
+	"flag"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/runonce/runonce/internal/config"
+)
+
+type settings struct {
+	Addr      string
+	MaxBody   int64
+	Retention time.Duration
+	Allow     string
+}
+
+func parse(args []string, env map[string]string) (settings, error) {
+	var s settings
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&s.Addr, "addr", ":8080", "")
+	fs.Int64Var(&s.MaxBody, "max-body", 1<<20, "")
+	fs.DurationVar(&s.Retention, "retention", 336*time.Hour, "")
+	fs.StringVar(&s.Allow, "allow", "", "")
+	err := config.Parse(fs, args, func(k string) string { return env[k] })
+	return s, err
+}
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	def := settings{Addr: ":8080", MaxBody: 1 << 20, Retention: 336 * time.Hour}
+	for _, c := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    settings
+		wantErr string
+	}{
+		{name: "defaults", want: def},
+		{name: "env", env: map[string]string{"RUNONCE_MAX_BODY": "10", "RUNONCE_RETENTION": "400h", "RUNONCE_ALLOW": "a@b.c"},
+			want: settings{Addr: ":8080", MaxBody: 10, Retention: 400 * time.Hour, Allow: "a@b.c"}},
+		{name: "flag wins", args: []string{"-max-body", "5"}, env: map[string]string{"RUNONCE_MAX_BODY": "10"},
+			want: settings{Addr: ":8080", MaxBody: 5, Retention: 336 * time.Hour}},
+		{name: "PORT", env: map[string]string{"PORT": "9090"}, want: settings{Addr: ":9090", MaxBody: 1 << 20, Retention: 336 * time.Hour}},
+		{name: "RUNONCE_ADDR wins over PORT", env: map[string]string{"PORT": "9090", "RUNONCE_ADDR": "127.0.0.1:1"},
+			want: settings{Addr: "127.0.0.1:1", MaxBody: 1 << 20, Retention: 336 * time.Hour}},
+		{name: "flag wins over PORT", args: []string{"-addr", ":1"}, env: map[string]string{"PORT": "9090"},
+			want: settings{Addr: ":1", MaxBody: 1 << 20, Retention: 336 * time.Hour}},
+		{name: "bad env", env: map[string]string{"RUNONCE_RETENTION": "14d"}, wantErr: "RUNONCE_RETENTION=\"14d\" (for -retention)"},
+		{name: "stray argument", args: []string{"oops"}, wantErr: "unexpected arguments"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := parse(c.args, c.env)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("error %v, want %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(c.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestEnvName(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{"max-body": "RUNONCE_MAX_BODY", "ledger": "RUNONCE_LEDGER", "oidc-jwks-url": "RUNONCE_OIDC_JWKS_URL"} {
+		if got := config.EnvName(in); got != want {
+			t.Errorf("EnvName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestCheckRetention(t *testing.T) {
+	t.Parallel()
+	if err := config.CheckRetention(336*time.Hour, 30*time.Minute); err != nil {
+		t.Errorf("default retention refused: %v", err)
+	}
+	err := config.CheckRetention(7*24*time.Hour, 5*time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "message retention") || !strings.Contains(err.Error(), "at least 192h5m0s") {
+		t.Errorf("7 days accepted or unexplained: %v", err)
+	}
+}
+
+func TestSplitList(t *testing.T) {
+	t.Parallel()
+	if diff := cmp.Diff([]string{"a@x", "b@y"}, config.SplitList(" a@x, ,b@y ,")); diff != "" {
+		t.Error(diff)
+	}
+}
+
+// TestServeDrains: a request in flight when ctx ends is finished before Serve returns.
+func TestServeDrains(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		time.Sleep(200 * time.Millisecond)
+		w.Write([]byte("done"))
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := config.NewServer(ln.Addr().String(), h, slog.New(slog.DiscardHandler))
+	if srv.ReadHeaderTimeout == 0 || srv.MaxHeaderBytes == 0 {
+		t.Fatal("server not hardened")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	served := make(chan error, 1)
+	go func() { served <- config.Serve(ctx, srv, ln, 2*time.Second) }()
+	got := make(chan string, 1)
+	go func() {
+		resp, err := http.Get("http://" + ln.Addr().String())
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- string(b)
+	}()
+	<-started
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if g := <-got; g != "done" {
+		t.Fatalf("in-flight request got %q", g)
+	}
+}

@@ -1,0 +1,14 @@
+// Package config is the configuration machinery both runonce binaries share: flags that
+// are also read from RUNONCE_* environment variables, the checks that refuse an unsafe
+// configuration with a reason, and the hardened HTTP server both serve on.
+//
+// # Guarantees
+//
+// Every flag is also read from RUNONCE_ + its name in upper snake case (-max-body from
+// RUNONCE_MAX_BODY); a flag given on the command line wins over its variable, and a
+// variable that does not parse is an error naming the variable. -addr also honours PORT
+// (Cloud Run) when neither the flag nor RUNONCE_ADDR is set.
+//
+// Serve drains in-flight requests on shutdown within a grace shorter than Cloud Run's
+// 10 s, and never leaves work running after a response has been written.
+package config

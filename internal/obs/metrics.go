@@ -1,0 +1,61 @@
+package obs
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+)
+
+// LatencyBuckets are histogram boundaries in seconds, from 250µs to 10s: the ingress
+// answers in milliseconds, so the default OpenTelemetry buckets (in whole units) would
+// put every request in the first one.
+var LatencyBuckets = []float64{
+	0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10,
+}
+
+// Metrics is an OpenTelemetry meter provider exported to a Prometheus registry of its
+// own, served by Handler.
+type Metrics struct {
+	Provider *sdkmetric.MeterProvider
+	Registry *prometheus.Registry
+	handler  http.Handler
+}
+
+// NewMetrics returns a provider whose instruments appear on Handler, together with the
+// Go runtime and process collectors. Histograms whose name ends in "duration" use
+// LatencyBuckets.
+func NewMetrics() (*Metrics, error) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, fmt.Errorf("obs: register Go collector: %w", err)
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, fmt.Errorf("obs: register process collector: %w", err)
+	}
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
+	if err != nil {
+		return nil, fmt.Errorf("obs: Prometheus exporter: %w", err)
+	}
+	view := sdkmetric.NewView(
+		sdkmetric.Instrument{Name: "*duration", Kind: sdkmetric.InstrumentKindHistogram},
+		sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: LatencyBuckets}},
+	)
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithView(view))
+	return &Metrics{
+		Provider: mp,
+		Registry: reg,
+		handler:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+	}, nil
+}
+
+// Meter returns a meter of the provider named after the instrumenting package.
+func (m *Metrics) Meter(name string) metric.Meter { return m.Provider.Meter(name) }
+
+// Handler serves the registry in the Prometheus text format (GET /metrics).
+func (m *Metrics) Handler() http.Handler { return m.handler }

@@ -1,0 +1,109 @@
+package obs_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/runonce/runonce/internal/obs"
+)
+
+func TestClean(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"plain-key:2026":  "plain-key:2026",
+		"a\nb":            `a\nb`,
+		"a\x00b":          `a\x00b`,
+		"bidi\u202eevil":  `bidi\u202eevil`,
+		"zero\u200bwidth": `zero\u200bwidth`,
+		"bad\xffutf8":     `bad\xffutf8`,
+		`back\slash`:      `back\\slash`,
+		`"quoted"`:        `"quoted"`,
+		"日本":              "日本",
+	} {
+		if got := obs.Clean(in); got != want {
+			t.Errorf("Clean(%q) = %q, want %q", in, got, want)
+		}
+	}
+	long := strings.Repeat("x", 1000)
+	if got := obs.Clean(long); !strings.HasSuffix(got, "…(1000 bytes)") || len(got) > obs.MaxCleanLen+20 {
+		t.Errorf("long value: %q", got)
+	}
+}
+
+func TestLoggerCloudFields(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	log := obs.NewLogger(&b, 0)
+	h := obs.WithTrace("proj", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		log.InfoContext(r.Context(), "hello", "k", "v")
+	}))
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(b.String()), &rec); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]any{"severity": "INFO", "message": "hello", "k": "v",
+		"logging.googleapis.com/trace": "projects/proj/traces/4bf92f3577b34da6a3ce929d0e0e4736"} {
+		if rec[k] != want {
+			t.Errorf("%s = %v, want %v", k, rec[k], want)
+		}
+	}
+}
+
+func TestExtractTrace(t *testing.T) {
+	t.Parallel()
+	h := http.Header{}
+	h.Set("X-Cloud-Trace-Context", "105445aa7843bc8bf206b12000100000/1;o=1")
+	sc := trace.SpanContextFromContext(obs.ExtractTrace(context.Background(), h))
+	if sc.TraceID().String() != "105445aa7843bc8bf206b12000100000" || sc.SpanID().String() != "0000000000000001" || !sc.IsSampled() {
+		t.Errorf("X-Cloud-Trace-Context: %v", sc)
+	}
+	ctx := obs.ExtractTrace(context.Background(), http.Header{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}})
+	if got := obs.Traceparent(ctx); got != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" {
+		t.Errorf("Traceparent %q", got)
+	}
+	for _, bad := range []string{"", "zz/1", "105445aa7843bc8bf206b12000100000/notanumber", "105445aa7843bc8bf206b12000100000/99999999999999999999999"} {
+		h := http.Header{"X-Cloud-Trace-Context": {bad}}
+		if sc := trace.SpanContextFromContext(obs.ExtractTrace(context.Background(), h)); sc.IsValid() {
+			t.Errorf("%q gave %v", bad, sc)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	m, err := obs.NewMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := m.Meter("t").Int64Counter("runonce.test.things")
+	c.Add(context.Background(), 3)
+	hist, _ := m.Meter("t").Float64Histogram("runonce.test.duration")
+	hist.Record(context.Background(), 0.0015)
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"runonce_test_things_total 3", `runonce_test_duration_bucket{le="0.002"} 1`, "go_goroutines"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	// A second registry in the same process does not collide.
+	if _, err := obs.NewMetrics(); err != nil {
+		t.Fatal(err)
+	}
+}

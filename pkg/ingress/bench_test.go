@@ -1,0 +1,137 @@
+package ingress_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/queue"
+)
+
+// BenchmarkIngress measures POST /v1/jobs/{job} over HTTP for new runs and for
+// duplicates of a completed run, at concurrency 1, 8 and 32, against each ledger with
+// the in-process Pub/Sub and (when PUBSUB_EMULATOR_HOST is set) the emulator; beside it,
+// "raw" is the limit: one ledger claim plus one publish, no HTTP. Per-request ledger calls
+// and publishes are reported too.
+func BenchmarkIngress(b *testing.B) {
+	for bi, be := range backends {
+		for _, q := range []string{"pstest", "emulator"} {
+			for _, kind := range []string{"raw", "new", "duplicate"} {
+				for _, conc := range []int{1, 8, 32} {
+					b.Run(fmt.Sprintf("%s/%s/%s/c=%d", be.name, q, kind, conc), func(b *testing.B) {
+						if q == "emulator" {
+							requireEmulator(b)
+						}
+						bn := setup(b, setupOpts{backend: bi, emulator: q == "emulator", quiet: true})
+						benchIngress(b, bn, kind, conc)
+					})
+				}
+			}
+		}
+	}
+}
+
+func benchIngress(b *testing.B, bn *bundle, kind string, conc int) {
+	ctx := context.Background()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}
+	defer client.CloseIdleConnections()
+	prefix := uuid.NewString()
+	post := func(key string) error {
+		req, err := http.NewRequest(http.MethodPost, bn.srv.URL+"/v1/jobs/bench", bytes.NewReader([]byte(payload)))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 202 && resp.StatusCode != 200 {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}
+	var op func(i int) error
+	switch kind {
+	case "raw":
+		op = func(i int) error {
+			key := prefix + strconv.Itoa(i)
+			id := ledger.Identity{RunID: ledger.KeyedRunID(ns, "bench", key), Namespace: ns, Job: "bench", Key: key, PayloadHash: ledger.PayloadHash([]byte(payload))}
+			res, err := bn.led.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: uuid.NewString()})
+			if err != nil {
+				return err
+			}
+			_, err = bn.pub.Publish(ctx, &queue.Message{Identity: id, EnqueuedAt: res.Run.CreatedAt, Payload: []byte(payload)})
+			return err
+		}
+	case "new":
+		op = func(i int) error { return post(prefix + strconv.Itoa(i)) }
+	case "duplicate":
+		// One completed run, asked for again and again.
+		if err := post(prefix); err != nil {
+			b.Fatal(err)
+		}
+		r := acquire(b, bn.led.Ledger, ledger.KeyedRunID(ns, "bench", prefix), time.Minute)
+		if _, err := bn.led.Ledger.Complete(ctx, &ledger.CompleteParams{Fence: fence(r)}); err != nil {
+			b.Fatal(err)
+		}
+		op = func(int) error { return post(prefix) }
+	}
+	c0, p0 := bn.led.claims.Load()+bn.led.gets.Load()+bn.led.unclaims.Load(), bn.pub.publishes.Load()
+	closedLoop(b, conc, op)
+	n := float64(b.N)
+	b.ReportMetric(float64(bn.led.claims.Load()+bn.led.gets.Load()+bn.led.unclaims.Load()-c0)/n, "ledger-calls/op")
+	b.ReportMetric(float64(bn.pub.publishes.Load()-p0)/n, "publishes/op")
+}
+
+// closedLoop runs op b.N times from conc goroutines and reports ops/s, p50 and p99.
+func closedLoop(b *testing.B, conc int, op func(i int) error) {
+	b.Helper()
+	var next atomic.Int64
+	lat := make([][]time.Duration, conc)
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	b.ResetTimer()
+	start := time.Now()
+	for w := range conc {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					return
+				}
+				t0 := time.Now()
+				if err := op(i); err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	all := slices.Concat(lat...)
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "ops/s")
+	b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
+}

@@ -1,0 +1,433 @@
+package ingress
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/runonce/runonce/internal/obs"
+	"github.com/runonce/runonce/pkg/auth"
+	"github.com/runonce/runonce/pkg/jobs"
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/queue"
+)
+
+// Publisher enqueues runs; *queue.Publisher implements it. Publish returns only once the
+// message is stored (or has failed, wrapping queue.ErrUnavailable).
+type Publisher interface {
+	Publish(ctx context.Context, m *queue.Message) (serverID string, err error)
+	// Ping checks that the topic is reachable, for /readyz.
+	Ping(ctx context.Context) error
+}
+
+// Defaults of Config's zero fields.
+const (
+	DefaultMaxBody        = 1 << 20
+	DefaultMaxSkew        = time.Minute
+	DefaultLedgerTimeout  = 5 * time.Second
+	DefaultPublishTimeout = queue.DefaultPublishTimeout
+	DefaultRetryAfter     = 5 * time.Second
+)
+
+// Config configures the ingress. Ledger and Publisher are required.
+type Config struct {
+	Ledger    ledger.Ledger
+	Publisher Publisher
+	// Namespace is mixed into every run ID (e.g. "my-project/us-central1").
+	Namespace string
+	// NamespaceHeader, when set, names a request header whose value, when present,
+	// replaces Namespace for that request (a job configured to send it). Only set it when
+	// every caller is authenticated.
+	NamespaceHeader string
+	// MaxBody is the largest accepted payload in bytes. Default DefaultMaxBody.
+	MaxBody int64
+	// MaxSkew is how far after now a schedule time may be before the request is refused
+	// as a forced run. Default DefaultMaxSkew.
+	MaxSkew time.Duration
+	// Jobs, when non-nil, are the only job names accepted; others get 404.
+	Jobs []string
+	// PickupTimeout is a new run's pickup deadline. Zero: the ledger's default.
+	PickupTimeout time.Duration
+	// Retention is how long run records are kept. Zero: the ledger's default.
+	Retention time.Duration
+	// Auth authenticates POST /v1/jobs and GET /v1/runs. Required: auth.None{} turns
+	// authentication off explicitly.
+	Auth auth.Authenticator
+	// LedgerTimeout and PublishTimeout bound one ledger call and one publish.
+	LedgerTimeout  time.Duration
+	PublishTimeout time.Duration
+	// RepublishAfter: a duplicate of a queued run last written longer ago than this is
+	// republished (its message may be lost); a younger one is presumed still being
+	// published by the request that claimed it. Default LedgerTimeout+PublishTimeout,
+	// the longest a claiming request takes to publish or release its claim.
+	RepublishAfter time.Duration
+	// RetryAfter is sent with 503. Default DefaultRetryAfter.
+	RetryAfter time.Duration
+	// TraceProject is the Google Cloud project of the request traces, for the logs'
+	// trace field. Empty: no trace field.
+	TraceProject string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Meter defaults to a no-op meter.
+	Meter metric.Meter
+	// Metrics serves GET /metrics; nil: 404.
+	Metrics http.Handler
+	// Now replaces the clock for skew checks, for tests. Default time.Now.
+	Now func() time.Time
+}
+
+// Handler is the ingress: an http.Handler for POST /v1/jobs/{job}, GET
+// /v1/runs/{run_id}, /healthz, /readyz and /metrics.
+type Handler struct {
+	cfg     Config
+	jobs    map[string]bool
+	log     *slog.Logger
+	mux     *http.ServeMux
+	handler http.Handler
+	m       instruments
+}
+
+// New returns the ingress handler for cfg.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Ledger == nil {
+		return nil, errors.New("ingress: Config.Ledger is required")
+	}
+	if cfg.Publisher == nil {
+		return nil, errors.New("ingress: Config.Publisher is required")
+	}
+	if cfg.Auth == nil {
+		return nil, errors.New("ingress: Config.Auth is required (auth.None{} turns authentication off explicitly)")
+	}
+	if err := validNamespace(cfg.Namespace); err != nil {
+		return nil, fmt.Errorf("ingress: %w", err)
+	}
+	if cfg.MaxBody < 0 || cfg.MaxSkew < 0 {
+		return nil, errors.New("ingress: MaxBody and MaxSkew must not be negative")
+	}
+	cfg.MaxBody = cmp.Or(cfg.MaxBody, DefaultMaxBody)
+	cfg.MaxSkew = cmp.Or(cfg.MaxSkew, DefaultMaxSkew)
+	cfg.LedgerTimeout = cmp.Or(cfg.LedgerTimeout, DefaultLedgerTimeout)
+	cfg.PublishTimeout = cmp.Or(cfg.PublishTimeout, DefaultPublishTimeout)
+	cfg.RepublishAfter = cmp.Or(cfg.RepublishAfter, cfg.LedgerTimeout+cfg.PublishTimeout)
+	cfg.RetryAfter = cmp.Or(cfg.RetryAfter, DefaultRetryAfter)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Meter == nil {
+		cfg.Meter = noop.NewMeterProvider().Meter("")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	h := &Handler{cfg: cfg, log: cfg.Logger.With(slog.String("component", "ingress"))}
+	if cfg.Jobs != nil {
+		h.jobs = make(map[string]bool, len(cfg.Jobs))
+		for _, j := range cfg.Jobs {
+			if err := jobs.ValidName(j); err != nil {
+				return nil, fmt.Errorf("ingress: Config.Jobs: %w", err)
+			}
+			h.jobs[j] = true
+		}
+	}
+	m, err := newInstruments(cfg.Meter)
+	if err != nil {
+		return nil, err
+	}
+	h.m = m
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/jobs/{job}", h.postJob)
+	mux.HandleFunc("/v1/jobs/{job}", methodNotAllowed(http.MethodPost))
+	mux.HandleFunc("GET /v1/runs/{run_id}", h.getRun)
+	mux.HandleFunc("/v1/runs/{run_id}", methodNotAllowed(http.MethodGet))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", h.readyz)
+	if cfg.Metrics != nil {
+		mux.Handle("GET /metrics", cfg.Metrics)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s: POST /v1/jobs/{job}, GET /v1/runs/{run_id}, /healthz, /readyz, /metrics",
+			r.Method, obs.Clean(r.URL.Path)))
+	})
+	h.mux = mux
+	h.handler = obs.WithTrace(cfg.TraceProject, mux)
+	return h, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.handler.ServeHTTP(w, r) }
+
+// Response is the JSON body of an answer to POST /v1/jobs/{job}.
+type Response struct {
+	RunID     string        `json:"run_id,omitempty"`
+	Status    ledger.Status `json:"status,omitempty"`
+	Duplicate bool          `json:"duplicate,omitempty"`
+	Error     string        `json:"error,omitempty"`
+}
+
+// Outcomes of POST /v1/jobs/{job}, as logged and counted.
+const (
+	OutcomeNew             = "new"
+	OutcomeDuplicate       = "duplicate" // with the run's status
+	OutcomeBadRequest      = "bad_request"
+	OutcomeUnauthenticated = "unauthenticated"
+	OutcomeForbidden       = "forbidden"
+	OutcomeUnknownJob      = "unknown_job"
+	OutcomeTooLarge        = "too_large"
+	OutcomePayloadMismatch = "payload_mismatch"
+	OutcomeUnavailable     = "unavailable"
+	OutcomeInternal        = "internal_error"
+)
+
+// answer is what a request came to: its status, body, outcome and what to log.
+type answer struct {
+	status  int
+	resp    Response
+	outcome string
+	err     error // logged, never sent
+	key     *Key
+	caller  string
+}
+
+func (h *Handler) postJob(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	a := h.handleJob(r.Context(), w, r)
+	if a.resp.RunID != "" && a.status < 300 {
+		w.Header().Set("Location", "/v1/runs/"+a.resp.RunID)
+	}
+	if a.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", strconv.Itoa(int((h.cfg.RetryAfter+time.Second-1)/time.Second)))
+	}
+	writeJSON(w, a.status, a.resp)
+	h.record(r, a, time.Since(start))
+}
+
+func (h *Handler) handleJob(ctx context.Context, w http.ResponseWriter, r *http.Request) answer {
+	caller, err := h.cfg.Auth.Authenticate(ctx, r)
+	switch {
+	case errors.Is(err, auth.ErrForbidden):
+		return fail(http.StatusForbidden, OutcomeForbidden, err.Error(), err)
+	case err != nil:
+		return fail(http.StatusUnauthorized, OutcomeUnauthenticated, err.Error(), err)
+	}
+	job := r.PathValue("job")
+	if err := jobs.ValidName(job); err != nil {
+		return fail(http.StatusBadRequest, OutcomeBadRequest, "bad job name in path: "+err.Error(), nil)
+	}
+	if h.jobs != nil && !h.jobs[job] {
+		return fail(http.StatusNotFound, OutcomeUnknownJob, fmt.Sprintf("unknown job %q: the jobs file does not name it", job), nil)
+	}
+	ns := h.cfg.Namespace
+	if hn := h.cfg.NamespaceHeader; hn != "" {
+		if v := r.Header.Values(hn); len(v) > 0 {
+			if len(v) > 1 || v[0] == "" {
+				return fail(http.StatusBadRequest, OutcomeBadRequest, fmt.Sprintf("namespace header %s must be sent once and not empty", hn), nil)
+			}
+			if err := validNamespace(v[0]); err != nil {
+				return fail(http.StatusBadRequest, OutcomeBadRequest, fmt.Sprintf("namespace header %s: %v", hn, err), nil)
+			}
+			ns = v[0]
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return fail(http.StatusRequestEntityTooLarge, OutcomeTooLarge, fmt.Sprintf("body is larger than the limit of %d bytes", h.cfg.MaxBody), nil)
+		}
+		return fail(http.StatusBadRequest, OutcomeBadRequest, "reading the body: "+err.Error(), err)
+	}
+	key, err := DeriveKey(ns, job, r.Header, body, h.cfg.Now(), h.cfg.MaxSkew)
+	if err != nil {
+		return fail(http.StatusBadRequest, OutcomeBadRequest, err.Error(), nil)
+	}
+	a := h.claim(ctx, key, body)
+	a.key = key
+	if caller != nil {
+		a.caller = caller.Email
+	}
+	return a
+}
+
+func fail(status int, outcome, msg string, err error) answer {
+	return answer{status: status, outcome: outcome, resp: Response{Error: msg}, err: err}
+}
+
+// claim claims the run and publishes it when new (or when a duplicate's message may be
+// lost). Everything happens before the answer is written.
+func (h *Handler) claim(ctx context.Context, key *Key, body []byte) answer {
+	id := key.Identity
+	id.Payload = body // kept with the run, so that the worker's rescuer can republish it
+	attempt, err := uuid.NewV7()
+	if err != nil {
+		return fail(http.StatusInternalServerError, OutcomeInternal, "cannot make an attempt ID", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, h.cfg.LedgerTimeout)
+	t0 := time.Now()
+	res, err := h.cfg.Ledger.Claim(cctx, &ledger.ClaimParams{
+		Identity:      id,
+		AttemptID:     attempt.String(),
+		PickupTimeout: h.cfg.PickupTimeout,
+		Retention:     h.cfg.Retention,
+	})
+	cancel()
+	h.m.claim.Record(ctx, time.Since(t0).Seconds(), metric.WithAttributeSet(h.m.okOrErr(err)))
+	if err != nil {
+		if errors.Is(err, ledger.ErrInvalid) {
+			return fail(http.StatusInternalServerError, OutcomeInternal, "the ledger refused the claim", err)
+		}
+		// Retryable (contended, unavailable) or an error we cannot classify: retrying
+		// is safe either way.
+		return h.unavailable(id.RunID, "the ledger is unavailable; retry later", err)
+	}
+	run := res.Run
+	if res.PayloadMismatch {
+		return answer{status: http.StatusUnprocessableEntity, outcome: OutcomePayloadMismatch, resp: Response{
+			RunID: run.ID, Status: run.Status,
+			Error: fmt.Sprintf("run %s exists with another payload (sha256 %s, this one %s): the same key must carry the same payload",
+				run.ID, run.PayloadHash, id.PayloadHash),
+		}}
+	}
+	msgID := id
+	msgID.Payload = nil // a message carries it once, as Payload
+	msg := &queue.Message{Identity: msgID, EnqueuedAt: run.CreatedAt, Traceparent: obs.Traceparent(ctx), Payload: body}
+	if res.Created {
+		if err := h.publish(ctx, msg); err != nil {
+			uerr := h.unclaim(ctx, id.RunID, attempt.String())
+			return h.unavailable(id.RunID, "Pub/Sub is unavailable, the claim was released; retry later", errors.Join(err, uerr))
+		}
+		return answer{status: http.StatusAccepted, outcome: OutcomeNew, resp: Response{RunID: run.ID, Status: ledger.StatusQueued}}
+	}
+	a := answer{status: http.StatusAccepted, outcome: OutcomeDuplicate, resp: Response{RunID: run.ID, Status: run.Status, Duplicate: true}}
+	if run.Status.Terminal() {
+		a.status = http.StatusOK
+		return a
+	}
+	if h.needsRepublish(run) {
+		msg.Identity = identityOf(run)
+		if err := h.publish(ctx, msg); err != nil {
+			return h.unavailable(id.RunID, "Pub/Sub is unavailable; retry later", err)
+		}
+	}
+	return a
+}
+
+// needsRepublish: a queued run not written for RepublishAfter (its message may be lost),
+// or a running run whose lease expired. The worker deduplicates an extra message.
+func (h *Handler) needsRepublish(run *ledger.Run) bool {
+	now := h.cfg.Now()
+	switch run.Status {
+	case ledger.StatusQueued:
+		return now.Sub(run.UpdatedAt) >= h.cfg.RepublishAfter
+	case ledger.StatusRunning:
+		return run.Deadline.Before(now)
+	}
+	return false
+}
+
+func identityOf(r *ledger.Run) ledger.Identity {
+	return ledger.Identity{RunID: r.ID, Namespace: r.Namespace, Job: r.Job, Key: r.Key, ScheduleTime: r.ScheduleTime, PayloadHash: r.PayloadHash}
+}
+
+func (h *Handler) publish(ctx context.Context, m *queue.Message) error {
+	pctx, cancel := context.WithTimeout(ctx, h.cfg.PublishTimeout)
+	defer cancel()
+	t0 := time.Now()
+	_, err := h.cfg.Publisher.Publish(pctx, m)
+	h.m.publish.Record(ctx, time.Since(t0).Seconds(), metric.WithAttributeSet(h.m.okOrErr(err)))
+	return err
+}
+
+// unclaim releases a claim whose publish failed, so that the caller's retry claims the
+// run anew. It runs even if the request was cancelled.
+func (h *Handler) unclaim(ctx context.Context, runID, attemptID string) error {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.LedgerTimeout)
+	defer cancel()
+	if err := h.cfg.Ledger.Unclaim(uctx, &ledger.UnclaimParams{RunID: runID, AttemptID: attemptID}); err != nil {
+		return fmt.Errorf("release the claim (a retry will republish it after %s): %w", h.cfg.RepublishAfter, err)
+	}
+	return nil
+}
+
+func (h *Handler) unavailable(runID, msg string, err error) answer {
+	return answer{status: http.StatusServiceUnavailable, outcome: OutcomeUnavailable, resp: Response{RunID: runID, Error: msg}, err: err}
+}
+
+func (h *Handler) record(r *http.Request, a answer, d time.Duration) {
+	outcome := a.outcome
+	attrs := []slog.Attr{
+		slog.String("outcome", outcome),
+		slog.Int("status", a.status),
+		slog.String("job", obs.Clean(r.PathValue("job"))),
+		slog.Float64("latency_ms", float64(d.Microseconds())/1000),
+	}
+	if a.resp.RunID != "" {
+		attrs = append(attrs, slog.String("run_id", a.resp.RunID))
+	}
+	if a.resp.Duplicate {
+		attrs = append(attrs, slog.String("run_status", string(a.resp.Status)))
+	}
+	if a.key != nil {
+		attrs = append(attrs, slog.String("namespace", a.key.Identity.Namespace), slog.String("key_source", a.key.Source),
+			slog.String("key", obs.Clean(a.key.Identity.Key)))
+		if !a.key.Identity.ScheduleTime.IsZero() {
+			attrs = append(attrs, slog.Time("schedule_time", a.key.Identity.ScheduleTime))
+		}
+	}
+	if a.caller != "" {
+		attrs = append(attrs, slog.String("caller", obs.Clean(a.caller)))
+	}
+	level := slog.LevelInfo
+	switch {
+	case a.status >= 500:
+		level = slog.LevelError
+	case a.status >= 400:
+		level = slog.LevelWarn
+		attrs = append(attrs, slog.String("error", a.resp.Error))
+	}
+	if a.err != nil {
+		attrs = append(attrs, slog.String("error", obs.Clean(a.err.Error())))
+	}
+	h.log.LogAttrs(r.Context(), level, "job request", attrs...)
+	dupStatus := ""
+	if a.resp.Duplicate {
+		dupStatus = string(a.resp.Status)
+	}
+	h.m.request(r.Context(), outcome, dupStatus)
+}
+
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed here; use %s", obs.Clean(r.Method), allow))
+	}
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, Response{Error: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"cannot encode the answer"}`)
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "application/json")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

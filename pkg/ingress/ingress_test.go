@@ -1,0 +1,593 @@
+package ingress_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/pstest"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+
+	"github.com/runonce/runonce/internal/obs"
+	"github.com/runonce/runonce/pkg/ingress"
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/queue"
+)
+
+const (
+	ns      = "proj/us-central1"
+	payload = `{"report":"daily"}`
+)
+
+func schedHeaders(name string, t time.Time) map[string]string {
+	return map[string]string{
+		ingress.HeaderSchedulerJobName:      name,
+		ingress.HeaderSchedulerScheduleTime: t.Format(time.RFC3339),
+	}
+}
+
+// tick is a schedule time safely in the past (a whole minute, as Cloud Scheduler sends).
+func tick() time.Time { return time.Now().UTC().Truncate(time.Minute).Add(-time.Minute) }
+
+func acquire(tb testing.TB, l ledger.Ledger, runID string, lease time.Duration) *ledger.Run {
+	tb.Helper()
+	res, err := l.Acquire(context.Background(), &ledger.AcquireParams{
+		Identity: ledger.Identity{RunID: runID}, AttemptID: uuid.NewString(), Lease: lease})
+	if err != nil || res.Outcome != ledger.Acquired {
+		tb.Fatalf("acquire %s: %v %+v", runID, err, res)
+	}
+	return res.Run
+}
+
+func fence(r *ledger.Run) ledger.Fence {
+	return ledger.Fence{RunID: r.ID, Attempt: r.Attempt, AttemptID: r.AttemptID}
+}
+
+// TestContract runs one case per row of DESIGN.md's "Ingress HTTP contract" table, against
+// every ledger backend and the in-process Pub/Sub server.
+func TestContract(t *testing.T) {
+	t.Parallel()
+	st := tick()
+	schedID := ledger.ScheduledRunID(ns, "daily-report", "daily-report-job", st)
+	type tc struct {
+		name string
+		cfg  func(*ingress.Config)
+		// before runs before the request and returns the messages it published.
+		before        func(t *testing.T, b *bundle)
+		method, path  string
+		hdr           map[string]string
+		body          string
+		wantStatus    int
+		wantBody      map[string]any // the body's fields to compare (error: a substring)
+		wantPublished int            // messages stored by Pub/Sub after the request
+		wantHeader    map[string]string
+	}
+	post := func(b *bundle, t *testing.T) reply {
+		return b.do(t, http.MethodPost, "/v1/jobs/daily-report", schedHeaders("daily-report-job", st), payload)
+	}
+	cases := []tc{
+		{
+			name: "new run claimed and published", method: "POST", path: "/v1/jobs/daily-report",
+			hdr: schedHeaders("daily-report-job", st), body: payload,
+			wantStatus: 202, wantBody: map[string]any{"run_id": schedID, "status": "queued"}, wantPublished: 1,
+			wantHeader: map[string]string{"Location": "/v1/runs/" + schedID},
+		},
+		{
+			name: "same instant at another UTC offset and header case is the same run",
+			before: func(t *testing.T, b *bundle) {
+				if r := post(b, t); r.status != 202 {
+					t.Fatalf("first: %d %v", r.status, r.body)
+				}
+			},
+			method: "POST", path: "/v1/jobs/daily-report", body: payload,
+			hdr: map[string]string{
+				"x-cloudscheduler-jobname":      "daily-report-job",
+				"X-CLOUDSCHEDULER-SCHEDULETIME": st.In(time.FixedZone("PDT", -7*3600)).Format(time.RFC3339),
+			},
+			wantStatus: 202, wantBody: map[string]any{"run_id": schedID, "status": "queued", "duplicate": true}, wantPublished: 1,
+		},
+		{
+			name:   "duplicate of a queued run being published is not republished",
+			before: func(t *testing.T, b *bundle) { post(b, t) },
+			method: "POST", path: "/v1/jobs/daily-report", hdr: schedHeaders("daily-report-job", st), body: payload,
+			wantStatus: 202, wantBody: map[string]any{"run_id": schedID, "status": "queued", "duplicate": true}, wantPublished: 1,
+		},
+		{
+			name:   "duplicate of a queued run whose message may be lost is republished",
+			before: func(t *testing.T, b *bundle) { post(b, t); b.now.Add(time.Minute) },
+			method: "POST", path: "/v1/jobs/daily-report", hdr: schedHeaders("daily-report-job", st), body: payload,
+			wantStatus: 202, wantBody: map[string]any{"run_id": schedID, "status": "queued", "duplicate": true}, wantPublished: 2,
+		},
+		{
+			name:   "duplicate of a running run is not republished",
+			before: func(t *testing.T, b *bundle) { post(b, t); acquire(t, b.led, schedID, time.Minute) },
+			method: "POST", path: "/v1/jobs/daily-report", hdr: schedHeaders("daily-report-job", st), body: payload,
+			wantStatus: 202, wantBody: map[string]any{"run_id": schedID, "status": "running", "duplicate": true}, wantPublished: 1,
+		},
+		{
+			name: "duplicate of a running run whose lease expired is republished",
+			before: func(t *testing.T, b *bundle) {
+				post(b, t)
+				acquire(t, b.led, schedID, time.Second)
+				b.now.Add(2 * time.Second)
+			},
+			method: "POST", path: "/v1/jobs/daily-report", hdr: schedHeaders("daily-report-job", st), body: payload,
+			wantStatus: 202, wantBody: map[string]any{"run_id": schedID, "status": "running", "duplicate": true}, wantPublished: 2,
+		},
+		{
+			name: "duplicate of a completed run",
+			before: func(t *testing.T, b *bundle) {
+				post(b, t)
+				r := acquire(t, b.led, schedID, time.Minute)
+				if _, err := b.led.Complete(context.Background(), &ledger.CompleteParams{Fence: fence(r)}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			method: "POST", path: "/v1/jobs/daily-report", hdr: schedHeaders("daily-report-job", st), body: payload,
+			wantStatus: 200, wantBody: map[string]any{"run_id": schedID, "status": "completed", "duplicate": true}, wantPublished: 1,
+		},
+		{
+			name: "duplicate of a failed run",
+			before: func(t *testing.T, b *bundle) {
+				post(b, t)
+				r := acquire(t, b.led, schedID, time.Minute)
+				if _, err := b.led.Fail(context.Background(), &ledger.FailParams{Fence: fence(r), Error: "boom"}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			method: "POST", path: "/v1/jobs/daily-report", hdr: schedHeaders("daily-report-job", st), body: payload,
+			wantStatus: 200, wantBody: map[string]any{"run_id": schedID, "status": "failed", "duplicate": true}, wantPublished: 1,
+		},
+		{
+			name: "Idempotency-Key", method: "POST", path: "/v1/jobs/daily-report",
+			hdr: map[string]string{"Idempotency-Key": "daily-report:2026-11-01"}, body: payload,
+			wantStatus: 202, wantBody: map[string]any{"run_id": ledger.KeyedRunID(ns, "daily-report", "daily-report:2026-11-01"), "status": "queued"}, wantPublished: 1,
+		},
+		{
+			name: "Idempotency-Key as a structured-field string", method: "POST", path: "/v1/jobs/daily-report",
+			hdr: map[string]string{"idempotency-key": `"daily-report:2026-11-01"`}, body: payload,
+			wantStatus: 202, wantBody: map[string]any{"run_id": ledger.KeyedRunID(ns, "daily-report", "daily-report:2026-11-01")}, wantPublished: 1,
+		},
+		{
+			name: "job_key in the JSON body", method: "POST", path: "/v1/jobs/daily-report",
+			body:       `{"job_key":"daily-report:2026-11-01","x":1}`,
+			wantStatus: 202, wantBody: map[string]any{"run_id": ledger.KeyedRunID(ns, "daily-report", "daily-report:2026-11-01")}, wantPublished: 1,
+		},
+		{
+			name:   "namespace header replaces the configured namespace",
+			cfg:    func(c *ingress.Config) { c.NamespaceHeader = "X-Runonce-Namespace" },
+			method: "POST", path: "/v1/jobs/daily-report",
+			hdr:        map[string]string{"Idempotency-Key": "k", "x-runonce-namespace": "other-proj/europe-west1"},
+			wantStatus: 202, wantBody: map[string]any{"run_id": ledger.KeyedRunID("other-proj/europe-west1", "daily-report", "k")}, wantPublished: 1,
+		},
+		{
+			name:   "bad namespace header",
+			cfg:    func(c *ingress.Config) { c.NamespaceHeader = "X-Runonce-Namespace" },
+			method: "POST", path: "/v1/jobs/daily-report",
+			hdr:        map[string]string{"Idempotency-Key": "k", "X-Runonce-Namespace": "a b"},
+			wantStatus: 400, wantBody: map[string]any{"error": "namespace header X-Runonce-Namespace"},
+		},
+		{
+			name: "no key at all", method: "POST", path: "/v1/jobs/daily-report", body: "not json",
+			wantStatus: 400, wantBody: map[string]any{"error": "no run key: send X-CloudScheduler-JobName and X-CloudScheduler-ScheduleTime"},
+		},
+		{
+			name: "schedule time without job name", method: "POST", path: "/v1/jobs/daily-report",
+			hdr:        map[string]string{ingress.HeaderSchedulerScheduleTime: st.Format(time.RFC3339)},
+			wantStatus: 400, wantBody: map[string]any{"error": "X-CloudScheduler-JobName is missing"},
+		},
+		{
+			name: "job name without schedule time (a forced run) needs an Idempotency-Key", method: "POST", path: "/v1/jobs/daily-report",
+			hdr:        map[string]string{ingress.HeaderSchedulerJobName: "daily-report-job"},
+			wantStatus: 400, wantBody: map[string]any{"error": "X-CloudScheduler-ScheduleTime is missing"},
+		},
+		{
+			name: "lax schedule time is refused", method: "POST", path: "/v1/jobs/daily-report",
+			hdr:        map[string]string{ingress.HeaderSchedulerJobName: "j", ingress.HeaderSchedulerScheduleTime: "2026-10-16T12:00:00+0000"},
+			wantStatus: 400, wantBody: map[string]any{"error": "is not an RFC 3339 time"},
+		},
+		{
+			name: "schedule time beyond the skew is a forced run", method: "POST", path: "/v1/jobs/daily-report",
+			hdr:        schedHeaders("daily-report-job", time.Now().Add(10*time.Minute).UTC().Truncate(time.Minute)),
+			wantStatus: 400, wantBody: map[string]any{"error": "looks like a forced run"},
+		},
+		{
+			name: "schedule time within the skew is accepted", method: "POST", path: "/v1/jobs/daily-report",
+			hdr:        schedHeaders("daily-report-job", time.Now().Add(20*time.Second)),
+			wantStatus: 202, wantPublished: 1,
+		},
+		{
+			name: "bad job name", method: "POST", path: "/v1/jobs/bad%20name",
+			hdr:        map[string]string{"Idempotency-Key": "k"},
+			wantStatus: 400, wantBody: map[string]any{"error": "bad job name in path"},
+		},
+		{
+			name: "job name too long", method: "POST", path: "/v1/jobs/" + strings.Repeat("j", 129),
+			hdr:        map[string]string{"Idempotency-Key": "k"},
+			wantStatus: 400, wantBody: map[string]any{"error": "the limit is 128"},
+		},
+		{
+			name: "repeated scheduler header", method: "POST", path: "/v1/jobs/daily-report",
+			hdr: map[string]string{
+				ingress.HeaderSchedulerJobName: "a", "x-cloudscheduler-jobname": "b",
+				ingress.HeaderSchedulerScheduleTime: st.Format(time.RFC3339),
+			},
+			wantStatus: 400, wantBody: map[string]any{"error": "is sent 2 times"},
+		},
+		{
+			name: "job_key not a string", method: "POST", path: "/v1/jobs/daily-report", body: `{"job_key":7}`,
+			wantStatus: 400, wantBody: map[string]any{"error": `"job_key" must be a string`},
+		},
+		{
+			name: "unknown job with a jobs file", cfg: func(c *ingress.Config) { c.Jobs = []string{"other"} },
+			method: "POST", path: "/v1/jobs/daily-report", hdr: map[string]string{"Idempotency-Key": "k"},
+			wantStatus: 404, wantBody: map[string]any{"error": `unknown job "daily-report"`},
+		},
+		{
+			name: "known job with a jobs file", cfg: func(c *ingress.Config) { c.Jobs = []string{"daily-report"} },
+			method: "POST", path: "/v1/jobs/daily-report", hdr: map[string]string{"Idempotency-Key": "k"},
+			wantStatus: 202, wantPublished: 1,
+		},
+		{
+			name: "body over the limit", cfg: func(c *ingress.Config) { c.MaxBody = 16 },
+			method: "POST", path: "/v1/jobs/daily-report", hdr: map[string]string{"Idempotency-Key": "k"},
+			body: strings.Repeat("x", 17), wantStatus: 413, wantBody: map[string]any{"error": "larger than the limit of 16 bytes"},
+		},
+		{
+			name: "body at the limit", cfg: func(c *ingress.Config) { c.MaxBody = 16 },
+			method: "POST", path: "/v1/jobs/daily-report", hdr: map[string]string{"Idempotency-Key": "k"},
+			body: strings.Repeat("x", 16), wantStatus: 202, wantPublished: 1,
+		},
+		{
+			name:   "same key, different payload",
+			before: func(t *testing.T, b *bundle) { post(b, t) },
+			method: "POST", path: "/v1/jobs/daily-report", hdr: schedHeaders("daily-report-job", st), body: `{"report":"weekly"}`,
+			wantStatus: 422, wantBody: map[string]any{"run_id": schedID, "error": "exists with another payload"}, wantPublished: 1,
+		},
+		{
+			name: "ledger unavailable",
+			before: func(t *testing.T, b *bundle) {
+				err := fmt.Errorf("%w: injected", ledger.ErrUnavailable)
+				b.led.failClaim.Store(&err)
+			},
+			method: "POST", path: "/v1/jobs/daily-report", hdr: schedHeaders("daily-report-job", st), body: payload,
+			wantStatus: 503, wantBody: map[string]any{"error": "the ledger is unavailable"},
+			wantHeader: map[string]string{"Retry-After": "5"},
+		},
+		{
+			name:   "Pub/Sub unavailable",
+			before: func(t *testing.T, b *bundle) { b.pub.fail.Store(true) },
+			method: "POST", path: "/v1/jobs/daily-report", hdr: schedHeaders("daily-report-job", st), body: payload,
+			wantStatus: 503, wantBody: map[string]any{"error": "Pub/Sub is unavailable, the claim was released"},
+			wantHeader: map[string]string{"Retry-After": "5"},
+		},
+		{
+			name: "wrong method", method: "GET", path: "/v1/jobs/daily-report",
+			wantStatus: 405, wantHeader: map[string]string{"Allow": "POST"}, wantBody: map[string]any{"error": "use POST"},
+		},
+		{
+			name:   "get a run",
+			before: func(t *testing.T, b *bundle) { post(b, t) },
+			method: "GET", path: "/v1/runs/" + schedID, wantPublished: 1,
+			wantStatus: 200, wantBody: map[string]any{"run_id": schedID, "status": "queued", "job": "daily-report",
+				"namespace": ns, "key": "daily-report-job", "schedule_time": st.Format(time.RFC3339)},
+		},
+		{
+			name: "get an unknown run", method: "GET", path: "/v1/runs/" + strings.Repeat("0", 64),
+			wantStatus: 404, wantBody: map[string]any{"error": "no run"},
+		},
+		{
+			name: "get a malformed run ID", method: "GET", path: "/v1/runs/xyz",
+			wantStatus: 400, wantBody: map[string]any{"error": "not 64 lower-case hex digits"},
+		},
+		{name: "healthz", method: "GET", path: "/healthz", wantStatus: 200, wantBody: map[string]any{"status": "ok"}},
+		{name: "readyz", method: "GET", path: "/readyz", wantStatus: 200, wantBody: map[string]any{"ledger": "ok", "topic": "ok"}},
+		{
+			name:   "readyz when Pub/Sub is down",
+			before: func(t *testing.T, b *bundle) { b.pub.fail.Store(true) },
+			method: "GET", path: "/readyz", wantStatus: 503, wantBody: map[string]any{"ledger": "ok", "topic": "Pub/Sub unavailable", "error": "not ready"},
+		},
+		{name: "unknown path", method: "GET", path: "/nope", wantStatus: 404, wantBody: map[string]any{"error": "no such endpoint"}},
+	}
+	for bi, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					t.Parallel()
+					b := setup(t, setupOpts{backend: bi, cfg: c.cfg})
+					if c.before != nil {
+						c.before(t, b)
+					}
+					r := b.do(t, c.method, c.path, c.hdr, c.body)
+					if r.status != c.wantStatus {
+						t.Fatalf("status %d, want %d; body %v", r.status, c.wantStatus, r.body)
+					}
+					checkBody(t, r.body, c.wantBody)
+					for k, v := range c.wantHeader {
+						if got := r.header.Get(k); got != v {
+							t.Errorf("header %s = %q, want %q", k, got, v)
+						}
+					}
+					if got := r.header.Get("Content-Type"); got != "application/json" {
+						t.Errorf("Content-Type %q", got)
+					}
+					if got := b.published(); got != c.wantPublished {
+						t.Errorf("published %d messages, want %d", got, c.wantPublished)
+					}
+				})
+			}
+		})
+	}
+}
+
+// checkBody compares the fields of want with got; an "error" is a substring.
+func checkBody(t *testing.T, got, want map[string]any) {
+	t.Helper()
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok {
+			t.Errorf("body has no %q: %v", k, got)
+			continue
+		}
+		if ws, isStr := w.(string); isStr && (k == "error" || k == "topic" || k == "ledger") {
+			if gs, _ := g.(string); !strings.Contains(gs, ws) {
+				t.Errorf("body %s = %q, want it to contain %q", k, gs, ws)
+			}
+			continue
+		}
+		if diff := cmp.Diff(w, g); diff != "" {
+			t.Errorf("body %s (-want +got):\n%s", k, diff)
+		}
+	}
+	if _, isErr := want["error"]; !isErr && got["error"] != nil {
+		t.Errorf("unexpected error %v", got["error"])
+	}
+}
+
+// TestMessage checks what a new run publishes: the identity in attributes, the payload
+// unchanged, the trace context carried.
+func TestMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	st := tick()
+	hdr := schedHeaders("nightly", st)
+	hdr["traceparent"] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	r := b.do(t, "POST", "/v1/jobs/etl", hdr, payload)
+	if r.status != 202 {
+		t.Fatalf("%d %v", r.status, r.body)
+	}
+	msgs := b.ps.Server.Messages()
+	if len(msgs) != 1 {
+		t.Fatalf("%d messages", len(msgs))
+	}
+	m, err := queue.Decode(msgs[0].Attributes, msgs[0].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ledger.Identity{
+		RunID: ledger.ScheduledRunID(ns, "etl", "nightly", st), Namespace: ns, Job: "etl", Key: "nightly",
+		ScheduleTime: st, PayloadHash: ledger.PayloadHash([]byte(payload)), Payload: []byte(payload),
+	}
+	if diff := cmp.Diff(want, m.Identity); diff != "" {
+		t.Errorf("identity (-want +got):\n%s", diff)
+	}
+	if string(m.Payload) != payload {
+		t.Errorf("payload %q", m.Payload)
+	}
+	if m.Traceparent != hdr["traceparent"] {
+		t.Errorf("traceparent %q, want %q", m.Traceparent, hdr["traceparent"])
+	}
+	if m.EnqueuedAt.IsZero() {
+		t.Error("no enqueued_at")
+	}
+}
+
+// TestConcurrentIdentical: 64 identical requests at once (mixed header case, several UTC
+// offsets for the same instant) make one claim and one message, and all get 2xx with
+// one run ID.
+func TestConcurrentIdentical(t *testing.T) {
+	t.Parallel()
+	for bi, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, setupOpts{backend: bi, quiet: true})
+			st := tick()
+			zones := []*time.Location{time.UTC, time.FixedZone("PDT", -7*3600), time.FixedZone("IST", 5*3600+1800), time.FixedZone("NPT", 5*3600+2700)}
+			names := []string{"X-CloudScheduler-JobName", "x-cloudscheduler-jobname", "X-CLOUDSCHEDULER-JOBNAME", "X-Cloudscheduler-Jobname"}
+			times := []string{"X-CloudScheduler-ScheduleTime", "x-cloudscheduler-scheduletime", "X-CLOUDSCHEDULER-SCHEDULETIME"}
+			const n = 64
+			var wg sync.WaitGroup
+			replies := make([]reply, n)
+			start := make(chan struct{})
+			for i := range n {
+				wg.Go(func() {
+					hdr := map[string]string{
+						names[i%len(names)]: "every-minute",
+						times[i%len(times)]: st.In(zones[i%len(zones)]).Format(time.RFC3339),
+					}
+					<-start
+					replies[i] = b.do(t, "POST", "/v1/jobs/report", hdr, payload)
+				})
+			}
+			close(start)
+			wg.Wait()
+			ids := map[string]int{}
+			news := 0
+			for i, r := range replies {
+				if r.status != 202 {
+					t.Errorf("request %d: %d %v", i, r.status, r.body)
+				}
+				id, _ := r.body["run_id"].(string)
+				ids[id]++
+				if r.body["duplicate"] == nil {
+					news++
+				}
+			}
+			if len(ids) != 1 || news != 1 {
+				t.Errorf("run IDs %v, %d answers not duplicate; want one ID and one new", ids, news)
+			}
+			if got := b.led.created.Load(); got != 1 {
+				t.Errorf("%d claims created the run, want 1", got)
+			}
+			if got := b.published(); got != 1 {
+				t.Errorf("%d messages published, want 1", got)
+			}
+		})
+	}
+}
+
+// TestPublishFailureReleasesClaim: a failed publish answers 503 after releasing the
+// claim, so the scheduler's retry claims and publishes the run.
+func TestPublishFailureReleasesClaim(t *testing.T) {
+	t.Parallel()
+	for bi, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, setupOpts{backend: bi})
+			hdr := schedHeaders("j", tick())
+			b.pub.fail.Store(true)
+			r := b.do(t, "POST", "/v1/jobs/report", hdr, payload)
+			if r.status != 503 || r.header.Get("Retry-After") == "" {
+				t.Fatalf("%d %v %v", r.status, r.header, r.body)
+			}
+			id, _ := r.body["run_id"].(string)
+			if _, err := b.led.Ledger.Get(context.Background(), &ledger.GetParams{RunID: id}); !errors.Is(err, ledger.ErrNotFound) {
+				t.Fatalf("the claim was not released: %v", err)
+			}
+			if b.led.unclaims.Load() != 1 {
+				t.Errorf("%d unclaims", b.led.unclaims.Load())
+			}
+			b.pub.fail.Store(false)
+			r = b.do(t, "POST", "/v1/jobs/report", hdr, payload)
+			if r.status != 202 || r.body["duplicate"] != nil || r.body["run_id"] != id {
+				t.Fatalf("retry: %d %v", r.status, r.body)
+			}
+			if b.published() != 1 {
+				t.Errorf("%d published", b.published())
+			}
+		})
+	}
+}
+
+// TestPublishFailureOfRealServer injects the failure into the Pub/Sub server itself.
+func TestPublishFailureOfRealServer(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{psOpts: []pstest.ServerReactorOption{
+		pstest.WithErrorInjection("Publish", codes.PermissionDenied, "injected")}})
+	r := b.do(t, "POST", "/v1/jobs/report", map[string]string{"Idempotency-Key": "k1"}, payload)
+	if r.status != 503 {
+		t.Fatalf("%d %v", r.status, r.body)
+	}
+	if b.led.unclaims.Load() != 1 {
+		t.Errorf("%d unclaims", b.led.unclaims.Load())
+	}
+}
+
+// TestCosts: a new run costs one ledger round trip and one publish; a duplicate of a
+// completed run one ledger call that reads (the claim writes nothing) and no publish.
+func TestCosts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	hdr := map[string]string{"Idempotency-Key": "cost"}
+	r := b.do(t, "POST", "/v1/jobs/report", hdr, payload)
+	got := [3]int64{b.led.claims.Load(), b.led.gets.Load() + b.led.unclaims.Load(), b.pub.publishes.Load()}
+	if r.status != 202 || got != [3]int64{1, 0, 1} {
+		t.Fatalf("new run: %d; claims, other ledger calls, publishes = %v, want [1 0 1]", r.status, got)
+	}
+	id := r.body["run_id"].(string)
+	run := acquire(t, b.led.Ledger, id, time.Minute)
+	if _, err := b.led.Ledger.Complete(context.Background(), &ledger.CompleteParams{Fence: fence(run)}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := b.led.Ledger.Get(context.Background(), &ledger.GetParams{RunID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = b.do(t, "POST", "/v1/jobs/report", hdr, payload)
+	got = [3]int64{b.led.claims.Load(), b.led.gets.Load() + b.led.unclaims.Load(), b.pub.publishes.Load()}
+	if r.status != 200 || got != [3]int64{2, 0, 1} {
+		t.Fatalf("duplicate: %d; claims, other ledger calls, publishes = %v, want [2 0 1]", r.status, got)
+	}
+	after, err := b.led.Ledger.Get(context.Background(), &ledger.GetParams{RunID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("the duplicate's claim wrote the record (-before +after):\n%s", diff)
+	}
+}
+
+// TestMetricsAndLogs: /metrics shows requests by outcome and the latency histograms;
+// the log line names run_id, job and outcome, never the payload, and escapes control
+// characters from the caller.
+func TestMetricsAndLogs(t *testing.T) {
+	t.Parallel()
+	m, err := obs.NewMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	b := setup(t, setupOpts{cfg: func(c *ingress.Config) {
+		c.Meter = m.Meter("test")
+		c.Metrics = m.Handler()
+		c.Logger = obs.NewLogger(&logs, -4)
+	}})
+	secret := "s3cr3t-payload"
+	b.do(t, "POST", "/v1/jobs/report", map[string]string{"Idempotency-Key": "k"}, secret)
+	b.do(t, "POST", "/v1/jobs/report", map[string]string{"Idempotency-Key": "k"}, secret)
+	b.do(t, "POST", "/v1/jobs/report", map[string]string{"Idempotency-Key": "bad\x80key"}, secret)
+	b.do(t, "POST", "/v1/jobs/report", map[string]string{}, `{"job_key":"line\nbreak\u202e"}`)
+	resp, err := http.Get(b.srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(raw)
+	for _, want := range []string{
+		`runonce_ingress_requests_total{outcome="new"} 1`,
+		`runonce_ingress_requests_total{outcome="duplicate",run_status="queued"} 1`,
+		`runonce_ingress_requests_total{outcome="bad_request"} 2`,
+		`runonce_ingress_claim_duration_seconds_bucket{result="ok",le="0.001"}`,
+		`runonce_ingress_publish_duration_seconds_count{result="ok"} 1`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	l := logs.String()
+	if strings.Contains(l, secret) {
+		t.Error("the payload was logged")
+	}
+	for _, want := range []string{`"severity":"INFO"`, `"outcome":"new"`, `"run_id":"`, `"job":"report"`, `"message":"job request"`, `line\\nbreak\\u202e`} {
+		if !strings.Contains(l, want) {
+			t.Errorf("logs lack %s:\n%s", want, l)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

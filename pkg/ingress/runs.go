@@ -1,0 +1,100 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/runonce/runonce/internal/obs"
+	"github.com/runonce/runonce/pkg/auth"
+	"github.com/runonce/runonce/pkg/ledger"
+)
+
+// RunJSON is the JSON form of a run record served by GET /v1/runs/{run_id}. Records
+// never hold the payload, only its hash.
+type RunJSON struct {
+	RunID        string        `json:"run_id"`
+	Namespace    string        `json:"namespace"`
+	Job          string        `json:"job"`
+	Key          string        `json:"key"`
+	ScheduleTime time.Time     `json:"schedule_time,omitzero"`
+	Status       ledger.Status `json:"status"`
+	Attempt      int64         `json:"attempt"`
+	AttemptsMade int64         `json:"attempts_made"`
+	Deadline     time.Time     `json:"deadline,omitzero"`
+	NotBefore    time.Time     `json:"not_before,omitzero"`
+	PayloadHash  string        `json:"payload_hash"`
+	LastError    string        `json:"last_error,omitempty"`
+	CreatedAt    time.Time     `json:"created_at"`
+	UpdatedAt    time.Time     `json:"updated_at"`
+	CompletedAt  time.Time     `json:"completed_at,omitzero"`
+	ExpireAt     time.Time     `json:"expire_at"`
+}
+
+// NewRunJSON returns the JSON form of r.
+func NewRunJSON(r *ledger.Run) *RunJSON {
+	return &RunJSON{
+		RunID: r.ID, Namespace: r.Namespace, Job: r.Job, Key: r.Key, ScheduleTime: r.ScheduleTime,
+		Status: r.Status, Attempt: r.Attempt, AttemptsMade: r.AttemptsMade,
+		Deadline: r.Deadline, NotBefore: r.NotBefore, PayloadHash: r.PayloadHash, LastError: r.LastError,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, CompletedAt: r.CompletedAt, ExpireAt: r.ExpireAt,
+	}
+}
+
+func (h *Handler) getRun(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	if _, err := h.cfg.Auth.Authenticate(ctx, r); err != nil {
+		status := http.StatusUnauthorized
+		if errors.Is(err, auth.ErrForbidden) {
+			status = http.StatusForbidden
+		}
+		writeError(w, status, err.Error())
+		return
+	}
+	id := r.PathValue("run_id")
+	if !ledger.ValidRunID(id) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("run ID %s is not 64 lower-case hex digits", quoted(id)))
+		return
+	}
+	gctx, cancel := context.WithTimeout(ctx, h.cfg.LedgerTimeout)
+	defer cancel()
+	run, err := h.cfg.Ledger.Get(gctx, &ledger.GetParams{RunID: id})
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no run %s (never claimed, released, or past its retention)", id))
+	case err != nil:
+		h.log.ErrorContext(ctx, "get run", "run_id", id, "error", obs.Clean(err.Error()))
+		w.Header().Set("Retry-After", strconv.Itoa(int(h.cfg.RetryAfter/time.Second)))
+		writeError(w, http.StatusServiceUnavailable, "the ledger is unavailable; retry later")
+	default:
+		writeJSON(w, http.StatusOK, NewRunJSON(run))
+	}
+}
+
+// readyz answers 200 when the ledger and the topic answer, 503 naming what does not.
+func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var lerr, perr error
+	wg.Go(func() { lerr = h.cfg.Ledger.Ping(ctx) })
+	wg.Go(func() { perr = h.cfg.Publisher.Ping(ctx) })
+	wg.Wait()
+	out := map[string]string{"ledger": "ok", "topic": "ok"}
+	status := http.StatusOK
+	if lerr != nil {
+		out["ledger"], status = lerr.Error(), http.StatusServiceUnavailable
+	}
+	if perr != nil {
+		out["topic"], status = perr.Error(), http.StatusServiceUnavailable
+	}
+	if status != http.StatusOK {
+		out["error"] = "not ready"
+		h.log.WarnContext(ctx, "not ready", "ledger", out["ledger"], "topic", out["topic"])
+	}
+	writeJSON(w, status, out)
+}

@@ -1,0 +1,27 @@
+// Package jobs reads the jobs file: the JSON file that names the jobs a deployment runs
+// (-jobs). The ingress uses only the names (a job the file does not name gets 404); the
+// worker calls each job's URL when no Go handler is registered for it.
+//
+// # Format
+//
+//	{
+//	  "jobs": {
+//	    "send-invoices": {
+//	      "url": "https://billing.internal/run-invoices",
+//	      "method": "POST",
+//	      "timeout": "25m",
+//	      "headers": {"X-Team": "billing"},
+//	      "auth": "none",
+//	      "max_attempts": 5
+//	    }
+//	  }
+//	}
+//
+// # Guarantees
+//
+// Load and Parse return either every job, validated, or an error naming the file, the
+// job and the field at fault: unknown fields, a job name ValidName refuses, a URL that is
+// not absolute http(s), an unknown method or auth, a timeout that is not a positive Go
+// duration ("25m"; "1d" is not Go), a negative max_attempts, or a header the worker sets
+// itself.
+package jobs

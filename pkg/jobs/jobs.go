@@ -1,0 +1,214 @@
+package jobs
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// MaxNameLen is the longest job name.
+const MaxNameLen = 128
+
+// ValidName reports whether name is a job name: 1 to MaxNameLen characters from
+// [A-Za-z0-9._-], not "." or "..". Job names appear in URL paths, run IDs, logs and
+// message attributes, so they are kept plain.
+func ValidName(name string) error {
+	if name == "" {
+		return errors.New("job name is empty")
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("job name is %d characters, the limit is %d", len(name), MaxNameLen)
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("job name %q is reserved", name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("job name %q has %q at byte %d: use letters, digits, '.', '_' and '-'", name, c, i)
+		}
+	}
+	return nil
+}
+
+// Auth values of a job.
+const (
+	AuthNone = "none"
+	// AuthOIDC sends the worker's Google ID token with the job's URL as audience.
+	AuthOIDC = "oidc"
+)
+
+// Job is a job the file names.
+type Job struct {
+	Name string
+	// URL is called with the run's payload as the body (absolute http or https).
+	URL *url.URL
+	// Method defaults to POST.
+	Method string
+	// Timeout bounds one call; zero means the worker's default.
+	Timeout time.Duration
+	// Headers are sent with every call (besides the run's identity headers).
+	Headers map[string]string
+	// Auth is AuthNone (the default) or AuthOIDC.
+	Auth string
+	// MaxAttempts bounds the attempts of a run; zero means the worker's default.
+	MaxAttempts int
+}
+
+// reservedHeaders are set by the worker on every call; a jobs file may not set them.
+var reservedHeaders = []string{
+	"Idempotency-Key", "X-Runonce-Run-Id", "X-Runonce-Job", "X-Runonce-Attempt",
+	"X-Runonce-Schedule-Time", "Authorization", "Content-Length", "Host",
+}
+
+type fileJSON struct {
+	Jobs map[string]*jobJSON `json:"jobs"`
+}
+
+type jobJSON struct {
+	URL         string            `json:"url"`
+	Method      string            `json:"method"`
+	Timeout     string            `json:"timeout"`
+	Headers     map[string]string `json:"headers"`
+	Auth        string            `json:"auth"`
+	MaxAttempts int               `json:"max_attempts"`
+}
+
+// Load reads and validates the jobs file at path.
+func Load(path string) (map[string]*Job, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("jobs file: %w", err)
+	}
+	m, err := Parse(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("jobs file %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// Parse reads and validates a jobs file.
+func Parse(r io.Reader) (map[string]*Job, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var f fileJSON
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("not a jobs file: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("not a jobs file: more than one JSON value")
+	}
+	if f.Jobs == nil {
+		return nil, errors.New(`no "jobs" object`)
+	}
+	out := make(map[string]*Job, len(f.Jobs))
+	var errs []error
+	for _, name := range sortedKeys(f.Jobs) {
+		j, err := validate(name, f.Jobs[name])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out[name] = j
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+func validate(name string, in *jobJSON) (*Job, error) {
+	if err := ValidName(name); err != nil {
+		return nil, fmt.Errorf("job %q: %w", name, err)
+	}
+	if in == nil {
+		return nil, fmt.Errorf("job %q: is null, want an object with a url", name)
+	}
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("job %q: %s", name, fmt.Sprintf(format, args...))
+	}
+	u, err := url.Parse(in.URL)
+	switch {
+	case in.URL == "":
+		return nil, fail("url is missing")
+	case err != nil:
+		return nil, fail("url %q: %v", in.URL, err)
+	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
+		return nil, fail("url %q is not an absolute http or https URL", in.URL)
+	}
+	j := &Job{Name: name, URL: u, Method: http.MethodPost, Auth: AuthNone, MaxAttempts: in.MaxAttempts}
+	if in.Method != "" {
+		j.Method = strings.ToUpper(in.Method)
+		if !slices.Contains([]string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodGet, http.MethodDelete}, j.Method) {
+			return nil, fail("method %q: want POST, PUT, PATCH, GET or DELETE", in.Method)
+		}
+	}
+	if in.Timeout != "" {
+		d, err := time.ParseDuration(in.Timeout)
+		if err != nil || d <= 0 {
+			return nil, fail("timeout %q is not a positive Go duration (e.g. \"90s\", \"25m\"; write days as hours: \"24h\")", in.Timeout)
+		}
+		j.Timeout = d
+	}
+	if in.Auth != "" {
+		if in.Auth != AuthNone && in.Auth != AuthOIDC {
+			return nil, fail("auth %q: want %q or %q", in.Auth, AuthNone, AuthOIDC)
+		}
+		j.Auth = in.Auth
+	}
+	if in.MaxAttempts < 0 {
+		return nil, fail("max_attempts %d is negative (0 means the worker's default)", in.MaxAttempts)
+	}
+	if len(in.Headers) > 0 {
+		j.Headers = make(map[string]string, len(in.Headers))
+		for k, v := range in.Headers {
+			if !validHeaderName(k) {
+				return nil, fail("header name %q is not a valid HTTP header name", k)
+			}
+			for _, r := range reservedHeaders {
+				if strings.EqualFold(k, r) {
+					return nil, fail("header %q is set by the worker and cannot be configured", k)
+				}
+			}
+			if strings.ContainsAny(v, "\r\n\x00") {
+				return nil, fail("header %q has a control character in its value", k)
+			}
+			j.Headers[http.CanonicalHeaderKey(k)] = v
+		}
+	}
+	return j, nil
+}
+
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("()<>@,;:\\\"/[]?={}", c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Names returns the job names of m, sorted.
+func Names(m map[string]*Job) []string { return sortedKeys(m) }
