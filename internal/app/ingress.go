@@ -34,6 +34,7 @@ type IngressFlags struct {
 	Retention, MaxSkew, DemoDelay                               time.Duration
 	MaxBody                                                     int64
 	Dev                                                         bool
+	DevConcurrency                                              int
 }
 
 // IngressFlagSet declares the ingress's flags on a new flag set.
@@ -55,6 +56,7 @@ func IngressFlagSet(f *IngressFlags) *flag.FlagSet {
 	fs.StringVar(&f.Jobs, "jobs", "", "optional jobs file: a job it does not name gets 404 (-dev: its HTTP targets run in-process too)")
 	fs.BoolVar(&f.Dev, "dev", false, "the embedded all-in-one: embedded ledger, in-process Pub/Sub and workers, demo jobs, auth off")
 	fs.DurationVar(&f.DemoDelay, "demo-delay", 2*time.Second, "how long the -dev demo job works before its effect")
+	fs.IntVar(&f.DevConcurrency, "dev-concurrency", 8, "jobs the -dev in-process worker runs at once; 0 runs none (start cmd/worker processes against the printed Pub/Sub address instead)")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
 	return fs
 }
@@ -75,8 +77,8 @@ func RunIngress(ctx context.Context, args []string, getenv func(string) string, 
 	if err := config.CheckRetention(f.Retention, ledger.DefaultPickupTimeout); err != nil {
 		return err
 	}
-	if f.MaxBody <= 0 || f.MaxSkew < 0 {
-		return errors.New("-max-body must be positive and -max-skew not negative")
+	if f.MaxBody <= 0 || f.MaxSkew < 0 || f.DevConcurrency < 0 {
+		return errors.New("-max-body must be positive, -max-skew and -dev-concurrency not negative")
 	}
 	if f.Dev {
 		given := map[string]bool{}
@@ -226,13 +228,19 @@ func runDev(ctx context.Context, f *IngressFlags, addrGiven bool, log *slog.Logg
 			Subscription: ps.URL(DevSubscription), Topic: ps.URL(DevTopic),
 		},
 		Ledger: led, Handler: mux, Auth: auth.None{}, Log: log, Listener: workerLn,
-		Subscriber: queue.NewSubscriber(ps.Client, DevSubscription, &queue.SubscriberOptions{Concurrency: 8, ShutdownTimeout: 9 * time.Second}),
 		Republish:  pub,
 		NackDelay:  time.Second,
 	}
 	printBanner(stdout, base, ledgerURL, ps.Addr(), workerLn.Addr().String(), mux.Jobs())
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return ServeWorker(gctx, setup) })
+	if f.DevConcurrency > 0 {
+		setup.Flags.Concurrency = f.DevConcurrency
+		setup.Subscriber = queue.NewSubscriber(ps.Client, DevSubscription, &queue.SubscriberOptions{Concurrency: f.DevConcurrency, ShutdownTimeout: 9 * time.Second})
+		g.Go(func() error { return ServeWorker(gctx, setup) })
+	} else {
+		log.Info("-dev-concurrency 0: no in-process worker; start workers with PUBSUB_EMULATOR_HOST and -subscription",
+			slog.String("PUBSUB_EMULATOR_HOST", ps.Addr()), slog.String("subscription", ps.URL(DevSubscription)), slog.String("topic", ps.URL(DevTopic)))
+	}
 	g.Go(func() error { return config.Serve(gctx, config.NewServer(f.Addr, top, log), ln, config.ShutdownGrace) })
 	return g.Wait()
 }
