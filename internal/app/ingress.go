@@ -228,8 +228,8 @@ func runDev(ctx context.Context, f *IngressFlags, addrGiven bool, log *slog.Logg
 			Subscription: ps.URL(DevSubscription), Topic: ps.URL(DevTopic),
 		},
 		Ledger: led, Handler: mux, Auth: auth.None{}, Log: log, Listener: workerLn,
-		Republish:  pub,
-		NackDelay:  time.Second,
+		Republish: pub,
+		NackDelay: time.Second,
 	}
 	printBanner(stdout, base, ledgerURL, ps.Addr(), workerLn.Addr().String(), mux.Jobs())
 	g, gctx := errgroup.WithContext(ctx)
