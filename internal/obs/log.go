@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/chainguard-dev/clog/gcp"
 )
@@ -50,11 +51,9 @@ func Clean(s string) string {
 
 func needsEscape(s string) bool {
 	for _, r := range s {
-		if r == utf8RuneError || r == '\\' || !unicode.IsGraphic(r) || unicode.Is(unicode.Cf, r) {
+		if r == utf8.RuneError || r == '\\' || !unicode.IsGraphic(r) || unicode.Is(unicode.Cf, r) {
 			return true
 		}
 	}
 	return false
 }
-
-const utf8RuneError = '\uFFFD'

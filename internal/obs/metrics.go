@@ -12,11 +12,11 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
-// LatencyBuckets are histogram boundaries in seconds, from 250µs to 10s: the ingress
+// LatencyBuckets returns histogram boundaries in seconds, from 250µs to 10s: the ingress
 // answers in milliseconds, so the default OpenTelemetry buckets (in whole units) would
 // put every request in the first one.
-var LatencyBuckets = []float64{
-	0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10,
+func LatencyBuckets() []float64 {
+	return []float64{0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10}
 }
 
 // Metrics is an OpenTelemetry meter provider exported to a Prometheus registry of its
@@ -44,7 +44,7 @@ func NewMetrics() (*Metrics, error) {
 	}
 	view := sdkmetric.NewView(
 		sdkmetric.Instrument{Name: "*duration", Kind: sdkmetric.InstrumentKindHistogram},
-		sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: LatencyBuckets}},
+		sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: LatencyBuckets()}},
 	)
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithView(view))
 	return &Metrics{

@@ -29,14 +29,14 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 		}
 		return c
 	}
-	out.deliveries = counter("runonce_worker_deliveries", "Deliveries processed, by outcome.")
-	out.renewals = counter("runonce_worker_lease_renewals", "Lease renewals that succeeded.")
-	out.leasesLost = counter("runonce_worker_leases_lost", "Attempts that lost their lease to another attempt.")
-	out.fencedRefused = counter("runonce_worker_fenced_writes_refused", "Ledger writes refused because the attempt was fenced out.")
-	out.effectsSkipped = counter("runonce_worker_effects_skipped", "Effects skipped: done by an earlier attempt, or uncertain (at most once).")
-	out.rescues = counter("runonce_worker_rescues", "Runs the rescuer republished.")
-	out.nackedHeld = counter("runonce_worker_deliveries_nacked_held", "Deliveries nacked because another live attempt holds the run.")
-	out.jobDuration, err = m.Float64Histogram("runonce_worker_job_duration", metric.WithUnit("s"),
+	out.deliveries = counter("runonce.worker.deliveries", "Deliveries processed, by outcome.")
+	out.renewals = counter("runonce.worker.lease.renewals", "Lease renewals that succeeded.")
+	out.leasesLost = counter("runonce.worker.leases.lost", "Attempts that lost their lease to another attempt.")
+	out.fencedRefused = counter("runonce.worker.fenced_writes.refused", "Ledger writes refused because the attempt was fenced out.")
+	out.effectsSkipped = counter("runonce.worker.effects.skipped", "Effects skipped: done by an earlier attempt, or uncertain (at most once).")
+	out.rescues = counter("runonce.worker.rescues", "Runs the rescuer republished.")
+	out.nackedHeld = counter("runonce.worker.deliveries.nacked_held", "Deliveries nacked because another live attempt holds the run.")
+	out.jobDuration, err = m.Float64Histogram("runonce.worker.job.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of job attempts."))
 	if err == nil {
 		err = e

@@ -60,8 +60,18 @@ func (w *Worker) RescueOnce(ctx context.Context) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// Rescue runs RescueOnce every RescueInterval (with jitter, so that workers started
-// together spread out) until ctx is done.
+// SweepOnce deletes up to limit records past their expire_at (for backends without a
+// native TTL; where there is one, it deletes what the TTL has not yet) and returns how many.
+func (w *Worker) SweepOnce(ctx context.Context, limit int) (int, error) {
+	n, err := w.cfg.Ledger.Sweep(ctx, &ledger.SweepParams{Limit: limit})
+	if n > 0 {
+		w.cfg.Logger.InfoContext(ctx, "sweep: expired records deleted", slog.Int("deleted", n))
+	}
+	return n, err
+}
+
+// Rescue runs RescueOnce and a bounded SweepOnce every RescueInterval (with jitter, so
+// that workers started together spread out) until ctx is done.
 func (w *Worker) Rescue(ctx context.Context) {
 	for {
 		jitter := time.Duration(rand.Int64N(int64(w.cfg.RescueInterval) / 2))
@@ -72,6 +82,9 @@ func (w *Worker) Rescue(ctx context.Context) {
 		}
 		if _, err := w.RescueOnce(ctx); err != nil && ctx.Err() == nil {
 			w.cfg.Logger.WarnContext(ctx, "rescue round failed", slog.Any("error", err))
+		}
+		if _, err := w.SweepOnce(ctx, 500); err != nil && ctx.Err() == nil {
+			w.cfg.Logger.WarnContext(ctx, "sweep failed", slog.Any("error", err))
 		}
 	}
 }

@@ -611,3 +611,25 @@ func TestPushEndToEnd(t *testing.T) {
 		t.Fatalf("the job ran %d times for two pushes, want once", ran.Load())
 	}
 }
+
+func TestSweepDeletesExpiredRecords(t *testing.T) {
+	t.Parallel()
+	mem := memory.New(nil)
+	b := setup(t, mem, &worker.Config{Retention: time.Millisecond})
+	b.mux.HandleFunc("job", func(ctx context.Context, j *worker.Job) error {
+		return worker.Effect(ctx, "e", func(context.Context, string) error { return nil })
+	})
+	m := message("job", "k", "{}")
+	m.EnqueuedAt = time.Time{} // no age: a 1ms retention would drop it
+	if v := b.w.Process(t.Context(), &worker.Delivery{Message: m}); v.Outcome != worker.OutcomeCompleted {
+		t.Fatalf("verdict %s", v.Outcome)
+	}
+	time.Sleep(5 * time.Millisecond)
+	n, err := b.w.SweepOnce(t.Context(), 100)
+	if err != nil || n != 2 {
+		t.Fatalf("SweepOnce = %d, %v; want the run and its effect deleted", n, err)
+	}
+	if _, err := mem.Get(t.Context(), &ledger.GetParams{RunID: m.Identity.RunID}); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("Get after the sweep: %v", err)
+	}
+}
