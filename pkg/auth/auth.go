@@ -26,8 +26,8 @@ const (
 	GoogleJWKSURL = "https://www.googleapis.com/oauth2/v3/certs"
 )
 
-// GoogleIssuers are the two spellings of Google's issuer found in its ID tokens.
-var GoogleIssuers = []string{GoogleIssuer, "accounts.google.com"}
+// GoogleIssuers returns the two spellings of Google's issuer found in its ID tokens.
+func GoogleIssuers() []string { return []string{GoogleIssuer, "accounts.google.com"} }
 
 // Caller is an authenticated caller.
 type Caller struct {
@@ -57,7 +57,7 @@ type OIDCConfig struct {
 	Audience string
 	// Allow lists the caller emails allowed. Required: an empty list would allow no one.
 	Allow []string
-	// Issuers are the accepted issuers. Default GoogleIssuers.
+	// Issuers are the accepted issuers. Default GoogleIssuers().
 	Issuers []string
 	// JWKSURL is the provider's key set. Default GoogleJWKSURL.
 	JWKSURL string
@@ -97,7 +97,7 @@ func NewOIDC(ctx context.Context, c OIDCConfig) (*OIDC, error) {
 	}
 	issuers := c.Issuers
 	if len(issuers) == 0 {
-		issuers = GoogleIssuers
+		issuers = GoogleIssuers()
 	}
 	jwks := c.JWKSURL
 	if jwks == "" {
