@@ -1,0 +1,139 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/firestore"
+	"github.com/google/uuid"
+
+	"github.com/runonce/runonce/pkg/ledger"
+	firestoreledger "github.com/runonce/runonce/pkg/ledger/firestore"
+	"github.com/runonce/runonce/pkg/ledger/sqlite"
+	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/worker"
+)
+
+// countingLedger counts the ledger calls a worker makes.
+type countingLedger struct {
+	ledger.Ledger
+	calls, completes atomic.Int64
+	done             chan struct{}
+	want             int64
+}
+
+func (c *countingLedger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
+	c.calls.Add(1)
+	return c.Ledger.Acquire(ctx, p)
+}
+
+func (c *countingLedger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
+	c.calls.Add(1)
+	return c.Ledger.Renew(ctx, p)
+}
+
+func (c *countingLedger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
+	c.calls.Add(1)
+	r, err := c.Ledger.Complete(ctx, p)
+	if err == nil && c.completes.Add(1) == c.want {
+		close(c.done)
+	}
+	return r, err
+}
+
+func (c *countingLedger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
+	c.calls.Add(1)
+	return c.Ledger.Release(ctx, p)
+}
+
+// BenchmarkNoopJobs measures no-op jobs completed per second by one worker at
+// concurrency 1, 8 and 32: b.N runs are published first, then the worker pulls them all.
+// It reports jobs/s and ledger round trips per job (claim + complete, plus renewals).
+func BenchmarkNoopJobs(b *testing.B) {
+	stacks := map[string]func(b *testing.B) (ledger.Ledger, *pubsub.Client){
+		"sqlite+pstest": func(b *testing.B) (ledger.Ledger, *pubsub.Client) {
+			l, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "l.db"), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { l.Close() })
+			ps, err := queue.NewInProcess(b.Context(), "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { ps.Close() })
+			return l, ps.Client
+		},
+		"firestore+pubsub-emulators": func(b *testing.B) (ledger.Ledger, *pubsub.Client) {
+			if os.Getenv("FIRESTORE_EMULATOR_HOST") == "" || os.Getenv("PUBSUB_EMULATOR_HOST") == "" {
+				b.Skip("needs FIRESTORE_EMULATOR_HOST and PUBSUB_EMULATOR_HOST (make bench starts them)")
+			}
+			fc, err := firestore.NewClient(b.Context(), "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { fc.Close() })
+			l, err := firestoreledger.New(b.Context(), fc, &firestoreledger.Options{Prefix: "bench-" + uuid.NewString()[:8] + "-"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			c, err := queue.NewClient(b.Context(), "bench", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { c.Close() })
+			return l, c
+		},
+	}
+	for _, stack := range []string{"sqlite+pstest", "firestore+pubsub-emulators"} {
+		for _, conc := range []int{1, 8, 32} {
+			b.Run(fmt.Sprintf("%s/concurrency=%d", stack, conc), func(b *testing.B) {
+				l, client := stacks[stack](b)
+				ctx := b.Context()
+				id := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+				if _, err := queue.EnsureTopic(ctx, client, "t-"+id); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := queue.EnsureSubscription(ctx, client, "t-"+id, "s-"+id, nil); err != nil {
+					b.Fatal(err)
+				}
+				pub := queue.NewPublisher(client, "t-"+id, nil)
+				defer pub.Close()
+				for i := range b.N {
+					if _, err := pub.Publish(ctx, message("noop", fmt.Sprintf("%s-%d", id, i), "{}")); err != nil {
+						b.Fatal(err)
+					}
+				}
+				cl := &countingLedger{Ledger: l, done: make(chan struct{}), want: int64(b.N)}
+				mux := worker.NewMux()
+				mux.HandleFunc("noop", func(context.Context, *worker.Job) error { return nil })
+				w, err := worker.New(&worker.Config{Ledger: cl, Handler: mux})
+				if err != nil {
+					b.Fatal(err)
+				}
+				sub := queue.NewSubscriber(client, "s-"+id, &queue.SubscriberOptions{Concurrency: conc})
+				rctx, cancel := context.WithCancel(ctx)
+				b.ResetTimer()
+				start := time.Now()
+				go w.Pull(rctx, sub, time.Second)
+				select {
+				case <-cl.done:
+				case <-time.After(5 * time.Minute):
+					b.Fatalf("%d of %d jobs completed in 5m", cl.completes.Load(), b.N)
+				}
+				elapsed := time.Since(start)
+				b.StopTimer()
+				cancel()
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
+				b.ReportMetric(float64(cl.calls.Load())/float64(b.N), "ledger-calls/job")
+			})
+		}
+	}
+}
