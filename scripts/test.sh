@@ -16,6 +16,9 @@ if ! "$gobin/staticcheck" -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#
 	go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
 fi
 
+echo "test: tools for the deploy checks (tflint, shellcheck, terraform)" >&2
+deploy/tools.sh
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/runonce-test.XXXXXX")
 chmod 755 "$work"
 cleanup() {
@@ -26,7 +29,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "test: gofmt" >&2
-unformatted=$(gofmt -l $(git ls-files --cached --others --exclude-standard '*.go'))
+mapfile -t gofiles < <(git ls-files --cached --others --exclude-standard '*.go')
+unformatted=$(gofmt -l "${gofiles[@]}")
 if [ -n "$unformatted" ]; then
 	echo "gofmt would change: $unformatted" >&2
 	exit 1
@@ -44,4 +48,5 @@ echo "test: fuzz FuzzDeriveKey (10s)" >&2
 go test -run '^$' -fuzz FuzzDeriveKey -fuzztime 10s ./pkg/ingress
 
 echo "test: go test -race" >&2
+# shellcheck disable=SC2086 # RACE is empty or one flag
 go test ${RACE--race} -count=1 -timeout 15m "$@" ./...

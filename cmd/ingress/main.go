@@ -5,25 +5,8 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"github.com/runonce/runonce/internal/app"
+	"github.com/runonce/runonce/internal/config"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	if err := app.RunIngress(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
-		}
-		fmt.Fprintln(os.Stderr, "ingress:", err)
-		os.Exit(1)
-	}
-}
+func main() { config.Main("ingress", app.RunIngress) }

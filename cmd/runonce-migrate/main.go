@@ -9,14 +9,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/runonce/runonce/internal/config"
@@ -24,15 +20,9 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
-		}
-		fmt.Fprintln(os.Stderr, "runonce-migrate:", err)
-		os.Exit(1)
-	}
+	config.Main("runonce-migrate", func(ctx context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
+		return run(ctx, args, getenv, stdout)
+	})
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, out io.Writer) error {

@@ -29,25 +29,19 @@ import (
 
 // IngressFlags are the ingress's settings (DESIGN.md, "Configuration").
 type IngressFlags struct {
-	Addr, Ledger, Auth, Audience, Allow, Topic, Namespace, Jobs string
-	OIDCIssuer, OIDCJWKSURL, LogLevel, NamespaceHeader          string
-	Retention, MaxSkew, DemoDelay                               time.Duration
-	MaxBody                                                     int64
-	Dev                                                         bool
-	DevConcurrency                                              int
+	ServerFlags
+	Topic, Namespace, Jobs, NamespaceHeader string
+	MaxSkew, DemoDelay                      time.Duration
+	MaxBody                                 int64
+	Dev                                     bool
+	DevConcurrency                          int
 }
 
 // IngressFlagSet declares the ingress's flags on a new flag set.
 func IngressFlagSet(f *IngressFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("ingress", flag.ContinueOnError)
-	fs.StringVar(&f.Addr, "addr", ":8080", "listen address (PORT when set; 127.0.0.1:8080 with -dev)")
-	fs.StringVar(&f.Ledger, "ledger", "", "ledger URL (sqlite:///PATH, postgres://…, firestore://PROJECT[/DATABASE], memory://NAME); -dev: sqlite:///$PWD/runonce-dev.db")
-	fs.DurationVar(&f.Retention, "retention", ledger.DefaultRetention, "how long run records are kept")
-	fs.StringVar(&f.Auth, "auth", "", "caller authentication: oidc or none (required, except with -dev)")
-	fs.StringVar(&f.Audience, "audience", "", "the audience ID tokens must carry (-auth oidc)")
-	fs.StringVar(&f.Allow, "allow", "", "allowed caller emails, comma-separated (-auth oidc)")
-	fs.StringVar(&f.OIDCIssuer, "oidc-issuer", "", "accepted ID token issuers, comma-separated (default Google's)")
-	fs.StringVar(&f.OIDCJWKSURL, "oidc-jwks-url", "", "the issuer's key set URL (default Google's)")
+	f.declare(fs, "listen address (PORT when set; 127.0.0.1:8080 with -dev)", "; -dev: sqlite:///$PWD/runonce-dev.db",
+		"how long run records are kept", "caller", "caller authentication: oidc or none (required, except with -dev)")
 	fs.StringVar(&f.Topic, "topic", "", "pubsub://PROJECT/TOPIC to publish runs to (-dev: an in-process Pub/Sub)")
 	fs.StringVar(&f.Namespace, "namespace", "", "namespace mixed into every key (e.g. my-project/us-central1)")
 	fs.StringVar(&f.NamespaceHeader, "namespace-header", "", "a request header that, when sent, replaces -namespace for that request (only with authenticated callers)")
@@ -57,7 +51,6 @@ func IngressFlagSet(f *IngressFlags) *flag.FlagSet {
 	fs.BoolVar(&f.Dev, "dev", false, "the embedded all-in-one: embedded ledger, in-process Pub/Sub and workers, demo jobs, auth off")
 	fs.DurationVar(&f.DemoDelay, "demo-delay", 2*time.Second, "how long the -dev demo job works before its effect")
 	fs.IntVar(&f.DevConcurrency, "dev-concurrency", 8, "jobs the -dev in-process worker runs at once; 0 runs none (start cmd/worker processes against the printed Pub/Sub address instead)")
-	fs.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
 	return fs
 }
 
@@ -69,11 +62,10 @@ func RunIngress(ctx context.Context, args []string, getenv func(string) string, 
 	if err := config.Parse(fs, args, getenv); err != nil {
 		return err
 	}
-	level, err := obs.ParseLevel(f.LogLevel)
+	log, err := f.logger(stderr)
 	if err != nil {
 		return err
 	}
-	log := obs.NewLogger(stderr, level)
 	if err := config.CheckRetention(f.Retention, ledger.DefaultPickupTimeout); err != nil {
 		return err
 	}
@@ -88,7 +80,7 @@ func RunIngress(ctx context.Context, args []string, getenv func(string) string, 
 	if f.Ledger == "" || f.Topic == "" {
 		return errors.New("-ledger and -topic are required (or -dev for the embedded all-in-one)")
 	}
-	authn, err := Authenticator(ctx, f.Auth, f.Audience, f.Allow, f.OIDCIssuer, f.OIDCJWKSURL, log)
+	authn, err := f.authenticator(ctx, log)
 	if err != nil {
 		return err
 	}
@@ -223,8 +215,9 @@ func runDev(ctx context.Context, f *IngressFlags, addrGiven bool, log *slog.Logg
 	}
 	setup := &WorkerSetup{
 		Flags: WorkerFlags{
-			Addr: workerLn.Addr().String(), Concurrency: 8, Lease: 30 * time.Second, Grace: 8 * time.Second,
-			MaxAttempts: 5, Retention: f.Retention, RescueInterval: 10 * time.Second, MaxAckExtension: time.Minute,
+			ServerFlags: ServerFlags{Addr: workerLn.Addr().String(), Retention: f.Retention},
+			Concurrency: 8, Lease: 30 * time.Second, Grace: 8 * time.Second,
+			MaxAttempts: 5, RescueInterval: 10 * time.Second, MaxAckExtension: time.Minute,
 			Subscription: ps.URL(DevSubscription), Topic: ps.URL(DevTopic),
 		},
 		Ledger: led, Handler: mux, Auth: auth.None{}, Log: log, Listener: workerLn,

@@ -25,27 +25,50 @@ import (
 	"github.com/runonce/runonce/pkg/worker"
 )
 
+// ServerFlags are the settings both commands share: where they listen, the ledger, the
+// retention, how callers authenticate, and the log level.
+type ServerFlags struct {
+	Addr, Ledger, Auth, Audience, Allow, OIDCIssuer, OIDCJWKSURL, LogLevel string
+	Retention                                                              time.Duration
+}
+
+// declare declares the shared flags; the usage strings name what differs.
+func (s *ServerFlags) declare(fs *flag.FlagSet, addrUsage, ledgerUsage, retentionUsage, callers, authUsage string) {
+	fs.StringVar(&s.Addr, "addr", ":8080", addrUsage)
+	fs.StringVar(&s.Ledger, "ledger", "", "ledger URL (sqlite:///PATH, postgres://…, firestore://PROJECT[/DATABASE], memory://NAME)"+ledgerUsage)
+	fs.DurationVar(&s.Retention, "retention", ledger.DefaultRetention, retentionUsage)
+	fs.StringVar(&s.Auth, "auth", "", authUsage)
+	fs.StringVar(&s.Audience, "audience", "", "the audience "+callers+" ID tokens must carry (-auth oidc)")
+	fs.StringVar(&s.Allow, "allow", "", "allowed "+callers+" emails, comma-separated (-auth oidc)")
+	fs.StringVar(&s.OIDCIssuer, "oidc-issuer", "", "accepted ID token issuers, comma-separated (default Google's)")
+	fs.StringVar(&s.OIDCJWKSURL, "oidc-jwks-url", "", "the issuer's key set URL (default Google's)")
+	fs.StringVar(&s.LogLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+// logger returns the JSON logger at -log-level.
+func (s *ServerFlags) logger(stderr io.Writer) (*slog.Logger, error) {
+	level, err := obs.ParseLevel(s.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	return obs.NewLogger(stderr, level), nil
+}
+
 // WorkerFlags are the worker's settings (DESIGN.md, "Configuration").
 type WorkerFlags struct {
-	Addr, Ledger, Subscription, Topic, Jobs        string
-	Auth, Audience, Allow, OIDCIssuer, OIDCJWKSURL string
-	LogLevel                                       string
-	Retention, Lease, Grace, RescueInterval        time.Duration
-	MaxAckExtension                                time.Duration
-	Concurrency, MaxAttempts                       int
+	ServerFlags
+	Subscription, Topic, Jobs    string
+	Lease, Grace, RescueInterval time.Duration
+	MaxAckExtension              time.Duration
+	Concurrency, MaxAttempts     int
 }
 
 // WorkerFlagSet declares the worker's flags on a new flag set.
 func WorkerFlagSet(f *WorkerFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.StringVar(&f.Addr, "addr", ":8080", "listen address for /healthz, /readyz, /metrics and POST /v1/push (PORT when set)")
-	fs.StringVar(&f.Ledger, "ledger", "", "ledger URL (sqlite:///PATH, postgres://…, firestore://PROJECT[/DATABASE], memory://NAME)")
-	fs.DurationVar(&f.Retention, "retention", ledger.DefaultRetention, "how long run and effect records are kept; messages older than this are dropped")
-	fs.StringVar(&f.Auth, "auth", "", "push caller authentication: oidc or none (required)")
-	fs.StringVar(&f.Audience, "audience", "", "the audience push ID tokens must carry (-auth oidc)")
-	fs.StringVar(&f.Allow, "allow", "", "allowed push service account emails, comma-separated (-auth oidc)")
-	fs.StringVar(&f.OIDCIssuer, "oidc-issuer", "", "accepted ID token issuers, comma-separated (default Google's)")
-	fs.StringVar(&f.OIDCJWKSURL, "oidc-jwks-url", "", "the issuer's key set URL (default Google's)")
+	f.declare(fs, "listen address for /healthz, /readyz, /metrics and POST /v1/push (PORT when set)", "",
+		"how long run and effect records are kept; messages older than this are dropped",
+		"push caller", "push caller authentication: oidc or none (required)")
 	fs.StringVar(&f.Subscription, "subscription", "", "pubsub://PROJECT/SUBSCRIPTION to pull from (pull mode); empty: push only")
 	fs.StringVar(&f.Topic, "topic", "", "pubsub://PROJECT/TOPIC where the rescuer republishes lost runs; empty: no rescuer")
 	fs.StringVar(&f.Jobs, "jobs", "", "jobs file: the HTTP targets this worker runs")
@@ -55,38 +78,36 @@ func WorkerFlagSet(f *WorkerFlags) *flag.FlagSet {
 	fs.IntVar(&f.MaxAttempts, "max-attempts", 5, "attempts of a run before it fails, for jobs that set no max_attempts")
 	fs.DurationVar(&f.RescueInterval, "rescue-interval", 30*time.Second, "how often the rescuer looks for runs to republish")
 	fs.DurationVar(&f.MaxAckExtension, "max-ack-extension", 60*time.Second, "longest single ack-deadline extension: a crashed worker's messages come back within it (10s to 600s)")
-	fs.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
 	return fs
 }
 
-// Authenticator returns the authenticator -auth, -audience, -allow and the OIDC flags
-// describe. An empty mode is refused: running without authentication must be explicit.
-func Authenticator(ctx context.Context, mode, audience, allow, issuers, jwks string, log *slog.Logger) (auth.Authenticator, error) {
-	switch mode {
+// authenticator returns the authenticator -auth, -audience, -allow and the OIDC flags
+// describe. An empty -auth is refused: running without authentication must be explicit.
+func (s *ServerFlags) authenticator(ctx context.Context, log *slog.Logger) (auth.Authenticator, error) {
+	switch s.Auth {
 	case "none":
 		log.Warn("authentication is off (-auth none): anyone who can reach this service can call it")
 		return auth.None{}, nil
 	case "oidc":
 		return auth.NewOIDC(ctx, auth.OIDCConfig{
-			Audience: audience, Allow: config.SplitList(allow), Issuers: config.SplitList(issuers), JWKSURL: jwks,
+			Audience: s.Audience, Allow: config.SplitList(s.Allow), Issuers: config.SplitList(s.OIDCIssuer), JWKSURL: s.OIDCJWKSURL,
 		})
 	case "":
 		return nil, errors.New("-auth is required: -auth oidc with -audience and -allow, or -auth none to run without authentication")
 	}
-	return nil, fmt.Errorf("-auth %q: want oidc or none", mode)
+	return nil, fmt.Errorf("-auth %q: want oidc or none", s.Auth)
 }
 
 // RunWorker runs the worker command until ctx is done.
-func RunWorker(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+func RunWorker(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
 	var f WorkerFlags
 	if err := config.Parse(WorkerFlagSet(&f), args, getenv); err != nil {
 		return err
 	}
-	level, err := obs.ParseLevel(f.LogLevel)
+	log, err := f.logger(stderr)
 	if err != nil {
 		return err
 	}
-	log := obs.NewLogger(stderr, level)
 	switch {
 	case f.Ledger == "":
 		return errors.New("-ledger is required")
@@ -98,7 +119,7 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if f.Grace >= 10*time.Second {
 		log.Warn("-grace is 10s or more: Cloud Run kills an instance 10s after SIGTERM, so jobs may be killed before they are released", slog.Duration("grace", f.Grace))
 	}
-	authn, err := Authenticator(ctx, f.Auth, f.Audience, f.Allow, f.OIDCIssuer, f.OIDCJWKSURL, log)
+	authn, err := f.authenticator(ctx, log)
 	if err != nil {
 		return err
 	}

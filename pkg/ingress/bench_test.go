@@ -6,16 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
-	"sort"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
 )
@@ -92,46 +89,8 @@ func benchIngress(b *testing.B, bn *bundle, kind string, conc int) {
 		op = func(int) error { return post(prefix) }
 	}
 	c0, p0 := bn.led.claims.Load()+bn.led.gets.Load()+bn.led.unclaims.Load(), bn.pub.publishes.Load()
-	closedLoop(b, conc, op)
+	benchloop.Run(b, conc, func(_ context.Context, i int) error { return op(i) })
 	n := float64(b.N)
 	b.ReportMetric(float64(bn.led.claims.Load()+bn.led.gets.Load()+bn.led.unclaims.Load()-c0)/n, "ledger-calls/op")
 	b.ReportMetric(float64(bn.pub.publishes.Load()-p0)/n, "publishes/op")
-}
-
-// closedLoop runs op b.N times from conc goroutines and reports ops/s, p50 and p99.
-func closedLoop(b *testing.B, conc int, op func(i int) error) {
-	b.Helper()
-	var next atomic.Int64
-	lat := make([][]time.Duration, conc)
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	b.ResetTimer()
-	start := time.Now()
-	for w := range conc {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= b.N {
-					return
-				}
-				t0 := time.Now()
-				if err := op(i); err != nil {
-					failed.CompareAndSwap(nil, err)
-					return
-				}
-				lat[w] = append(lat[w], time.Since(t0))
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	all := slices.Concat(lat...)
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "ops/s")
-	b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 
+	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
 )
@@ -232,7 +231,7 @@ func BenchmarkPublishSettings(b *testing.B) {
 			for _, conc := range []int{1, 8, 32} {
 				b.Run(fmt.Sprintf("%s/%s/c=%d", tg.name, st.name, conc), func(b *testing.B) {
 					p := tg.open(b, st.s)
-					closedLoop(b, conc, func(i int) error {
+					benchloop.Run(b, conc, func(_ context.Context, i int) error {
 						_, err := p.Publish(context.Background(), message(strconv.Itoa(i)))
 						return err
 					})
@@ -240,42 +239,4 @@ func BenchmarkPublishSettings(b *testing.B) {
 			}
 		}
 	}
-}
-
-// closedLoop runs op b.N times from conc goroutines and reports ops/s, p50 and p99.
-func closedLoop(b *testing.B, conc int, op func(i int) error) {
-	b.Helper()
-	var next atomic.Int64
-	lat := make([][]time.Duration, conc)
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	b.ResetTimer()
-	start := time.Now()
-	for w := range conc {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= b.N {
-					return
-				}
-				t0 := time.Now()
-				if err := op(i); err != nil {
-					failed.CompareAndSwap(nil, err)
-					return
-				}
-				lat[w] = append(lat[w], time.Since(t0))
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	all := slices.Concat(lat...)
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "ops/s")
-	b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
 }

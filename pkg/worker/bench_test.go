@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/firestore"
+	"cloud.google.com/go/pubsub/v2"
 	"github.com/google/uuid"
 
 	"github.com/runonce/runonce/pkg/ledger"

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
@@ -131,34 +132,9 @@ func prepare(b *testing.B, ids []string, fn func(context.Context, string) error)
 }
 
 // Parallel runs op b.N times spread over n goroutines (i is the operation's index) and
-// reports ops/s; it fails the benchmark on the first error. Backends use it for their own
-// raw-limit benchmarks, so that the figures compare.
+// reports ops/s, p50 and p99; it fails the benchmark on the first error. Backends use it
+// for their own raw-limit benchmarks, so that the figures compare.
 func Parallel(b *testing.B, n int, op func(ctx context.Context, i int) error) {
 	b.Helper()
-	ctx := b.Context()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	b.ResetTimer()
-	start := time.Now()
-	for range n {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(b.N) {
-					return
-				}
-				if err := op(ctx, int(i)); err != nil {
-					failed.Store(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	b.StopTimer()
-	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+	benchloop.Run(b, n, op)
 }

@@ -410,46 +410,42 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 	return r, nil
 }
 
+// effectTx reads a run and one of its effects, applies a transition and writes the
+// effect, in one transaction.
+func (l *Ledger) effectTx(ctx context.Context, op, runID, name string, apply func(run *ledger.Run, cur *ledger.Effect) (*ledger.Effect, error)) error {
+	return wrap(op, runID, l.tx(ctx, func(tx *sql.Tx) error {
+		run, err := getRun(ctx, tx, runID)
+		if err != nil {
+			return err
+		}
+		cur, err := getEffect(ctx, tx, ledger.EffectKey(runID, name))
+		if err != nil {
+			return err
+		}
+		next, err := apply(run, cur)
+		if err != nil {
+			return err
+		}
+		return putEffect(ctx, tx, next)
+	}))
+}
+
 // BeginEffect implements ledger.Ledger.
 func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (res *ledger.BeginEffectResult, err error) {
-	err = l.tx(ctx, func(tx *sql.Tx) error {
-		run, err := getRun(ctx, tx, p.RunID)
-		if err != nil {
-			return err
-		}
-		cur, err := getEffect(ctx, tx, ledger.EffectKey(p.RunID, p.Name))
-		if err != nil {
-			return err
-		}
-		next, r, err := ledger.ApplyBeginEffect(run, cur, p, l.now(p.Now))
-		if err != nil {
-			return err
-		}
-		res = r
-		return putEffect(ctx, tx, next)
+	err = l.effectTx(ctx, "begin effect", p.RunID, p.Name, func(run *ledger.Run, cur *ledger.Effect) (next *ledger.Effect, err error) {
+		next, res, err = ledger.ApplyBeginEffect(run, cur, p, l.now(p.Now))
+		return next, err
 	})
-	return res, wrap("begin effect", p.RunID, err)
+	return res, err
 }
 
 // CompleteEffect implements ledger.Ledger.
 func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (res *ledger.Effect, err error) {
-	err = l.tx(ctx, func(tx *sql.Tx) error {
-		run, err := getRun(ctx, tx, p.RunID)
-		if err != nil {
-			return err
-		}
-		cur, err := getEffect(ctx, tx, ledger.EffectKey(p.RunID, p.Name))
-		if err != nil {
-			return err
-		}
-		next, answer, err := ledger.ApplyCompleteEffect(run, cur, p, l.now(p.Now))
-		if err != nil {
-			return err
-		}
-		res = answer
-		return putEffect(ctx, tx, next)
+	err = l.effectTx(ctx, "complete effect", p.RunID, p.Name, func(run *ledger.Run, cur *ledger.Effect) (next *ledger.Effect, err error) {
+		next, res, err = ledger.ApplyCompleteEffect(run, cur, p, l.now(p.Now))
+		return next, err
 	})
-	return res, wrap("complete effect", p.RunID, err)
+	return res, err
 }
 
 // GetEffect implements ledger.Ledger.

@@ -1,0 +1,141 @@
+package deploy
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// breakage is one deliberate mistake in a copy of the Terraform tree that a check must
+// catch: the test of the checks themselves (like ledgertest's broken backend).
+type breakage struct {
+	name, check string
+	file        string // relative to the terraform dir
+	old, new    string
+}
+
+var breakages = []breakage{
+	{"scheduler without audience", "SchedulerOIDC", "modules/runonce/scheduler.tf",
+		"      audience              = local.ingress_audience\n", ""},
+	{"scheduler without oidc_token", "SchedulerOIDC", "modules/runonce/scheduler.tf",
+		"    oidc_token {", "    dynamic \"oidc_token\" {\n      for_each = []\n    }\n    removed {"},
+	{"scheduler with a six-field schedule", "SchedulerUsesUnixCron", "examples/basic/main.tf",
+		`schedule  = "0 5 * * *"`, `schedule  = "0 0 5 * * *"`},
+	{"pull subscription without retry_policy", "SubscriptionPolicy", "modules/runonce/pubsub.tf",
+		"  # A nacked message (a released run, a duplicate of a held run) comes back after a\n  # backoff instead of at once.\n  retry_policy {", "  retry_policy_removed {"},
+	{"pull subscription without dead_letter_policy", "SubscriptionPolicy", "modules/runonce/pubsub.tf",
+		"  # failed its run in the ledger first (max_delivery_attempts > max_attempts).\n  dead_letter_policy {", "  dead_letter_policy_removed {"},
+	{"no Pub/Sub agent publisher on the dead-letter topic", "DeadLetterAgentIAM", "modules/runonce/iam.tf",
+		"  topic   = google_pubsub_topic.dead_letter.name", "  topic   = google_pubsub_topic.runs.name"},
+	{"ledger retention shorter than message retention in the example", "Retention", "examples/basic/main.tf",
+		"retention_hours         = 336", "retention_hours         = 100"},
+	{"ledger retention without the scheduler's 24h window", "Retention", "modules/runonce/variables.tf",
+		"  type        = number\n  default     = 336\n", "  type        = number\n  default     = 180\n"},
+	{"message retention of 7 days in seconds, ledger 7 days", "Retention", "examples/basic/main.tf",
+		"retention_hours         = 336", "retention_hours         = 168"},
+	{"no TTL on expire_at", "FirestoreTTLIndex", "modules/runonce/firestore.tf", "  ttl_config {}\n", ""},
+	{"TTL on the wrong field", "FirestoreTTLIndex", "modules/runonce/firestore.tf", `field      = "expire_at"`, `field      = "expires_at"`},
+	{"TTL on runs only", "FirestoreTTLIndex", "modules/runonce/firestore.tf", `toset(["runs", "effects"])`, `toset(["runs"])`},
+	{"rescue index in the wrong order", "FirestoreTTLIndex", "modules/runonce/firestore.tf",
+		"    field_path = \"deadline\"\n    order      = \"ASCENDING\"", "    field_path = \"deadline\"\n    order      = \"DESCENDING\""},
+	{"worker with request-based CPU", "WorkerAlwaysOn", "modules/runonce/run.tf",
+		"        cpu_idle          = false", "        cpu_idle          = true"},
+	{"worker without cpu_idle", "WorkerAlwaysOn", "modules/runonce/run.tf",
+		"        cpu_idle          = false\n", ""},
+	{"worker scaled to zero", "WorkerAlwaysOn", "modules/runonce/variables.tf",
+		"  type        = number\n  default     = 1\n", "  type        = number\n  default     = 0\n"},
+	{"worker grace past Cloud Run's 10s", "WorkerAlwaysOn", "examples/basic/main.tf",
+		"grace_seconds           = 8", "grace_seconds           = 12"},
+	{"ingress timeout over half the attempt deadline", "Timeouts", "modules/runonce/variables.tf",
+		"  type        = number\n  default     = 180\n", "  type        = number\n  default     = 45\n"},
+	{"project-wide publisher", "IAMRoles", "modules/runonce/iam.tf",
+		"resource \"google_project_iam_member\" \"datastore_user_ingress\" {\n  project = var.project_id\n  role    = \"roles/datastore.user\"",
+		"resource \"google_project_iam_member\" \"datastore_user_ingress\" {\n  project = var.project_id\n  role    = \"roles/pubsub.publisher\""},
+	{"an editor role", "IAMRoles", "modules/runonce/iam.tf",
+		"role    = \"roles/datastore.user\"\n  member  = google_service_account.worker.member", "role    = \"roles/editor\"\n  member  = google_service_account.worker.member"},
+	{"authoritative binding", "IAMRoles", "modules/runonce/iam.tf",
+		`resource "google_pubsub_topic_iam_member" "runs_publisher_worker"`, `resource "google_pubsub_topic_iam_binding" "runs_publisher_worker"`},
+	{"ingress and worker share an account", "ServiceAccountsOwn", "modules/runonce/run.tf",
+		"service_account = google_service_account.worker.email", "service_account = google_service_account.ingress.email"},
+	{"a worker-only flag given to the ingress", "EnvNamesRealFlags", "modules/runonce/run.tf",
+		"    RUNONCE_NAMESPACE = local.namespace\n", "    RUNONCE_NAMESPACE = local.namespace\n    RUNONCE_LEASE     = \"30s\"\n"},
+	{"a misspelt flag", "EnvNamesRealFlags", "modules/runonce/run.tf",
+		"RUNONCE_CONCURRENCY  = ", "RUNONCE_CONCURENCY   = "},
+}
+
+// TestChecksCatchBreakage breaks a copy of the Terraform, one way at a time, and expects
+// the check meant for it to report it (and to pass on the unbroken copy).
+func TestChecksCatchBreakage(t *testing.T) {
+	src := tfDir()
+	base := copyTree(t, src)
+	ds, err := loadDeployments(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range checks {
+		for _, d := range ds {
+			if errs := c(d); len(errs) > 0 {
+				t.Fatalf("check %s fails on the unbroken tree (%s): %v", name, d.name, errs)
+			}
+		}
+	}
+	for _, b := range breakages {
+		t.Run(strings.ReplaceAll(b.name, " ", "_"), func(t *testing.T) {
+			dir := copyTree(t, src)
+			p := filepath.Join(dir, b.file)
+			text, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(text), b.old) {
+				t.Fatalf("%s no longer contains %q: update this breakage", b.file, b.old)
+			}
+			if err := os.WriteFile(p, []byte(strings.Replace(string(text), b.old, b.new, 1)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ds, err := loadDeployments(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var caught []error
+			for _, d := range ds {
+				caught = append(caught, checks[b.check](d)...)
+			}
+			if len(caught) == 0 {
+				t.Fatalf("check %s did not catch: %s", b.check, b.name)
+			}
+			t.Logf("check %s caught %q: %v", b.check, b.name, caught[0])
+		})
+	}
+}
+
+func copyTree(t *testing.T, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if d.IsDir() {
+			if d.Name() == ".terraform" {
+				return filepath.SkipDir
+			}
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		if !strings.HasSuffix(p, ".tf") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}

@@ -1,0 +1,47 @@
+# The smallest complete deployment: runonce in one project, with one job ("daily-report",
+# an HTTP target) run once per tick by one Cloud Scheduler job. See deploy/README.md.
+
+provider "google" {
+  project = var.project_id
+  region  = var.region
+}
+
+module "runonce" {
+  source = "../../modules/runonce"
+
+  project_id    = var.project_id
+  region        = var.region
+  ingress_image = var.ingress_image
+  worker_image  = var.worker_image
+
+  # The guarantees' settings, at their defaults, spelled out: records are kept 14 days,
+  # longer than the subscription's 7 days + the scheduler's 24h + the longest job.
+  retention_hours         = 336
+  message_retention_hours = 168
+  lease_seconds           = 30
+  grace_seconds           = 8
+  longest_job_seconds     = 600
+  worker_concurrency      = 8
+
+  jobs_json = jsonencode({
+    jobs = {
+      daily-report = {
+        url          = var.report_url
+        method       = "POST"
+        timeout      = "10m"
+        auth         = "oidc"
+        max_attempts = 5
+      }
+    }
+  })
+
+  scheduler_jobs = {
+    # The scheduler job's ID is half of every run's identity (with the tick's time).
+    daily-report-0500 = {
+      job       = "daily-report"
+      schedule  = "0 5 * * *"
+      time_zone = "Europe/Berlin"
+      body      = jsonencode({ report = "daily" })
+    }
+  }
+}

@@ -1,0 +1,53 @@
+# The ledger: one Firestore (Native mode) database with two collections, PREFIXruns and
+# PREFIXeffects (pkg/ledger/firestore/doc.go).
+
+resource "google_firestore_database" "ledger" {
+  count = var.create_firestore_database ? 1 : 0
+
+  project     = var.project_id
+  name        = var.firestore_database
+  location_id = coalesce(var.firestore_location, var.region)
+  type        = "FIRESTORE_NATIVE"
+  # The ledger fences every transition with update-time preconditions and its effect
+  # transactions read nothing: optimistic concurrency, no locks held while a job works.
+  concurrency_mode            = "OPTIMISTIC"
+  app_engine_integration_mode = "DISABLED"
+  delete_protection_state     = var.deletion_protection ? "DELETE_PROTECTION_ENABLED" : "DELETE_PROTECTION_DISABLED"
+  deletion_policy             = var.deletion_protection ? "ABANDON" : "DELETE"
+}
+
+# The TTL policy: Firestore deletes a run or effect record within about a day after its
+# expire_at (last write + RUNONCE_RETENTION). Without it records pile up forever; the
+# ledger itself still deduplicates against a record past expire_at that still exists.
+# No index_config block: expire_at keeps its automatic single-field index, which the
+# ledger's optional Sweep query uses.
+resource "google_firestore_field" "expire_at" {
+  for_each = toset(["runs", "effects"])
+
+  project    = var.project_id
+  database   = local.database_name
+  collection = "${var.collection_prefix}${each.key}"
+  field      = "expire_at"
+
+  ttl_config {}
+}
+
+# The rescuer's one query (Ledger.RescueQuery):
+#   status in [queued, running] AND deadline < T ORDER BY deadline ASC
+# Without this index Firestore answers FAILED_PRECONDITION and lost runs are never
+# republished.
+resource "google_firestore_index" "rescue" {
+  project     = var.project_id
+  database    = local.database_name
+  collection  = "${var.collection_prefix}runs"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = "status"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "deadline"
+    order      = "ASCENDING"
+  }
+}

@@ -1,0 +1,11 @@
+terraform {
+  # 1.5: check blocks; optional() object attributes with defaults.
+  required_version = ">= 1.5"
+
+  required_providers {
+    google = {
+      source  = "hashicorp/google"
+      version = "~> 6.0"
+    }
+  }
+}
