@@ -3,9 +3,9 @@ package sqlite_test
 import (
 	"bufio"
 	"context"
-	"io"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
