@@ -209,13 +209,17 @@ func runDev(ctx context.Context, f *IngressFlags, addrGiven bool, log *slog.Logg
 	top.Handle("/dev/sink", sink)
 	top.Handle("/", h)
 
-	workerLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
+	workerAddr := "none (-dev-concurrency 0): start cmd/worker processes against the Pub/Sub above"
+	var workerLn net.Listener
+	if f.DevConcurrency > 0 {
+		if workerLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return err
+		}
+		workerAddr = workerLn.Addr().String() + "   (/metrics, /readyz)"
 	}
 	setup := &WorkerSetup{
 		Flags: WorkerFlags{
-			ServerFlags: ServerFlags{Addr: workerLn.Addr().String(), Retention: f.Retention},
+			ServerFlags: ServerFlags{Addr: "127.0.0.1:0", Retention: f.Retention},
 			Concurrency: 8, Lease: 30 * time.Second, Grace: 8 * time.Second,
 			MaxAttempts: 5, RescueInterval: 10 * time.Second, MaxAckExtension: time.Minute,
 			Subscription: ps.URL(DevSubscription), Topic: ps.URL(DevTopic),
@@ -224,7 +228,7 @@ func runDev(ctx context.Context, f *IngressFlags, addrGiven bool, log *slog.Logg
 		Republish: pub,
 		NackDelay: time.Second,
 	}
-	printBanner(stdout, base, ledgerURL, ps.Addr(), workerLn.Addr().String(), mux.Jobs())
+	printBanner(stdout, base, ledgerURL, ps.Addr(), workerAddr, mux.Jobs())
 	g, gctx := errgroup.WithContext(ctx)
 	if f.DevConcurrency > 0 {
 		setup.Flags.Concurrency = f.DevConcurrency
@@ -246,7 +250,7 @@ runonce is running in development mode (-dev): everything in this one process, a
   ingress   %s
   ledger    %s   (kept across restarts)
   pubsub    %s   (in-process; PUBSUB_EMULATOR_HOST=%s, project %s)
-  worker    %s   (/metrics, /readyz)
+  worker    %s
   jobs      %v
 
 Start a run the way Cloud Scheduler does (post it twice: the second answer is a duplicate):

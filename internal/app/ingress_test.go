@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/runonce/runonce/internal/app"
 	"github.com/runonce/runonce/pkg/queue"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 func run(ctx context.Context, args []string, getenv func(string) string) error {
@@ -99,5 +101,42 @@ func TestServes(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("run after shutdown: %v", err)
+	}
+}
+
+func TestWorkerRefusesUnsafeConfig(t *testing.T) {
+	ps, err := queue.NewInProcess(t.Context(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	if _, err := queue.EnsureTopic(t.Context(), ps.Client, "runs"); err != nil {
+		t.Fatal(err)
+	}
+	// A subscription that keeps messages for 7 days: the retention must outlast that, the
+	// scheduler's retry window (24h) and the lease (30s).
+	if _, err := queue.EnsureSubscription(t.Context(), ps.Client, "runs", "work", &pubsubpb.Subscription{
+		MessageRetentionDuration: durationpb.New(7 * 24 * time.Hour),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PUBSUB_EMULATOR_HOST", ps.Addr())
+	base := []string{"-ledger", "memory://worker-refuse", "-subscription", "pubsub://p/work", "-addr", "127.0.0.1:0"}
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no auth", base, "-auth is required"},
+		{"retention shorter than the subscription's", append(base, "-auth", "none", "-retention", "192h"), "subscription's message retention (168h0m0s)"},
+		{"no ledger", []string{"-auth", "none"}, "-ledger is required"},
+		{"no concurrency", append(base, "-auth", "none", "-concurrency", "0"), "-concurrency 0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := app.RunWorker(t.Context(), c.args, env(nil), io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("RunWorker: %v, want an error saying %q", err, c.want)
+			}
+		})
 	}
 }
