@@ -267,7 +267,14 @@ func fail(status int, outcome, msg string, err error) answer {
 
 // claim claims the run and publishes it when new (or when a duplicate's message may be
 // lost). Everything happens before the answer is written.
+//
+// Once begun, the claim, its publish and the release of a failed claim are finished even
+// if the caller goes away (a lost response, a client timeout): a claim cut short after the
+// ledger wrote it would leave a queued run without a message, which the caller's retries
+// see as a fresh duplicate and do not republish, until the rescuer's pickup deadline.
+// Each step stays bounded by LedgerTimeout or PublishTimeout.
 func (h *Handler) claim(ctx context.Context, key *Key, body []byte) answer {
+	ctx = context.WithoutCancel(ctx)
 	id := key.Identity
 	id.Payload = body // kept with the run, so that the worker's rescuer can republish it
 	attempt, err := uuid.NewV7()
@@ -289,7 +296,11 @@ func (h *Handler) claim(ctx context.Context, key *Key, body []byte) answer {
 			return fail(http.StatusInternalServerError, OutcomeInternal, "the ledger refused the claim", err)
 		}
 		// Retryable (contended, unavailable) or an error we cannot classify: retrying
-		// is safe either way.
+		// is safe either way. The claim may have been written before the error (a
+		// timeout): release it if so, so that the retry claims and publishes it anew.
+		if uerr := h.unclaim(ctx, id.RunID, attempt.String()); uerr != nil && !errors.Is(uerr, ledger.ErrNotFound) && !errors.Is(uerr, ledger.ErrLeaseLost) {
+			err = errors.Join(err, uerr)
+		}
 		return h.unavailable(id.RunID, "the ledger is unavailable; retry later", err)
 	}
 	run := res.Run
