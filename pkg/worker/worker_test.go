@@ -633,3 +633,21 @@ func TestSweepDeletesExpiredRecords(t *testing.T) {
 		t.Fatalf("Get after the sweep: %v", err)
 	}
 }
+
+func TestMessageOlderThanTheRetentionIsDropped(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, &worker.Config{Retention: 24 * time.Hour})
+	b.mux.HandleFunc("job", func(context.Context, *worker.Job) error {
+		t.Error("a message older than the retention was run")
+		return nil
+	})
+	m := message("job", "old", "{}")
+	m.EnqueuedAt = time.Now().Add(-25 * time.Hour) // its run may have been deleted: running it could run it twice
+	v := b.w.Process(t.Context(), &worker.Delivery{Message: m, PublishTime: time.Now().Add(-25 * time.Hour)})
+	if !v.Ack || v.Outcome != worker.OutcomeDropped {
+		t.Fatalf("verdict = %+v, want acked and dropped", v)
+	}
+	if _, err := b.ledger.Get(t.Context(), &ledger.GetParams{RunID: m.Identity.RunID}); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the dropped message touched the ledger: %v", err)
+	}
+}
