@@ -190,7 +190,7 @@ func runDev(ctx context.Context, f *IngressFlags, addrGiven bool, log *slog.Logg
 		}
 	}
 	if _, ok := js[DemoHTTPJob]; !ok {
-		u, err := parseURL(base + "/dev/sink")
+		u, err := url.Parse(base + "/dev/sink")
 		if err != nil {
 			return err
 		}
@@ -264,8 +264,6 @@ Then follow it: curl %s/v1/runs/RUN_ID   (RUN_ID is in the answer)
 
 `, base, ledgerURL, pubsubAddr, pubsubAddr, DevProject, workerAddr, jobNames, base, DemoJob, now, base)
 }
-
-func parseURL(s string) (*url.URL, error) { return url.Parse(s) }
 
 func mustParse(s string) *url.URL {
 	u, err := url.Parse(s)

@@ -3,7 +3,6 @@ package ledger
 import (
 	"errors"
 	"fmt"
-	"time"
 )
 
 // Sentinel errors. Backends map their native errors to these in one place; callers check
@@ -47,15 +46,4 @@ func leaseLost(f Fence, cur *Run) error {
 	}
 	return fmt.Errorf("%w: run %s is %s at attempt %d (%s), not attempt %d (%s)",
 		ErrLeaseLost, f.RunID, cur.Status, cur.Attempt, cur.AttemptID, f.Attempt, f.AttemptID)
-}
-
-// HeldError describes a run another attempt holds; AcquireResult carries the same facts
-// without an error. It exists for callers that want to return it.
-type HeldError struct {
-	RunID string
-	Until time.Time
-}
-
-func (e *HeldError) Error() string {
-	return fmt.Sprintf("ledger: run %s is held until %s", e.RunID, e.Until.Format(time.RFC3339Nano))
 }

@@ -44,6 +44,47 @@ func ValidateFence(f *Fence) error {
 	return nil
 }
 
+// ValidateClaim checks the parameters of an ingress claim.
+func ValidateClaim(p *ClaimParams) error {
+	if err := ValidateIdentity(&p.Identity); err != nil {
+		return err
+	}
+	if p.AttemptID == "" {
+		return Invalidf("run %s: the ingress claim needs an attempt ID", p.RunID)
+	}
+	return nil
+}
+
+// ValidateAcquire checks the parameters of a worker claim.
+func ValidateAcquire(p *AcquireParams) error {
+	if err := ValidateIdentity(&p.Identity); err != nil {
+		return err
+	}
+	if p.AttemptID == "" {
+		return Invalidf("run %s: the worker claim needs a new attempt ID", p.RunID)
+	}
+	return nil
+}
+
+// ValidateEffect checks the parameters of an effect write.
+func ValidateEffect(f *Fence, name string) error {
+	if err := ValidateFence(f); err != nil {
+		return err
+	}
+	if name == "" {
+		return Invalidf("run %s: an effect needs a name", f.RunID)
+	}
+	return nil
+}
+
+// ValidateRescue checks the parameters of a rescue.
+func ValidateRescue(p *RescueParams) error {
+	if !ValidRunID(p.RunID) {
+		return Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	}
+	return nil
+}
+
 // Holds reports whether r is running under fence f.
 func Holds(r *Run, f *Fence) bool {
 	return r != nil && r.Status == StatusRunning && r.Attempt == f.Attempt && r.AttemptID == f.AttemptID
@@ -61,11 +102,8 @@ func touch(r *Run, now time.Time, keep time.Duration) {
 // ApplyClaim is the ingress claim.
 func ApplyClaim(cur *Run, p *ClaimParams, now time.Time) (*Run, *ClaimResult, error) {
 	now = Truncate(now)
-	if err := ValidateIdentity(&p.Identity); err != nil {
+	if err := ValidateClaim(p); err != nil {
 		return nil, nil, err
-	}
-	if p.AttemptID == "" {
-		return nil, nil, Invalidf("run %s: the ingress claim needs an attempt ID", p.RunID)
 	}
 	if cur != nil {
 		return nil, &ClaimResult{Run: cur, PayloadMismatch: cur.PayloadHash != p.PayloadHash}, nil
@@ -98,11 +136,8 @@ func CheckUnclaim(cur *Run, p *UnclaimParams) error {
 // ApplyAcquire is the worker claim.
 func ApplyAcquire(cur *Run, p *AcquireParams, now time.Time) (*Run, *AcquireResult, error) {
 	now = Truncate(now)
-	if err := ValidateIdentity(&p.Identity); err != nil {
+	if err := ValidateAcquire(p); err != nil {
 		return nil, nil, err
-	}
-	if p.AttemptID == "" {
-		return nil, nil, Invalidf("run %s: the worker claim needs a new attempt ID", p.RunID)
 	}
 	var r Run
 	switch {
@@ -217,8 +252,8 @@ func ApplyRelease(cur *Run, p *ReleaseParams, now time.Time) (*Run, *Run, error)
 // ApplyRescue returns a listed run to queued with a fresh pickup deadline.
 func ApplyRescue(cur *Run, p *RescueParams, now time.Time) (*Run, error) {
 	now = Truncate(now)
-	if !ValidRunID(p.RunID) {
-		return nil, Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	if err := ValidateRescue(p); err != nil {
+		return nil, err
 	}
 	if cur == nil {
 		return nil, fmt.Errorf("%w: run %s", ErrNotFound, p.RunID)
@@ -252,11 +287,8 @@ func NeedsRescue(r *Run, now time.Time) bool {
 // ApplyBeginEffect records an effect as pending for the caller's attempt.
 func ApplyBeginEffect(run *Run, cur *Effect, p *BeginEffectParams, now time.Time) (*Effect, *BeginEffectResult, error) {
 	now = Truncate(now)
-	if err := ValidateFence(&p.Fence); err != nil {
+	if err := ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, nil, err
-	}
-	if p.Name == "" {
-		return nil, nil, Invalidf("run %s: an effect needs a name", p.RunID)
 	}
 	if !Holds(run, &p.Fence) {
 		return nil, nil, leaseLost(p.Fence, run)
@@ -281,11 +313,8 @@ func ApplyBeginEffect(run *Run, cur *Effect, p *BeginEffectParams, now time.Time
 // same attempt writes nothing.
 func ApplyCompleteEffect(run *Run, cur *Effect, p *CompleteEffectParams, now time.Time) (*Effect, *Effect, error) {
 	now = Truncate(now)
-	if err := ValidateFence(&p.Fence); err != nil {
+	if err := ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, nil, err
-	}
-	if p.Name == "" {
-		return nil, nil, Invalidf("run %s: an effect needs a name", p.RunID)
 	}
 	if !Holds(run, &p.Fence) {
 		return nil, nil, leaseLost(p.Fence, run)

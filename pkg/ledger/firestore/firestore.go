@@ -489,8 +489,8 @@ func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Ru
 	if err := nowUnsupported("rescue", p.Now); err != nil {
 		return nil, err
 	}
-	if !ledger.ValidRunID(p.RunID) {
-		return nil, ledger.Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	if err := ledger.ValidateRescue(p); err != nil {
+		return nil, err
 	}
 	var answer *ledger.Run
 	err := l.update(ctx, "rescue", p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {

@@ -21,11 +21,8 @@ const (
 
 // Claim implements ledger.Ledger with one INSERT … ON CONFLICT statement.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	if err := ledger.ValidateIdentity(&p.Identity); err != nil {
+	if err := ledger.ValidateClaim(p); err != nil {
 		return nil, err
-	}
-	if p.AttemptID == "" {
-		return nil, ledger.Invalidf("run %s: the ingress claim needs an attempt ID", p.RunID)
 	}
 	var (
 		created bool
@@ -68,11 +65,8 @@ func (l *Ledger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
 
 // Acquire implements ledger.Ledger with one INSERT … ON CONFLICT DO UPDATE statement.
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	if err := ledger.ValidateIdentity(&p.Identity); err != nil {
+	if err := ledger.ValidateAcquire(p); err != nil {
 		return nil, err
-	}
-	if p.AttemptID == "" {
-		return nil, ledger.Invalidf("run %s: the worker claim needs a new attempt ID", p.RunID)
 	}
 	var (
 		written bool
@@ -154,8 +148,8 @@ func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.
 
 // Rescue implements ledger.Ledger with one conditional UPDATE.
 func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	if !ledger.ValidRunID(p.RunID) {
-		return nil, ledger.Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	if err := ledger.ValidateRescue(p); err != nil {
+		return nil, err
 	}
 	deadline := ledger.Truncate(p.Deadline)
 	lost := fmt.Sprintf("attempt %d lost its lease at %s", p.Attempt, deadline.Format(time.RFC3339Nano))
@@ -211,11 +205,8 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 // BeginEffect implements ledger.Ledger with one statement: it locks the run (FOR SHARE,
 // so that no takeover slips in), checks the fence and upserts the effect.
 func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
-	if err := ledger.ValidateFence(&p.Fence); err != nil {
+	if err := ledger.ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, err
-	}
-	if p.Name == "" {
-		return nil, ledger.Invalidf("run %s: an effect needs a name", p.RunID)
 	}
 	var (
 		run     fenceScan
@@ -250,11 +241,8 @@ func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (
 
 // CompleteEffect implements ledger.Ledger with one statement, fenced like BeginEffect.
 func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
-	if err := ledger.ValidateFence(&p.Fence); err != nil {
+	if err := ledger.ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, err
-	}
-	if p.Name == "" {
-		return nil, ledger.Invalidf("run %s: an effect needs a name", p.RunID)
 	}
 	var (
 		run     fenceScan
