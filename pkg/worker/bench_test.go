@@ -16,6 +16,7 @@ import (
 
 	"github.com/runonce/runonce/pkg/ledger"
 	firestoreledger "github.com/runonce/runonce/pkg/ledger/firestore"
+	"github.com/runonce/runonce/pkg/ledger/memory"
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
 	"github.com/runonce/runonce/pkg/queue"
 	"github.com/runonce/runonce/pkg/worker"
@@ -58,6 +59,14 @@ func (c *countingLedger) Release(ctx context.Context, p *ledger.ReleaseParams) (
 // It reports jobs/s and ledger round trips per job (claim + complete, plus renewals).
 func BenchmarkNoopJobs(b *testing.B) {
 	stacks := map[string]func(b *testing.B) (ledger.Ledger, *pubsub.Client){
+		"memory+pstest": func(b *testing.B) (ledger.Ledger, *pubsub.Client) {
+			ps, err := queue.NewInProcess(b.Context(), "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { ps.Close() })
+			return memory.New(nil), ps.Client
+		},
 		"sqlite+pstest": func(b *testing.B) (ledger.Ledger, *pubsub.Client) {
 			l, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "l.db"), nil)
 			if err != nil {
@@ -92,7 +101,7 @@ func BenchmarkNoopJobs(b *testing.B) {
 			return l, c
 		},
 	}
-	for _, stack := range []string{"sqlite+pstest", "firestore+pubsub-emulators"} {
+	for _, stack := range []string{"memory+pstest", "sqlite+pstest", "firestore+pubsub-emulators"} {
 		for _, conc := range []int{1, 8, 32} {
 			b.Run(fmt.Sprintf("%s/concurrency=%d", stack, conc), func(b *testing.B) {
 				l, client := stacks[stack](b)
