@@ -1,0 +1,24 @@
+// Package sqlite is the embedded, durable ledger backend: the default on one machine. It
+// keeps runs and effects in one SQLite file (modernc.org/sqlite, pure Go) in WAL mode, so
+// it survives a restart, and several processes on the machine — an ingress and its
+// workers — can share the file.
+//
+// # Guarantees
+//
+// Every operation is one immediate (write-locking) transaction: it reads the record,
+// applies the state machine of package ledger, and writes the result, so concurrent
+// claims of one key, from goroutines or processes, have exactly one winner. Writers in
+// one process queue on a mutex; writers in other processes wait on SQLite's busy timeout
+// and, if it runs out, get ledger.ErrContended.
+//
+// The backend's clock is the host's: every process sharing the file reads the same clock,
+// so leases cannot be judged differently by two of them. A caller-supplied Now replaces
+// it, for tests.
+//
+// The schema is embedded and migrated when the file is opened (PRAGMA user_version, in one
+// immediate transaction, so two processes opening a new file at once do not race).
+// Records past expire_at stay until Sweep deletes them.
+//
+// URL: sqlite:///absolute/path.db or sqlite:relative/path.db; the query parameter
+// busy_timeout (a Go duration, default 10s) bounds the wait for another process's write.
+package sqlite
