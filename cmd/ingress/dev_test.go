@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,12 +11,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/runonce/runonce/internal/app"
+	"github.com/runonce/runonce/internal/syncbuf"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
 )
@@ -82,25 +81,8 @@ func TestDevModeEndToEnd(t *testing.T) {
 
 type devProc struct {
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *syncbuf.Buffer
 	done chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startDev(t *testing.T, bin, dir, addr string) *devProc {
@@ -108,7 +90,7 @@ func startDev(t *testing.T, bin, dir, addr string) *devProc {
 	cmd := exec.Command(bin, "-dev", "-addr", addr, "-demo-delay", "300ms")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "RUNONCE_LEDGER=") // the default: the file in the working directory
-	p := &devProc{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
+	p := &devProc{cmd: cmd, logs: &syncbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.logs
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/runonce/runonce/internal/obs"
+	"github.com/runonce/runonce/internal/syncbuf"
 	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
@@ -535,7 +536,7 @@ func TestMetricsAndLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	b := setup(t, setupOpts{cfg: func(c *ingress.Config) {
 		c.Meter = m.Meter("test")
 		c.Metrics = m.Handler()
@@ -573,21 +574,4 @@ func TestMetricsAndLogs(t *testing.T) {
 			t.Errorf("logs lack %s:\n%s", want, l)
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -6,7 +6,6 @@ package worker_test
 // parent hosts), and the parent kills, pauses and stops those processes.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -28,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/runonce/runonce/internal/obs"
+	"github.com/runonce/runonce/internal/syncbuf"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
 	"github.com/runonce/runonce/pkg/queue"
@@ -245,26 +245,9 @@ func newCluster(t *testing.T, lease, grace time.Duration) *cluster {
 
 type proc struct {
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 	done   chan struct{} // closed when the process exited; then err is its exit
 	err    error
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func (c *cluster) start() *proc {
@@ -272,7 +255,7 @@ func (c *cluster) start() *proc {
 	raw, _ := json.Marshal(c.spec)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(c.env, childEnv+"="+string(raw))
-	p := &proc{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: cmd, stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
