@@ -292,6 +292,10 @@ func (h *Handler) claim(ctx context.Context, key *Key, body []byte) answer {
 	cancel()
 	h.m.claim.Record(ctx, time.Since(t0).Seconds(), metric.WithAttributeSet(h.m.okOrErr(err)))
 	if err != nil {
+		if errors.Is(err, ledger.ErrTooLarge) {
+			return fail(http.StatusRequestEntityTooLarge, OutcomeTooLarge,
+				fmt.Sprintf("the payload (%d bytes) is larger than the ledger stores with a run; nothing was claimed", len(body)), err)
+		}
 		if errors.Is(err, ledger.ErrInvalid) {
 			return fail(http.StatusInternalServerError, OutcomeInternal, "the ledger refused the claim", err)
 		}

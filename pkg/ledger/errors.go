@@ -22,6 +22,9 @@ var (
 	// ErrUnavailable: the backend could not be reached. The write may or may not have
 	// happened; retrying is safe because every operation is idempotent or fenced.
 	ErrUnavailable = errors.New("ledger: backend unavailable")
+	// ErrTooLarge: the record would exceed what the backend stores in one record (a
+	// Firestore document holds at most 1 MiB, payload included). Nothing was written.
+	ErrTooLarge = errors.New("ledger: record too large for this backend")
 	// ErrInvalid: the parameters are malformed (empty run ID, missing fence, …).
 	ErrInvalid = errors.New("ledger: invalid parameters")
 	// ErrNowUnsupported: the backend cannot honour a caller-supplied Now.

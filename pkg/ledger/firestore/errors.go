@@ -3,6 +3,7 @@ package firestoreledger
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -68,6 +69,9 @@ func mapErr(kind rpc, err error, format string, args ...any) error {
 		sentinel = ledger.ErrUnavailable
 	case codes.InvalidArgument:
 		sentinel = ledger.ErrInvalid
+		if msg := s.Message(); strings.Contains(msg, "maximum allowed size") || (strings.Contains(msg, "longer than") && strings.Contains(msg, "bytes.")) {
+			sentinel = ledger.ErrTooLarge // a document over 1 MiB, or a field over ~1 MiB (Firestore's wording)
+		}
 	}
 	if sentinel == nil {
 		return fmt.Errorf("firestoreledger: %s: %w", what, err)

@@ -565,3 +565,22 @@ func benchPaired(b *testing.B, client *firestore.Client, n int) {
 	b.ReportMetric(claim, "claim-ops/s")
 	b.ReportMetric(claim/create, "claim/create")
 }
+
+// A payload that would take the run's document over Firestore's 1 MiB is refused with
+// ledger.ErrTooLarge, and nothing is written: the ingress answers 413 for it.
+func TestTooLargePayload(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, sharedClient(t), &Options{Prefix: uniquePrefix()})
+	payload := []byte(strings.Repeat("x", 1<<20+1))
+	id := ledger.KeyedRunID("ns", "job", "too-large")
+	_, err := l.Claim(t.Context(), &ledger.ClaimParams{
+		Identity:  ledger.Identity{RunID: id, Job: "job", PayloadHash: ledger.PayloadHash(payload), Payload: payload},
+		AttemptID: uuid.NewString(),
+	})
+	if !errors.Is(err, ledger.ErrTooLarge) {
+		t.Fatalf("Claim with a payload over 1 MiB: %v, want ledger.ErrTooLarge", err)
+	}
+	if _, err := l.Get(t.Context(), &ledger.GetParams{RunID: id}); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the refused claim left a record: %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -52,5 +53,27 @@ func TestCallerGoneMidClaimStillPublishes(t *testing.T) {
 	}
 	if got := b.published(); got != 1 {
 		t.Fatalf("%d messages after the retry, want 1", got)
+	}
+}
+
+// tooLargeLedger refuses every claim as a backend with a record size limit does.
+type tooLargeLedger struct{ ledger.Ledger }
+
+func (tooLargeLedger) Claim(context.Context, *ledger.ClaimParams) (*ledger.ClaimResult, error) {
+	return nil, fmt.Errorf("%w: the value of property \"payload\" is longer than 1048487 bytes", ledger.ErrTooLarge)
+}
+
+// A payload the ledger cannot store is the caller's problem, said as such: 413, nothing
+// claimed, nothing published.
+func TestPayloadTooLargeForTheLedgerIs413(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	b.led.Ledger = tooLargeLedger{b.led.Ledger}
+	r := b.do(t, http.MethodPost, "/v1/jobs/report", map[string]string{"Idempotency-Key": "big"}, `{"big":true}`)
+	if r.status != http.StatusRequestEntityTooLarge || !strings.Contains(fmt.Sprint(r.body["error"]), "larger than the ledger stores") {
+		t.Fatalf("answer = %d %v, want 413 naming the ledger's limit", r.status, r.body)
+	}
+	if b.published() != 0 {
+		t.Fatalf("%d messages published for a refused claim", b.published())
 	}
 }
