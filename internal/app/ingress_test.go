@@ -5,6 +5,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +141,62 @@ func TestWorkerRefusesUnsafeConfig(t *testing.T) {
 				t.Fatalf("RunWorker: %v, want an error saying %q", err, c.want)
 			}
 		})
+	}
+}
+
+// -dev grows with the user: another ledger and a jobs file of their own HTTP targets.
+func TestDevCombinesWithALedgerAndAJobsFile(t *testing.T) {
+	calls := make(chan http.Header, 4)
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls <- r.Header.Clone()
+	}))
+	defer target.Close()
+	jobsFile := filepath.Join(t.TempDir(), "jobs.json")
+	if err := os.WriteFile(jobsFile, []byte(`{"jobs": {"send-invoices": {"url": "`+target.URL+`/run", "timeout": "10s"}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- app.RunIngress(ctx, []string{"-dev", "-addr", addr, "-ledger", "memory://dev-grows", "-jobs", jobsFile}, env(nil), io.Discard, io.Discard)
+	}()
+	post := func(job string) int {
+		for range 100 {
+			req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/jobs/"+job, strings.NewReader(`{"month":"2026-11"}`))
+			req.Header.Set("Idempotency-Key", "invoices:2026-11")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		t.Fatal("the -dev ingress never answered")
+		return 0
+	}
+	if got := post("send-invoices"); got != http.StatusAccepted {
+		t.Fatalf("POST of the jobs file's job = %d, want 202", got)
+	}
+	if got := post("not-in-the-jobs-file"); got != http.StatusNotFound {
+		t.Fatalf("POST of a job nobody runs = %d, want 404", got)
+	}
+	select {
+	case h := <-calls:
+		if h.Get("Idempotency-Key") == "" || h.Get("X-Runonce-Job") != "send-invoices" {
+			t.Fatalf("the target was called without the run's headers: %v", h)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the in-process worker never called the jobs file's target")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("-dev after shutdown: %v", err)
 	}
 }

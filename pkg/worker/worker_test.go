@@ -651,3 +651,34 @@ func TestMessageOlderThanTheRetentionIsDropped(t *testing.T) {
 		t.Fatalf("the dropped message touched the ledger: %v", err)
 	}
 }
+
+func TestHTTPTargetWithOIDCSendsAnIDTokenForTheURL(t *testing.T) {
+	t.Parallel()
+	var gotAuth atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotAuth.Store(r.Header.Get("Authorization"))
+	}))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL + "/run")
+	var audience string
+	tokens := func(_ context.Context, aud string) (string, error) { audience = aud; return "id-token-for-" + aud, nil }
+	b := setup(t, nil, nil)
+	worker.MuxFromJobs(b.mux, map[string]*jobs.Job{"secure": {Name: "secure", URL: u, Auth: jobs.AuthOIDC}}, &worker.HTTPTargetOptions{Token: tokens})
+	if v := b.process(message("secure", "k", "{}")); v.Outcome != worker.OutcomeCompleted {
+		t.Fatalf("verdict %s", v.Outcome)
+	}
+	if audience != u.String() || gotAuth.Load() != "Bearer id-token-for-"+u.String() {
+		t.Fatalf("audience %q, Authorization %q; want an ID token for the job's URL", audience, gotAuth.Load())
+	}
+
+	// Without a token source the job cannot authenticate: it fails for good, loudly.
+	b2 := setup(t, nil, nil)
+	worker.MuxFromJobs(b2.mux, map[string]*jobs.Job{"secure": {Name: "secure", URL: u, Auth: jobs.AuthOIDC}}, nil)
+	m := message("secure", "k2", "{}")
+	if v := b2.process(m); v.Outcome != worker.OutcomeFailed {
+		t.Fatalf("oidc without a token source = %s, want failed", v.Outcome)
+	}
+	if r := b2.run(m.Identity.RunID); !strings.Contains(r.LastError, "no ID token source") {
+		t.Fatalf("last error %q", r.LastError)
+	}
+}
