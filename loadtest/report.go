@@ -131,7 +131,7 @@ func buildReport(c *config, workers int, runs []*runSpec, cl *client, v *verific
 			case "failed":
 				r.Failed++
 			}
-			if rec.terminal() {
+			if rec.Status.Terminal() {
 				r.AttemptsByRun[int(rec.AttemptsMade)]++
 			}
 		}

@@ -7,19 +7,13 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/runonce/runonce/pkg/ingress"
+	"github.com/runonce/runonce/pkg/ledger"
 )
 
-// runRecord is the part of GET /v1/runs/{run_id} the verification reads.
-type runRecord struct {
-	RunID        string    `json:"run_id"`
-	Status       string    `json:"status"`
-	AttemptsMade int64     `json:"attempts_made"`
-	LastError    string    `json:"last_error"`
-	CreatedAt    time.Time `json:"created_at"`
-	CompletedAt  time.Time `json:"completed_at"`
-}
-
-func (r *runRecord) terminal() bool { return r.Status == "completed" || r.Status == "failed" }
+// runRecord is the ingress's answer to GET /v1/runs/{run_id}.
+type runRecord = ingress.RunJSON
 
 // verification is what was found after the load.
 type verification struct {
@@ -73,7 +67,7 @@ func verify(ctx context.Context, c *config, cl *client, runs []*runSpec, snk *si
 						still = append(still, i)
 					default:
 						v.records[i] = rec
-						if rec.terminal() {
+						if rec.Status.Terminal() {
 							v.lastDone = time.Now()
 							bar.Add(1)
 						} else {
@@ -134,7 +128,7 @@ func (v *verification) check(c *config, runs []*runSpec, states []runState) {
 		case rec == nil:
 			add("lost", i, s.RunID, "accepted, but GET /v1/runs never answered")
 			continue
-		case !rec.terminal():
+		case !rec.Status.Terminal():
 			add("lost", i, s.RunID, "accepted, still %s after -verify-timeout %s (attempts %d, last error %q)", rec.Status, c.VerifyTimeout, rec.AttemptsMade, rec.LastError)
 			continue
 		}
@@ -149,7 +143,7 @@ func (v *verification) check(c *config, runs []*runSpec, states []runState) {
 			}
 		}
 		if r.Fail {
-			if rec.Status != "failed" {
+			if rec.Status != ledger.StatusFailed {
 				add("wrong status", i, s.RunID, "meant to fail (the sink answers 400), but %s", rec.Status)
 			}
 			if sr.Applied != 0 {
@@ -157,11 +151,11 @@ func (v *verification) check(c *config, runs []*runSpec, states []runState) {
 			}
 			continue
 		}
-		if rec.Status != "completed" {
+		if rec.Status != ledger.StatusCompleted {
 			add("wrong status", i, s.RunID, "%s, want completed (attempts %d, last error %q)", rec.Status, rec.AttemptsMade, rec.LastError)
 		}
 		switch {
-		case sr.Applied == 0 && rec.Status == "completed":
+		case sr.Applied == 0 && rec.Status == ledger.StatusCompleted:
 			add("missing effect", i, s.RunID, "completed without a successful call to the sink")
 		case sr.Applied > 1:
 			add("double effect", i, s.RunID, "%d effects applied", sr.Applied)
