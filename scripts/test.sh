@@ -47,6 +47,6 @@ export CI=${CI:-true}
 echo "test: fuzz FuzzDeriveKey (10s)" >&2
 go test -run '^$' -fuzz FuzzDeriveKey -fuzztime 10s ./pkg/ingress
 
-echo "test: go test -race" >&2
+echo "test: go test ${RACE--race} $*" >&2
 # shellcheck disable=SC2086 # RACE is empty or one flag
 go test ${RACE--race} -count=1 -timeout 15m "$@" ./...
