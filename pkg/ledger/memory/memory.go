@@ -103,16 +103,25 @@ func (l *Ledger) put(r *ledger.Run) {
 	}
 }
 
-// Claim implements ledger.Ledger.
-func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
+// update applies a transition to one run under the lock: apply gets a copy of the record
+// (nil when absent) and returns the record to store (nil: nothing) and the answer.
+func update[T any](l *Ledger, id string, apply func(cur *ledger.Run) (*ledger.Run, T, error)) (T, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	next, res, err := ledger.ApplyClaim(copyRun(l.runs[p.RunID]), p, l.now(p.Now))
+	next, answer, err := apply(copyRun(l.runs[id]))
 	if err != nil {
-		return nil, err
+		var zero T
+		return zero, err
 	}
 	l.put(next)
-	return res, nil
+	return answer, nil
+}
+
+// Claim implements ledger.Ledger.
+func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
+	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.ClaimResult, error) {
+		return ledger.ApplyClaim(cur, p, l.now(p.Now))
+	})
 }
 
 // Unclaim implements ledger.Ledger.
@@ -128,55 +137,38 @@ func (l *Ledger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
 
 // Acquire implements ledger.Ledger.
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	next, res, err := ledger.ApplyAcquire(copyRun(l.runs[p.RunID]), p, l.now(p.Now))
-	if err != nil {
-		return nil, err
-	}
-	l.put(next)
-	return res, nil
+	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.AcquireResult, error) {
+		return ledger.ApplyAcquire(cur, p, l.now(p.Now))
+	})
 }
 
 // Renew implements ledger.Ledger.
 func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	next, err := ledger.ApplyRenew(copyRun(l.runs[p.RunID]), p, l.now(p.Now))
-	if err != nil {
-		return nil, err
-	}
-	l.put(next)
-	return next, nil
+	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		next, err := ledger.ApplyRenew(cur, p, l.now(p.Now))
+		return next, next, err
+	})
 }
 
 // Complete implements ledger.Ledger.
 func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.write(ledger.ApplyComplete(copyRun(l.runs[p.RunID]), p, l.now(p.Now)))
+	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		return ledger.ApplyComplete(cur, p, l.now(p.Now))
+	})
 }
 
 // Release implements ledger.Ledger.
 func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.write(ledger.ApplyRelease(copyRun(l.runs[p.RunID]), p, l.now(p.Now)))
+	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		return ledger.ApplyRelease(cur, p, l.now(p.Now))
+	})
 }
 
 // Fail implements ledger.Ledger.
 func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.write(ledger.ApplyFail(copyRun(l.runs[p.RunID]), p, l.now(p.Now)))
-}
-
-func (l *Ledger) write(next, answer *ledger.Run, err error) (*ledger.Run, error) {
-	if err != nil {
-		return nil, err
-	}
-	l.put(next)
-	return copyRun(answer), nil
+	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		return ledger.ApplyFail(cur, p, l.now(p.Now))
+	})
 }
 
 // Get implements ledger.Ledger.
@@ -190,34 +182,36 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 	return copyRun(r), nil
 }
 
-// BeginEffect implements ledger.Ledger.
-func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
+// updateEffect applies a transition to one effect of a run under the lock: apply gets the
+// run and a copy of the effect (nil when absent) and returns the effect to store (nil:
+// nothing) and the answer.
+func updateEffect[T any](l *Ledger, runID, name string, apply func(run *ledger.Run, cur *ledger.Effect) (*ledger.Effect, T, error)) (T, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	key := ledger.EffectKey(p.RunID, p.Name)
-	next, res, err := ledger.ApplyBeginEffect(l.runs[p.RunID], copyEffect(l.effects[key]), p, l.now(p.Now))
+	key := ledger.EffectKey(runID, name)
+	next, answer, err := apply(l.runs[runID], copyEffect(l.effects[key]))
 	if err != nil {
-		return nil, err
+		var zero T
+		return zero, err
 	}
 	if next != nil {
 		l.effects[key] = copyEffect(next)
 	}
-	return res, nil
+	return answer, nil
+}
+
+// BeginEffect implements ledger.Ledger.
+func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
+	return updateEffect(l, p.RunID, p.Name, func(run *ledger.Run, cur *ledger.Effect) (*ledger.Effect, *ledger.BeginEffectResult, error) {
+		return ledger.ApplyBeginEffect(run, cur, p, l.now(p.Now))
+	})
 }
 
 // CompleteEffect implements ledger.Ledger.
 func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	key := ledger.EffectKey(p.RunID, p.Name)
-	next, answer, err := ledger.ApplyCompleteEffect(l.runs[p.RunID], copyEffect(l.effects[key]), p, l.now(p.Now))
-	if err != nil {
-		return nil, err
-	}
-	if next != nil {
-		l.effects[key] = copyEffect(next)
-	}
-	return copyEffect(answer), nil
+	return updateEffect(l, p.RunID, p.Name, func(run *ledger.Run, cur *ledger.Effect) (*ledger.Effect, *ledger.Effect, error) {
+		return ledger.ApplyCompleteEffect(run, cur, p, l.now(p.Now))
+	})
 }
 
 // GetEffect implements ledger.Ledger.
@@ -251,14 +245,10 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 
 // Rescue implements ledger.Ledger.
 func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	next, err := ledger.ApplyRescue(copyRun(l.runs[p.RunID]), p, l.now(p.Now))
-	if err != nil {
-		return nil, err
-	}
-	l.put(next)
-	return next, nil
+	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		next, err := ledger.ApplyRescue(cur, p, l.now(p.Now))
+		return next, next, err
+	})
 }
 
 // Sweep implements ledger.Ledger.

@@ -271,21 +271,30 @@ func putEffect(ctx context.Context, tx *sql.Tx, e *ledger.Effect) error {
 	return err
 }
 
-// Claim implements ledger.Ledger.
-func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (res *ledger.ClaimResult, err error) {
-	err = l.tx(ctx, func(tx *sql.Tx) error {
-		cur, err := getRun(ctx, tx, p.RunID)
+// updateRun applies a transition to one run in one transaction: it reads the run, asks
+// apply for the record to write (nil: nothing) and the answer, and writes the record.
+func updateRun[T any](ctx context.Context, l *Ledger, op, id string, apply func(cur *ledger.Run) (*ledger.Run, T, error)) (T, error) {
+	var answer T
+	err := l.tx(ctx, func(tx *sql.Tx) error {
+		cur, err := getRun(ctx, tx, id)
 		if err != nil {
 			return err
 		}
-		next, r, err := ledger.ApplyClaim(cur, p, l.now(p.Now))
+		next, a, err := apply(cur)
 		if err != nil {
 			return err
 		}
-		res = r
+		answer = a
 		return putRun(ctx, tx, next)
 	})
-	return res, wrap("claim", p.RunID, err)
+	return answer, wrap(op, id, err)
+}
+
+// Claim implements ledger.Ledger.
+func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
+	return updateRun(ctx, l, "claim", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.ClaimResult, error) {
+		return ledger.ApplyClaim(cur, p, l.now(p.Now))
+	})
 }
 
 // Unclaim implements ledger.Ledger.
@@ -304,43 +313,15 @@ func (l *Ledger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
 }
 
 // Acquire implements ledger.Ledger.
-func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (res *ledger.AcquireResult, err error) {
-	err = l.tx(ctx, func(tx *sql.Tx) error {
-		cur, err := getRun(ctx, tx, p.RunID)
-		if err != nil {
-			return err
-		}
-		next, r, err := ledger.ApplyAcquire(cur, p, l.now(p.Now))
-		if err != nil {
-			return err
-		}
-		res = r
-		return putRun(ctx, tx, next)
+func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
+	return updateRun(ctx, l, "acquire", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.AcquireResult, error) {
+		return ledger.ApplyAcquire(cur, p, l.now(p.Now))
 	})
-	return res, wrap("acquire", p.RunID, err)
-}
-
-// update applies a fenced transition to one run in one transaction.
-func (l *Ledger) update(ctx context.Context, op, id string, apply func(cur *ledger.Run) (next, answer *ledger.Run, err error)) (*ledger.Run, error) {
-	var answer *ledger.Run
-	err := l.tx(ctx, func(tx *sql.Tx) error {
-		cur, err := getRun(ctx, tx, id)
-		if err != nil {
-			return err
-		}
-		next, a, err := apply(cur)
-		if err != nil {
-			return err
-		}
-		answer = a
-		return putRun(ctx, tx, next)
-	})
-	return answer, wrap(op, id, err)
 }
 
 // Renew implements ledger.Ledger.
 func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	return l.update(ctx, "renew", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+	return updateRun(ctx, l, "renew", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
 		next, err := ledger.ApplyRenew(cur, p, l.now(p.Now))
 		return next, next, err
 	})
@@ -348,28 +329,28 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 
 // Complete implements ledger.Ledger.
 func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	return l.update(ctx, "complete", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+	return updateRun(ctx, l, "complete", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
 		return ledger.ApplyComplete(cur, p, l.now(p.Now))
 	})
 }
 
 // Release implements ledger.Ledger.
 func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	return l.update(ctx, "release", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+	return updateRun(ctx, l, "release", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
 		return ledger.ApplyRelease(cur, p, l.now(p.Now))
 	})
 }
 
 // Fail implements ledger.Ledger.
 func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	return l.update(ctx, "fail", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+	return updateRun(ctx, l, "fail", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
 		return ledger.ApplyFail(cur, p, l.now(p.Now))
 	})
 }
 
 // Rescue implements ledger.Ledger.
 func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	return l.update(ctx, "rescue", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+	return updateRun(ctx, l, "rescue", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
 		next, err := ledger.ApplyRescue(cur, p, l.now(p.Now))
 		return next, next, err
 	})
