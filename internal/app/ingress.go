@@ -199,7 +199,7 @@ func runDev(ctx context.Context, f *IngressFlags, addrGiven bool, log *slog.Logg
 	worker.MuxFromJobs(mux, js, &worker.HTTPTargetOptions{Token: GoogleIDTokens()})
 
 	log.Warn("DEVELOPMENT MODE (-dev): authentication is OFF, Pub/Sub is in-process and lost on exit (the ledger is not), workers run in this process",
-		slog.String("ledger", ledger.Redact(mustParse(ledgerURL))), slog.String("pubsub", ps.Addr()))
+		slog.String("ledger", ledger.Redact(ledgerURL)), slog.String("pubsub", ps.Addr()))
 	h, err := newIngress(f, led, pub, auth.None{}, mux.Jobs(), "", log)
 	if err != nil {
 		return err
@@ -228,7 +228,7 @@ func runDev(ctx context.Context, f *IngressFlags, addrGiven bool, log *slog.Logg
 		Republish: pub,
 		NackDelay: time.Second,
 	}
-	printBanner(stdout, base, ledgerURL, ps.Addr(), workerAddr, mux.Jobs())
+	printBanner(stdout, base, ledger.Redact(ledgerURL), ps.Addr(), workerAddr, mux.Jobs())
 	g, gctx := errgroup.WithContext(ctx)
 	if f.DevConcurrency > 0 {
 		setup.Flags.Concurrency = f.DevConcurrency
@@ -263,12 +263,4 @@ Start a run the way Cloud Scheduler does (post it twice: the second answer is a 
 Then follow it: curl %s/v1/runs/RUN_ID   (RUN_ID is in the answer)
 
 `, base, ledgerURL, pubsubAddr, pubsubAddr, DevProject, workerAddr, jobNames, base, DemoJob, now, base)
-}
-
-func mustParse(s string) *url.URL {
-	u, err := url.Parse(s)
-	if err != nil {
-		return &url.URL{Opaque: "(unparsable)"}
-	}
-	return u
 }

@@ -73,7 +73,7 @@ func (m *URLMux) Open(ctx context.Context, rawURL string) (Ledger, error) {
 	}
 	l, err := o.OpenLedgerURL(ctx, u)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: open %s: %w", Redact(u), err)
+		return nil, fmt.Errorf("ledger: open %s: %w", u.Redacted(), err)
 	}
 	return l, nil
 }
@@ -86,8 +86,14 @@ func (m *URLMux) known() string {
 	return strings.Join(s, ", ")
 }
 
-// Redact returns u as a string with any password replaced, for errors and logs.
-func Redact(u *url.URL) string { return u.Redacted() }
+// Redact returns a ledger URL with any password replaced, for logs and banners.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
 
 var defaultMux URLMux
 
