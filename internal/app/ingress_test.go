@@ -63,12 +63,7 @@ func TestServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PUBSUB_EMULATOR_HOST", ps.Addr())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
@@ -155,12 +150,7 @@ func TestDevCombinesWithALedgerAndAJobsFile(t *testing.T) {
 	if err := os.WriteFile(jobsFile, []byte(`{"jobs": {"send-invoices": {"url": "`+target.URL+`/run", "timeout": "10s"}}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
@@ -199,4 +189,15 @@ func TestDevCombinesWithALedgerAndAJobsFile(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("-dev after shutdown: %v", err)
 	}
+}
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
