@@ -210,33 +210,33 @@ func runDev(ctx context.Context, f *IngressFlags, addrGiven bool, log *slog.Logg
 	top.Handle("/", h)
 
 	workerAddr := "none (-dev-concurrency 0): start cmd/worker processes against the Pub/Sub above"
-	var workerLn net.Listener
+	var inProcess *WorkerSetup
 	if f.DevConcurrency > 0 {
-		if workerLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		workerLn, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
 			return err
 		}
 		workerAddr = workerLn.Addr().String() + "   (/metrics, /readyz)"
-	}
-	setup := &WorkerSetup{
-		Flags: WorkerFlags{
-			ServerFlags: ServerFlags{Addr: "127.0.0.1:0", Retention: f.Retention},
-			Concurrency: 8, Lease: 30 * time.Second, Grace: 8 * time.Second,
-			MaxAttempts: 5, RescueInterval: 10 * time.Second, MaxAckExtension: time.Minute,
-			Subscription: ps.URL(DevSubscription), Topic: ps.URL(DevTopic),
-		},
-		Ledger: led, Handler: mux, Auth: auth.None{}, Log: log, Listener: workerLn,
-		Republish: pub,
-		NackDelay: time.Second,
-	}
-	printBanner(stdout, base, ledger.Redact(ledgerURL), ps.Addr(), workerAddr, mux.Jobs())
-	g, gctx := errgroup.WithContext(ctx)
-	if f.DevConcurrency > 0 {
-		setup.Flags.Concurrency = f.DevConcurrency
-		setup.Subscriber = queue.NewSubscriber(ps.Client, DevSubscription, &queue.SubscriberOptions{Concurrency: f.DevConcurrency, ShutdownTimeout: 9 * time.Second})
-		g.Go(func() error { return ServeWorker(gctx, setup) })
+		inProcess = &WorkerSetup{
+			Flags: WorkerFlags{
+				ServerFlags: ServerFlags{Addr: workerLn.Addr().String(), Retention: f.Retention},
+				Concurrency: f.DevConcurrency, Lease: 30 * time.Second, Grace: 8 * time.Second,
+				MaxAttempts: 5, RescueInterval: 10 * time.Second, MaxAckExtension: time.Minute,
+				Subscription: ps.URL(DevSubscription), Topic: ps.URL(DevTopic),
+			},
+			Ledger: led, Handler: mux, Auth: auth.None{}, Log: log, Listener: workerLn,
+			Subscriber: queue.NewSubscriber(ps.Client, DevSubscription, &queue.SubscriberOptions{Concurrency: f.DevConcurrency, ShutdownTimeout: 9 * time.Second}),
+			Republish:  pub,
+			NackDelay:  time.Second,
+		}
 	} else {
 		log.Info("-dev-concurrency 0: no in-process worker; start workers with PUBSUB_EMULATOR_HOST and -subscription",
 			slog.String("PUBSUB_EMULATOR_HOST", ps.Addr()), slog.String("subscription", ps.URL(DevSubscription)), slog.String("topic", ps.URL(DevTopic)))
+	}
+	printBanner(stdout, base, ledger.Redact(ledgerURL), ps.Addr(), workerAddr, mux.Jobs())
+	g, gctx := errgroup.WithContext(ctx)
+	if inProcess != nil {
+		g.Go(func() error { return ServeWorker(gctx, inProcess) })
 	}
 	g.Go(func() error { return config.Serve(gctx, config.NewServer(f.Addr, top, log), ln, config.ShutdownGrace) })
 	return g.Wait()
