@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/ledgertest"
 )
@@ -505,7 +506,7 @@ func BenchmarkFirestore(b *testing.B) {
 			for i := range ids {
 				ids[i] = ledger.KeyedRunID("bench", "raw", uuid.NewString())
 			}
-			ledgertest.Parallel(b, n, func(ctx context.Context, i int) error {
+			benchloop.Run(b, n, func(ctx context.Context, i int) error {
 				_, err := coll.Doc(ids[i]).Create(ctx, doc)
 				return err
 			})
@@ -540,7 +541,7 @@ func benchPaired(b *testing.B, client *firestore.Client, n int) {
 		}
 	}
 	var spent, done [2]atomic.Int64
-	ledgertest.Parallel(b, n, func(ctx context.Context, i int) error {
+	benchloop.Run(b, n, func(ctx context.Context, i int) error {
 		side := i % 2
 		start := time.Now()
 		var err error

@@ -26,7 +26,7 @@ func Benchmark(b *testing.B, h Harness) {
 			for i := range ids {
 				ids[i] = newRunID()
 			}
-			Parallel(b, n, func(ctx context.Context, i int) error {
+			benchloop.Run(b, n, func(ctx context.Context, i int) error {
 				_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: identity(ids[i]), AttemptID: uuid.NewString()})
 				return err
 			})
@@ -38,7 +38,7 @@ func Benchmark(b *testing.B, h Harness) {
 		if _, err := l.Claim(b.Context(), &ledger.ClaimParams{Identity: identity(id), AttemptID: uuid.NewString()}); err != nil {
 			b.Fatal(err)
 		}
-		Parallel(b, 1, func(ctx context.Context, i int) error {
+		benchloop.Run(b, 1, func(ctx context.Context, i int) error {
 			_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: identity(id), AttemptID: uuid.NewString()})
 			return err
 		})
@@ -46,7 +46,7 @@ func Benchmark(b *testing.B, h Harness) {
 	b.Run("Acquire", func(b *testing.B) {
 		l := h.Open(b)
 		ids := claimed(b, l, b.N)
-		Parallel(b, 1, func(ctx context.Context, i int) error {
+		benchloop.Run(b, 1, func(ctx context.Context, i int) error {
 			_, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: identity(ids[i]), AttemptID: uuid.NewString(), Lease: time.Minute})
 			return err
 		})
@@ -54,7 +54,7 @@ func Benchmark(b *testing.B, h Harness) {
 	b.Run("Renew", func(b *testing.B) {
 		l := h.Open(b)
 		r := acquired(b, l, 1)[0]
-		Parallel(b, 1, func(ctx context.Context, i int) error {
+		benchloop.Run(b, 1, func(ctx context.Context, i int) error {
 			_, err := l.Renew(ctx, &ledger.RenewParams{Fence: fence(r), Lease: time.Minute})
 			return err
 		})
@@ -62,7 +62,7 @@ func Benchmark(b *testing.B, h Harness) {
 	b.Run("Complete", func(b *testing.B) {
 		l := h.Open(b)
 		runs := acquired(b, l, b.N)
-		Parallel(b, 1, func(ctx context.Context, i int) error {
+		benchloop.Run(b, 1, func(ctx context.Context, i int) error {
 			_, err := l.Complete(ctx, &ledger.CompleteParams{Fence: fence(runs[i])})
 			return err
 		})
@@ -129,12 +129,4 @@ func prepare(b *testing.B, ids []string, fn func(context.Context, string) error)
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatal(err)
 	}
-}
-
-// Parallel runs op b.N times spread over n goroutines (i is the operation's index) and
-// reports ops/s, p50 and p99; it fails the benchmark on the first error. Backends use it
-// for their own raw-limit benchmarks, so that the figures compare.
-func Parallel(b *testing.B, n int, op func(ctx context.Context, i int) error) {
-	b.Helper()
-	benchloop.Run(b, n, op)
 }

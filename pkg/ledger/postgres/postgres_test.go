@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/ledgertest"
 )
@@ -195,7 +196,7 @@ func BenchmarkRawInsert(b *testing.B) {
 			for i := range ids {
 				ids[i] = benchIdentity()
 			}
-			ledgertest.Parallel(b, n, func(ctx context.Context, i int) error {
+			benchloop.Run(b, n, func(ctx context.Context, i int) error {
 				return rawInsert(ctx, l, sql, ids[i])
 			})
 		})
@@ -214,7 +215,7 @@ func BenchmarkParallel(b *testing.B) {
 				_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: uuid.NewString()})
 				return err
 			})
-			ledgertest.Parallel(b, n, func(ctx context.Context, _ int) error {
+			benchloop.Run(b, n, func(ctx context.Context, _ int) error {
 				_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: uuid.NewString()})
 				return err
 			})
@@ -222,7 +223,7 @@ func BenchmarkParallel(b *testing.B) {
 		b.Run(fmt.Sprintf("Acquire/goroutines=%d", n), func(b *testing.B) {
 			l := benchLedger(b)
 			ids := claimedRuns(b, l, b.N)
-			ledgertest.Parallel(b, n, func(ctx context.Context, i int) error {
+			benchloop.Run(b, n, func(ctx context.Context, i int) error {
 				_, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ids[i], AttemptID: uuid.NewString(), Lease: time.Minute})
 				return err
 			})
@@ -230,7 +231,7 @@ func BenchmarkParallel(b *testing.B) {
 		b.Run(fmt.Sprintf("Renew/goroutines=%d", n), func(b *testing.B) {
 			l := benchLedger(b)
 			runs := heldRuns(b, l, benchConns)
-			ledgertest.Parallel(b, n, func(ctx context.Context, i int) error {
+			benchloop.Run(b, n, func(ctx context.Context, i int) error {
 				r := runs[i%len(runs)]
 				_, err := l.Renew(ctx, &ledger.RenewParams{Fence: ledger.Fence{RunID: r.ID, Attempt: r.Attempt, AttemptID: r.AttemptID}, Lease: time.Minute})
 				return err
@@ -239,7 +240,7 @@ func BenchmarkParallel(b *testing.B) {
 		b.Run(fmt.Sprintf("Complete/goroutines=%d", n), func(b *testing.B) {
 			l := benchLedger(b)
 			runs := heldRuns(b, l, b.N)
-			ledgertest.Parallel(b, n, func(ctx context.Context, i int) error {
+			benchloop.Run(b, n, func(ctx context.Context, i int) error {
 				r := runs[i]
 				_, err := l.Complete(ctx, &ledger.CompleteParams{Fence: ledger.Fence{RunID: r.ID, Attempt: r.Attempt, AttemptID: r.AttemptID}})
 				return err
