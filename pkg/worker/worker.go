@@ -414,9 +414,9 @@ func (w *Worker) nackDelay(ctx context.Context, until time.Time) {
 	if w.cfg.NackDelay <= 0 {
 		return
 	}
-	d := min(w.cfg.NackDelay, time.Until(until))
-	if until.IsZero() {
-		d = w.cfg.NackDelay
+	d := w.cfg.NackDelay
+	if !until.IsZero() {
+		d = min(d, time.Until(until))
 	}
 	if d <= 0 {
 		return
