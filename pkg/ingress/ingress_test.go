@@ -196,6 +196,21 @@ func TestContract(t *testing.T) {
 			wantStatus: 400, wantBody: map[string]any{"error": "is not an RFC 3339 time"},
 		},
 		{
+			name: "schedule time with a comma fraction is refused (Go's UnmarshalText accepts it)", method: "POST", path: "/v1/jobs/daily-report",
+			hdr:        map[string]string{ingress.HeaderSchedulerJobName: "j", ingress.HeaderSchedulerScheduleTime: "2026-10-16T12:00:00,5Z"},
+			wantStatus: 400, wantBody: map[string]any{"error": "is not an RFC 3339 time"},
+		},
+		{
+			name: "schedule time with a one-digit hour is refused", method: "POST", path: "/v1/jobs/daily-report",
+			hdr:        map[string]string{ingress.HeaderSchedulerJobName: "j", ingress.HeaderSchedulerScheduleTime: "2026-10-16T1:00:00Z"},
+			wantStatus: 400, wantBody: map[string]any{"error": "is not an RFC 3339 time"},
+		},
+		{
+			name: "schedule time with an offset past 23:59 is refused", method: "POST", path: "/v1/jobs/daily-report",
+			hdr:        map[string]string{ingress.HeaderSchedulerJobName: "j", ingress.HeaderSchedulerScheduleTime: "2026-10-16T12:00:00+24:01"},
+			wantStatus: 400, wantBody: map[string]any{"error": "is not an RFC 3339 time"},
+		},
+		{
 			name: "schedule time beyond the skew is a forced run", method: "POST", path: "/v1/jobs/daily-report",
 			hdr:        schedHeaders("daily-report-job", time.Now().Add(10*time.Minute).UTC().Truncate(time.Minute)),
 			wantStatus: 400, wantBody: map[string]any{"error": "looks like a forced run"},
