@@ -121,7 +121,7 @@ type Identity struct {
 // ClaimParams are the parameters of the ingress claim.
 type ClaimParams struct {
 	Identity
-	// AttemptID identifies this claim, so that Unclaim removes only the run it created.
+	// AttemptID identifies this claim, so that Expedite touches only the run it created.
 	AttemptID string
 	// PickupTimeout sets the queued run's Deadline. Zero means DefaultPickupTimeout.
 	PickupTimeout time.Duration
@@ -141,10 +141,13 @@ type ClaimResult struct {
 	PayloadMismatch bool
 }
 
-// UnclaimParams identify an ingress claim to undo.
-type UnclaimParams struct {
+// ExpediteParams identify an ingress claim whose publish failed, or whose claim call
+// failed after it may have been written.
+type ExpediteParams struct {
 	RunID     string
 	AttemptID string
+	Retention time.Duration
+	Now       time.Time
 }
 
 // AcquireParams are the parameters of the worker claim.
@@ -308,10 +311,14 @@ type Ledger interface {
 	// Claim is the ingress claim: it creates the run as queued, or returns the existing
 	// one (reporting a payload mismatch).
 	Claim(ctx context.Context, p *ClaimParams) (*ClaimResult, error)
-	// Unclaim deletes a run its ingress claim created when nothing else touched it yet
-	// (still queued, attempt 0, same AttemptID), so that the caller's retry claims it
-	// anew. It returns ErrLeaseLost when the run moved on and ErrNotFound when absent.
-	Unclaim(ctx context.Context, p *UnclaimParams) error
+	// Expedite makes a run its ingress claim created, and that nothing touched since
+	// (still queued, attempt 0, same AttemptID), due now: its pickup deadline becomes the
+	// ledger's now, so that the rescuer and the next duplicate republish it at once. The
+	// ingress calls it when it could not publish a claim. It never deletes the record:
+	// a concurrent duplicate may already have been answered 2xx for it. It returns
+	// ErrLeaseLost when the run moved on (a worker has it) and ErrNotFound when absent
+	// (the claim never landed).
+	Expedite(ctx context.Context, p *ExpediteParams) (*Run, error)
 	// Acquire is the worker claim.
 	Acquire(ctx context.Context, p *AcquireParams) (*AcquireResult, error)
 	// Renew extends the caller's lease. ErrLeaseLost when fenced out.

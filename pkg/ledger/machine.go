@@ -119,18 +119,30 @@ func ApplyClaim(cur *Run, p *ClaimParams, now time.Time) (*Run, *ClaimResult, er
 	return r, &ClaimResult{Run: r, Created: true}, nil
 }
 
-// CheckUnclaim says whether an ingress claim may be undone (the record deleted).
-func CheckUnclaim(cur *Run, p *UnclaimParams) error {
+// ValidateExpedite checks the parameters of Expedite.
+func ValidateExpedite(p *ExpediteParams) error {
 	if !ValidRunID(p.RunID) || p.AttemptID == "" {
-		return Invalidf("unclaim needs a run ID and the claim's attempt ID (got %q, %q)", p.RunID, p.AttemptID)
-	}
-	if cur == nil {
-		return fmt.Errorf("%w: run %s", ErrNotFound, p.RunID)
-	}
-	if cur.Status != StatusQueued || cur.Attempt != 0 || cur.AttemptID != p.AttemptID {
-		return leaseLost(Fence{RunID: p.RunID, AttemptID: p.AttemptID}, cur)
+		return Invalidf("expedite needs a run ID and the ingress claim's attempt ID (got %q, %q)", p.RunID, p.AttemptID)
 	}
 	return nil
+}
+
+// ApplyExpedite makes an untouched ingress claim due now (see Ledger.Expedite).
+func ApplyExpedite(cur *Run, p *ExpediteParams, now time.Time) (*Run, error) {
+	now = Truncate(now)
+	if err := ValidateExpedite(p); err != nil {
+		return nil, err
+	}
+	if cur == nil {
+		return nil, fmt.Errorf("%w: run %s", ErrNotFound, p.RunID)
+	}
+	if cur.Status != StatusQueued || cur.Attempt != 0 || cur.AttemptID != p.AttemptID {
+		return nil, leaseLost(Fence{RunID: p.RunID, AttemptID: p.AttemptID}, cur)
+	}
+	r := *cur
+	r.Deadline = now
+	touch(&r, now, p.Retention)
+	return &r, nil
 }
 
 // ApplyAcquire is the worker claim.

@@ -71,7 +71,7 @@
 //	Claim, duplicate           2 RPCs: the failed Create, then one read
 //	Acquire, Renew, Complete,  2 RPCs: a read, then a Commit of an Update with an
 //	Release, Fail, Rescue,       update-time precondition (the document's UpdateTime
-//	Unclaim                      as read); Acquire of an absent run writes a Create.
+//	Expedite                     as read); Acquire of an absent run writes a Create.
 //	                             A worker claim that finds the run held: 1 read.
 //	BeginEffect,               3 RPCs: a read of the run and the effect (no lock), then
 //	CompleteEffect               a transaction with no reads (BeginTransaction, Commit)

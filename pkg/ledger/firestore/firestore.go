@@ -169,7 +169,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 			return nil, err
 		}
 		if cur == nil {
-			continue // deleted (unclaimed, swept) since: create it again
+			continue // deleted (swept) since: create it again
 		}
 		_, dup, err := ledger.ApplyClaim(cur, p, snap.ReadTime)
 		if err != nil {
@@ -182,10 +182,9 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	return nil, fmt.Errorf("%w: firestoreledger: claim run %s: created and deleted %d times under us", ledger.ErrContended, p.RunID, maxAttempts)
 }
 
-// change is what a read-decide-write round writes: a run, a deletion, or nothing.
+// change is what a read-decide-write round writes: a run, or nothing.
 type change struct {
 	put *ledger.Run
-	del bool
 }
 
 // retryStale runs round until it does not report errStale (the documents it read
@@ -225,9 +224,6 @@ func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *led
 			return err
 		}
 		switch {
-		case c.del && cur != nil:
-			_, err = ref.Delete(ctx, firestore.LastUpdateTime(snap.UpdateTime))
-			return mapErr(rpcWrite, err, "%s run %s", op, id)
 		case c.put != nil && cur == nil:
 			_, err = ref.Create(ctx, encodeRun(c.put))
 			if err = mapErr(rpcCreate, err, "%s run %s", op, id); errors.Is(err, errExists) {
@@ -242,14 +238,24 @@ func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *led
 	})
 }
 
-// Unclaim implements ledger.Ledger.
-func (l *Ledger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
-	if !ledger.ValidRunID(p.RunID) || p.AttemptID == "" {
-		return ledger.CheckUnclaim(nil, p)
+// Expedite implements ledger.Ledger: a read, then an update-time-fenced write.
+func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
+	if err := nowUnsupported("expedite", p.Now); err != nil {
+		return nil, err
 	}
-	return l.update(ctx, "unclaim", p.RunID, func(cur *ledger.Run, _ time.Time) (change, error) {
-		return change{del: true}, ledger.CheckUnclaim(cur, p)
+	if err := ledger.ValidateExpedite(p); err != nil {
+		return nil, err
+	}
+	var answer *ledger.Run
+	err := l.update(ctx, "expedite", p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
+		next, err := ledger.ApplyExpedite(cur, p, now)
+		answer = next
+		return change{put: next}, err
 	})
+	if err != nil {
+		return nil, err
+	}
+	return answer, nil
 }
 
 // Acquire implements ledger.Ledger: a read, then an update-time-fenced write.

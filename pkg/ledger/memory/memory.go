@@ -124,15 +124,12 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	})
 }
 
-// Unclaim implements ledger.Ledger.
-func (l *Ledger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := ledger.CheckUnclaim(l.runs[p.RunID], p); err != nil {
-		return err
-	}
-	delete(l.runs, p.RunID)
-	return nil
+// Expedite implements ledger.Ledger.
+func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
+	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		next, err := ledger.ApplyExpedite(cur, p, l.now(p.Now))
+		return next, next, err
+	})
 }
 
 // Acquire implements ledger.Ledger.

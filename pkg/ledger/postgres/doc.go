@@ -16,7 +16,7 @@
 //
 // Every transition is one SQL statement, so one round trip to the database, with no
 // client-side transaction: the ingress claim, the worker claim, renew, complete, release,
-// fail, unclaim, rescue and both effect writes. Each statement is conditional on the
+// fail, expedite, rescue and both effect writes. Each statement is conditional on the
 // record it changes (the fence: status, attempt number and attempt ID), and the rows it
 // returns say what happened; when it changed nothing, it returns the record as it stands
 // (read under a row lock, so that it is the latest committed version, not the statement's

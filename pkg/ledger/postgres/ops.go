@@ -39,28 +39,17 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	return &ledger.ClaimResult{Run: r, Created: created, PayloadMismatch: !created && r.PayloadHash != p.PayloadHash}, nil
 }
 
-// Unclaim implements ledger.Ledger with one DELETE statement.
-func (l *Ledger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
-	if err := ledger.CheckUnclaim(nil, p); errors.Is(err, ledger.ErrInvalid) {
-		return err
+// Expedite implements ledger.Ledger with one conditional UPDATE.
+func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
+	if err := ledger.ValidateExpedite(p); err != nil {
+		return nil, err
 	}
-	var (
-		deleted bool
-		s       runScan
-	)
-	err := l.pool.QueryRow(ctx, l.q.unclaim, p.RunID, p.AttemptID).Scan(append([]any{&deleted}, s.dest()...)...)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return ledger.CheckUnclaim(nil, p)
-	case err != nil:
-		return interpretError("unclaim run "+p.RunID, err)
-	case deleted:
-		return nil
-	}
-	if err := ledger.CheckUnclaim(s.run(), p); err != nil {
-		return err
-	}
-	return inconsistent("unclaim", p.RunID, s.run())
+	return l.fenced(ctx, "expedite", l.q.expedite, p.RunID,
+		[]any{timeArg(p.Now), p.RunID, p.AttemptID, micros(retention(p.Retention))},
+		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+			next, err := ledger.ApplyExpedite(cur, p, now)
+			return next, next, err
+		})
 }
 
 // Acquire implements ledger.Ledger with one INSERT … ON CONFLICT DO UPDATE statement.

@@ -100,7 +100,7 @@ func harness() ledgertest.Harness {
 			if _, bench := tb.(*testing.B); bench {
 				q := l.q
 				warm(tb, l.pool, q.claim, q.acquire, q.renew, q.complete, q.fail, q.release, q.rescue,
-					q.unclaim, q.get, q.getEffect, q.beginEffect, q.completeEffect, q.listRescue, q.sweep)
+					q.expedite, q.get, q.getEffect, q.beginEffect, q.completeEffect, q.listRescue, q.sweep)
 			}
 			return l
 		},
@@ -617,8 +617,8 @@ func TestOneStatementPerTransition(t *testing.T) {
 			return err
 		})
 
-		unclaimed := ledger.KeyedRunID("rt", "job", uuid.NewString())
-		c, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: unclaimed}, AttemptID: uuid.NewString(), PickupTimeout: time.Millisecond, Now: at})
+		expedited := ledger.KeyedRunID("rt", "job", uuid.NewString())
+		c, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: expedited}, AttemptID: uuid.NewString(), PickupTimeout: time.Millisecond, Now: at})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -628,11 +628,12 @@ func TestOneStatementPerTransition(t *testing.T) {
 			return err
 		})
 		count("Rescue", func() error {
-			_, err := l.Rescue(ctx, &ledger.RescueParams{RunID: unclaimed, Status: c.Run.Status, Attempt: 0, Deadline: c.Run.Deadline, Now: later})
+			_, err := l.Rescue(ctx, &ledger.RescueParams{RunID: expedited, Status: c.Run.Status, Attempt: 0, Deadline: c.Run.Deadline, Now: later})
 			return err
 		})
-		count("Unclaim", func() error {
-			return l.Unclaim(ctx, &ledger.UnclaimParams{RunID: unclaimed, AttemptID: c.Run.AttemptID})
+		count("Expedite", func() error {
+			_, err := l.Expedite(ctx, &ledger.ExpediteParams{RunID: expedited, AttemptID: c.Run.AttemptID, Now: later})
+			return err
 		})
 		count("Sweep", func() error { _, err := l.Sweep(ctx, &ledger.SweepParams{Limit: 10}); return err })
 	}

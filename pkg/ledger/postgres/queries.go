@@ -25,7 +25,7 @@ import (
 //     ON CONFLICT DO NOTHING followed by a SELECT in the same statement is wrong: under
 //     READ COMMITTED the SELECT uses the statement's snapshot and misses a row that a
 //     concurrent claim committed in between, returning nothing.
-//   - Fenced UPDATE (Renew, Complete, Release, Fail, Rescue, Unclaim's DELETE): the WHERE
+//   - Fenced UPDATE (Renew, Complete, Release, Fail, Rescue, Expedite): the WHERE
 //     carries the fence; PostgreSQL re-checks it on the latest version of a concurrently
 //     updated row. When nothing was updated, a FOR SHARE read, which also follows the
 //     update chain to the latest version and locks it, returns the record so that the
@@ -148,17 +148,17 @@ UNION ALL
 SELECT false, {s.runCols}, {now} FROM (SELECT * FROM {runs} WHERE run_id = $2 FOR SHARE) s
 WHERE NOT EXISTS (SELECT 1 FROM up)`
 
-// $1 run, $2 the claim's attempt ID. No time.
-const unclaimSQL = `
-WITH del AS (
-	DELETE FROM {runs} r
-	WHERE r.run_id = $1 AND r.status = 'queued' AND r.attempt = 0 AND r.attempt_id = $2
+// $2 run, $3 the ingress claim's attempt ID, $4 retention.
+const expediteSQL = `
+WITH up AS (
+	UPDATE {runs} r SET deadline = {now}, updated_at = {now}, expire_at = {now} + {us4}
+	WHERE r.run_id = $2 AND r.status = 'queued' AND r.attempt = 0 AND r.attempt_id = $3
 	RETURNING true, {r.runCols}
 )
-SELECT * FROM del
+SELECT *, {now} FROM up
 UNION ALL
-SELECT false, {s.runCols} FROM (SELECT * FROM {runs} WHERE run_id = $1 FOR SHARE) s
-WHERE NOT EXISTS (SELECT 1 FROM del)`
+SELECT false, {s.runCols}, {now} FROM (SELECT * FROM {runs} WHERE run_id = $2 FOR SHARE) s
+WHERE NOT EXISTS (SELECT 1 FROM up)`
 
 const getSQL = `SELECT {runCols} FROM {runs} WHERE run_id = $1`
 
@@ -232,8 +232,8 @@ SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM e)`
 
 // queries are the statements with the schema's table names filled in.
 type queries struct {
-	claim, acquire, renew, complete, fail, release, rescue, unclaim string
-	get, getEffect, beginEffect, completeEffect, listRescue, sweep  string
+	claim, acquire, renew, complete, fail, release, rescue, expedite string
+	get, getEffect, beginEffect, completeEffect, listRescue, sweep   string
 }
 
 func buildQueries(schema string) queries {
@@ -258,7 +258,7 @@ func buildQueries(schema string) queries {
 		"{old.effectCols}", cols("old", effectCols),
 		"{cur.effectCols}", cols("cur", effectCols),
 		"{effectCols}", effectCols,
-		"{us5}", us("$5"), "{us6}", us("$6"), "{us7}", us("$7"), "{us8}", us("$8"),
+		"{us4}", us("$4"), "{us5}", us("$5"), "{us6}", us("$6"), "{us7}", us("$7"), "{us8}", us("$8"),
 		"{us9}", us("$9"), "{us10}", us("$10"),
 	)
 	fill := func(s string) string { return r2.Replace(r.Replace(s)) }
@@ -270,7 +270,7 @@ func buildQueries(schema string) queries {
 		fail:           fill(finishSQL("failed")),
 		release:        fill(releaseSQL),
 		rescue:         fill(rescueSQL),
-		unclaim:        fill(unclaimSQL),
+		expedite:       fill(expediteSQL),
 		get:            fill(getSQL),
 		getEffect:      fill(getEffectSQL),
 		beginEffect:    fill(beginEffectSQL),

@@ -297,19 +297,12 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	})
 }
 
-// Unclaim implements ledger.Ledger.
-func (l *Ledger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
-	return wrap("unclaim", p.RunID, l.tx(ctx, func(tx *sql.Tx) error {
-		cur, err := getRun(ctx, tx, p.RunID)
-		if err != nil {
-			return err
-		}
-		if err := ledger.CheckUnclaim(cur, p); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, "DELETE FROM runs WHERE run_id = ?", p.RunID)
-		return err
-	}))
+// Expedite implements ledger.Ledger.
+func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
+	return updateRun(ctx, l, "expedite", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		next, err := ledger.ApplyExpedite(cur, p, l.now(p.Now))
+		return next, next, err
+	})
 }
 
 // Acquire implements ledger.Ledger.
