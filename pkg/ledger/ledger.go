@@ -76,8 +76,9 @@ type Run struct {
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 	CompletedAt time.Time
-	// ExpireAt is when the record may be deleted: the last write's time plus the
-	// retention. A record past ExpireAt that still exists still deduplicates.
+	// ExpireAt is when the record may be deleted: the retention after the latest of the
+	// last write, Deadline and NotBefore (ExpiryOf). A record past ExpireAt that still
+	// exists still deduplicates.
 	ExpireAt time.Time
 }
 
@@ -208,7 +209,10 @@ type Fence struct {
 type RenewParams struct {
 	Fence
 	Lease time.Duration
-	Now   time.Time
+	// Retention keeps ExpireAt at least this long after the new lease expiry. Zero
+	// means DefaultRetention.
+	Retention time.Duration
+	Now       time.Time
 }
 
 // CompleteParams complete the caller's attempt.
@@ -223,7 +227,8 @@ type ReleaseParams struct {
 	Fence
 	// Error is kept as the run's LastError.
 	Error string
-	// RetryAfter delays the next claim (NotBefore = now + RetryAfter).
+	// RetryAfter delays the next claim (NotBefore = now + RetryAfter). It must not be
+	// negative nor longer than the retention (ErrInvalid).
 	RetryAfter time.Duration
 	// PickupTimeout sets the pickup deadline after NotBefore. Zero means the default.
 	PickupTimeout time.Duration

@@ -94,9 +94,36 @@ func sameAttempt(r *Run, f *Fence) bool {
 	return r != nil && r.Attempt == f.Attempt && r.AttemptID == f.AttemptID
 }
 
+// touch stamps a written run: UpdatedAt is now, and ExpireAt is the retention after the
+// last moment anything is due on the run (now, its deadline, its not-before), so that
+// a sweeper can never delete a run before its retry or its rescue is due, nor sooner
+// than a retention after either.
 func touch(r *Run, now time.Time, keep time.Duration) {
 	r.UpdatedAt = now
-	r.ExpireAt = Truncate(now.Add(retention(keep)))
+	r.ExpireAt = ExpiryOf(r, now, keep)
+}
+
+// ExpiryOf is the ExpireAt a run written at now with retention keep must carry: the
+// retention after the latest of now, its Deadline and its NotBefore. Every backend keeps
+// ExpireAt ≥ max(Deadline, NotBefore) + retention on every write (the conformance suite
+// checks it after every transition).
+func ExpiryOf(r *Run, now time.Time, keep time.Duration) time.Time {
+	last := now
+	for _, t := range []time.Time{r.Deadline, r.NotBefore} {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return Truncate(last.Add(retention(keep)))
+}
+
+// ValidateRetryAfter checks a release's delay: not negative, and no longer than the
+// retention, so that Deadline and NotBefore stay far inside what a time can hold.
+func ValidateRetryAfter(runID string, d, keep time.Duration) error {
+	if d < 0 || d > retention(keep) {
+		return Invalidf("run %s: retry after %s is negative or longer than the retention (%s); bound it (worker.Config.MaxRetryAfter)", runID, d, retention(keep))
+	}
+	return nil
 }
 
 // ApplyClaim is the ingress claim.
@@ -193,8 +220,8 @@ func ApplyRenew(cur *Run, p *RenewParams, now time.Time) (*Run, error) {
 	r := *cur
 	r.Deadline = Truncate(now.Add(cmp.Or(p.Lease, DefaultLease)))
 	r.UpdatedAt = now
-	if r.ExpireAt.Before(r.Deadline) {
-		r.ExpireAt = r.Deadline
+	if exp := ExpiryOf(&r, now, p.Retention); r.ExpireAt.Before(exp) {
+		r.ExpireAt = exp
 	}
 	return &r, nil
 }
@@ -242,6 +269,9 @@ func ApplyRelease(cur *Run, p *ReleaseParams, now time.Time) (*Run, *Run, error)
 	if err := ValidateFence(&p.Fence); err != nil {
 		return nil, nil, err
 	}
+	if err := ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
+		return nil, nil, err
+	}
 	if cur != nil && cur.Status == StatusQueued && sameAttempt(cur, &p.Fence) {
 		return nil, cur, nil
 	}
@@ -256,7 +286,7 @@ func ApplyRelease(cur *Run, p *ReleaseParams, now time.Time) (*Run, *Run, error)
 	if p.RetryAfter > 0 {
 		r.NotBefore = Truncate(now.Add(p.RetryAfter))
 	}
-	r.Deadline = Truncate(now.Add(max(p.RetryAfter, 0) + cmp.Or(p.PickupTimeout, DefaultPickupTimeout)))
+	r.Deadline = Truncate(now.Add(p.RetryAfter + cmp.Or(p.PickupTimeout, DefaultPickupTimeout)))
 	touch(&r, now, p.Retention)
 	return &r, &r, nil
 }

@@ -33,7 +33,7 @@ var claimTests = map[string]func(*testing.T, Harness){
 			approx(t, "CreatedAt", r.CreatedAt, time.Now())
 			exact(t, "UpdatedAt", r.UpdatedAt, r.CreatedAt)
 			approxWithin(t, "pickup deadline", r.Deadline, r.CreatedAt.Add(3*time.Minute), hintSlack)
-			approxWithin(t, "ExpireAt", r.ExpireAt, r.UpdatedAt.Add(48*time.Hour), hintSlack)
+			approxWithin(t, "ExpireAt (the retention after the pickup deadline)", r.ExpireAt, r.UpdatedAt.Add(3*time.Minute+48*time.Hour), hintSlack)
 			if !r.CompletedAt.IsZero() || !r.NotBefore.IsZero() {
 				t.Fatalf("new run has CompletedAt %v, NotBefore %v; want zero", r.CompletedAt, r.NotBefore)
 			}

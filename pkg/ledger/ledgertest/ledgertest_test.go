@@ -1,6 +1,7 @@
 package ledgertest_test
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"os/exec"
@@ -54,6 +55,12 @@ var brokenBackends = map[string]brokenBackend{
 	"ExpiredRecordsDoNotDeduplicate": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &expiryForgets{l} },
 		mustFail: []string{"Retention/ExpiredRecordStillDeduplicates"},
+	},
+	// Keeps a record for the retention after its last write only, as before: a run
+	// whose deadline or retry lies beyond that could be swept before it is due.
+	"ExpiryIgnoresDeadlines": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &shortExpiry{l} },
+		mustFail: []string{"Retention/EveryWriteSetsExpireAt", "Retention/RetryAfterKeepsTheRunUntilItIsDue", "Claim/NewRunIsQueued"},
 	},
 	// Rescues without checking that the run is unchanged.
 	"UnconditionalRescue": {
@@ -206,4 +213,38 @@ func (b *blindRescue) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledg
 		}
 	}
 	return b.Ledger.Rescue(ctx, &q)
+}
+
+// shortExpiry reports ExpireAt as the last write plus the retention, ignoring Deadline
+// and NotBefore.
+type shortExpiry struct{ ledger.Ledger }
+
+func short(r *ledger.Run, keep time.Duration) {
+	if r != nil {
+		r.ExpireAt = r.UpdatedAt.Add(cmp.Or(keep, ledger.DefaultRetention))
+	}
+}
+
+func (b *shortExpiry) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
+	res, err := b.Ledger.Claim(ctx, p)
+	if err == nil && res.Created {
+		short(res.Run, p.Retention)
+	}
+	return res, err
+}
+
+func (b *shortExpiry) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
+	res, err := b.Ledger.Acquire(ctx, p)
+	if err == nil && res.Outcome == ledger.Acquired {
+		short(res.Run, p.Retention)
+	}
+	return res, err
+}
+
+func (b *shortExpiry) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
+	r, err := b.Ledger.Release(ctx, p)
+	if err == nil {
+		short(r, p.Retention)
+	}
+	return r, err
 }

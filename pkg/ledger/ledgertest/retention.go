@@ -21,15 +21,22 @@ func (f *fixture) claimFor(id string, keep, pickup time.Duration) *ledger.Run {
 
 var retentionTests = map[string]func(*testing.T, Harness){
 	"EveryWriteSetsExpireAt": func(t *testing.T, h Harness) {
+		// ExpireAt is the retention after the latest of the write, the deadline and the
+		// not-before: a run is never swept before its retry or its rescue is due.
 		f := setup(t, h)
 		id := newRunID()
 		c := f.claimFor(id, time.Hour, 0)
-		approxWithin(t, "claim ExpireAt", c.ExpireAt, c.UpdatedAt.Add(time.Hour), hintSlack)
+		approxWithin(t, "claim ExpireAt", c.ExpireAt, c.Deadline.Add(time.Hour), hintSlack)
 		a, err := f.l.Acquire(f.ctx, &ledger.AcquireParams{Identity: identity(id), AttemptID: uuid.NewString(), Lease: longLease, Retention: 2 * time.Hour})
 		if err != nil || a.Outcome != ledger.Acquired {
 			t.Fatalf("Acquire = %v, %v", a, err)
 		}
-		approx(t, "acquire ExpireAt", a.Run.ExpireAt, a.Run.UpdatedAt.Add(2*time.Hour))
+		approx(t, "acquire ExpireAt", a.Run.ExpireAt, a.Run.Deadline.Add(2*time.Hour))
+		renewed, err := f.l.Renew(f.ctx, &ledger.RenewParams{Fence: fence(a.Run), Lease: 3 * time.Hour, Retention: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		approx(t, "renew ExpireAt", renewed.ExpireAt, renewed.Deadline.Add(time.Hour))
 		e, err := f.l.BeginEffect(f.ctx, &ledger.BeginEffectParams{Fence: fence(a.Run), Name: "e", Retention: 3 * time.Hour})
 		if err != nil {
 			t.Fatal(err)
@@ -39,7 +46,7 @@ var retentionTests = map[string]func(*testing.T, Harness){
 		if err != nil {
 			t.Fatal(err)
 		}
-		approx(t, "release ExpireAt", rel.ExpireAt, rel.UpdatedAt.Add(4*time.Hour))
+		approx(t, "release ExpireAt", rel.ExpireAt, rel.Deadline.Add(4*time.Hour))
 		d := f.hold(id, longLease)
 		failed, err := f.l.Fail(f.ctx, &ledger.FailParams{Fence: fence(d), Retention: 5 * time.Hour})
 		if err != nil {
@@ -47,10 +54,33 @@ var retentionTests = map[string]func(*testing.T, Harness){
 		}
 		approx(t, "fail ExpireAt", failed.ExpireAt, failed.UpdatedAt.Add(5*time.Hour))
 	},
+	"RetryAfterKeepsTheRunUntilItIsDue": func(t *testing.T, h Harness) {
+		// A Retry-After as long as the retention must not let the run expire before the
+		// retry is due: ExpireAt follows NotBefore.
+		f := setup(t, h)
+		id := newRunID()
+		r := f.hold(id, longLease)
+		rel, err := f.l.Release(f.ctx, &ledger.ReleaseParams{Fence: fence(r), RetryAfter: time.Hour, Retention: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		approx(t, "NotBefore", rel.NotBefore, rel.UpdatedAt.Add(time.Hour))
+		if min := rel.NotBefore.Add(time.Hour); rel.ExpireAt.Before(min) {
+			t.Fatalf("ExpireAt %v is before NotBefore + retention %v: the sweeper deletes the run before its retry", rel.ExpireAt, min)
+		}
+		r = f.hold(newRunID(), longLease)
+		_, err = f.l.Release(f.ctx, &ledger.ReleaseParams{Fence: fence(r), RetryAfter: 2 * time.Hour, Retention: time.Hour})
+		wantErr(t, "Release with a retry after longer than the retention", err, ledger.ErrInvalid)
+		_, err = f.l.Release(f.ctx, &ledger.ReleaseParams{Fence: fence(r), RetryAfter: -time.Second})
+		wantErr(t, "Release with a negative retry after", err, ledger.ErrInvalid)
+		if got := f.get(r.ID); got.Status != ledger.StatusRunning {
+			t.Fatalf("a refused Release changed the run to %s", got.Status)
+		}
+	},
 	"ExpiredRecordStillDeduplicates": func(t *testing.T, h Harness) {
 		f := setup(t, h)
 		id := newRunID()
-		c := f.claimFor(id, time.Millisecond, 0)
+		c := f.claimFor(id, time.Millisecond, time.Millisecond)
 		f.waitPast(c.ExpireAt)
 		if res := f.claim(id); res.Created || res.Run.AttemptID != c.AttemptID {
 			t.Fatalf("Claim of a run past ExpireAt = created %v; want the existing run: it still deduplicates", res.Created)
@@ -67,7 +97,7 @@ var retentionTests = map[string]func(*testing.T, Harness){
 	"SweepDeletesExpiredRecords": func(t *testing.T, h Harness) {
 		f := setup(t, h)
 		gone, kept, withEffect := newRunID(), newRunID(), newRunID()
-		g := f.claimFor(gone, time.Millisecond, 0)
+		g := f.claimFor(gone, time.Millisecond, time.Millisecond)
 		f.claimFor(kept, time.Hour, 0)
 		r := f.hold(withEffect, longLease)
 		e, err := f.l.BeginEffect(f.ctx, &ledger.BeginEffectParams{Fence: fence(r), Name: "short", Retention: time.Millisecond})
@@ -99,7 +129,7 @@ var retentionTests = map[string]func(*testing.T, Harness){
 		f := setup(t, h)
 		var last time.Time
 		for range 3 {
-			last = f.claimFor(newRunID(), time.Millisecond, 0).ExpireAt
+			last = f.claimFor(newRunID(), time.Millisecond, time.Millisecond).ExpireAt
 		}
 		f.waitPast(last)
 		for _, want := range []int{2, 1, 0} {

@@ -90,7 +90,7 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 		return nil, err
 	}
 	return l.fenced(ctx, "renew", l.q.renew, p.RunID,
-		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease))},
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention))},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			next, err := ledger.ApplyRenew(cur, p, now)
 			return next, next, err
@@ -126,7 +126,10 @@ func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.
 	if err := ledger.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
-	retry := max(p.RetryAfter, 0)
+	if err := ledger.ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
+		return nil, err
+	}
+	retry := p.RetryAfter
 	pickup := cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)
 	return l.fenced(ctx, "release", l.q.release, p.RunID,
 		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retry), micros(retry + pickup), micros(retention(p.Retention))},

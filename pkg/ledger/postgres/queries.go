@@ -63,7 +63,7 @@ func us(param string) string { return "(" + param + "::bigint * interval '1 micr
 const claimSQL = `
 INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
 	status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
-VALUES ($2, $3, $4, $5, $6, $7, $11, 'queued', 0, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us10})
+VALUES ($2, $3, $4, $5, $6, $7, $11, 'queued', 0, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us9} + {us10})
 ON CONFLICT (run_id) DO UPDATE SET run_id = EXCLUDED.run_id
 RETURNING r.xmax = 0, {r.runCols}`
 
@@ -77,7 +77,7 @@ const acquireSQL = `
 WITH up AS (
 	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
 		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
-	VALUES ($2, $3, $4, $5, $6, $7, $11, 'running', 1, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us10})
+	VALUES ($2, $3, $4, $5, $6, $7, $11, 'running', 1, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us9} + {us10})
 	ON CONFLICT (run_id) DO UPDATE SET
 		status        = CASE WHEN {claimable} THEN 'running' ELSE r.status END,
 		attempt       = CASE WHEN {claimable} THEN r.attempt + 1 ELSE r.attempt END,
@@ -112,9 +112,9 @@ SELECT false, {s.runCols}, {now} FROM (SELECT * FROM {runs} WHERE run_id = $2 FO
 WHERE NOT EXISTS (SELECT 1 FROM up)`
 }
 
-// $5: lease.
+// $5: lease, $6: retention.
 var renewSQL = fencedSQL(`deadline = {now} + {us5}, updated_at = {now},
-		expire_at = greatest(r.expire_at, {now} + {us5})`)
+		expire_at = greatest(r.expire_at, {now} + {us5} + {us6})`)
 
 // $5: error text, $6: retention.
 func finishSQL(status string) string {
@@ -127,7 +127,7 @@ func finishSQL(status string) string {
 // $5: error text, $6: retry after (0: none), $7: retry after + pickup timeout, $8: retention.
 var releaseSQL = fencedSQL(`status = 'queued', attempts_made = r.attempts_made + 1, last_error = $5,
 		not_before = CASE WHEN $6::bigint > 0 THEN {now} + {us6} END,
-		deadline = {now} + {us7}, updated_at = {now}, expire_at = {now} + {us8}`)
+		deadline = {now} + {us7}, updated_at = {now}, expire_at = {now} + {us7} + {us8}`)
 
 // $2 run, $3 listed status, $4 listed attempt, $5 listed deadline, $6 pickup timeout,
 // $7 retention, $8 the lost-lease error.
@@ -138,7 +138,7 @@ WITH up AS (
 		last_error    = CASE WHEN r.status = 'running' THEN $8 ELSE r.last_error END,
 		attempt_id    = CASE WHEN r.status = 'running' THEN '' ELSE r.attempt_id END,
 		status = 'queued', not_before = NULL, deadline = {now} + {us6}, updated_at = {now},
-		expire_at = {now} + {us7}
+		expire_at = {now} + {us6} + {us7}
 	WHERE r.run_id = $2 AND r.status = $3 AND r.attempt = $4 AND r.deadline = $5
 		AND r.status IN ('queued', 'running') AND r.deadline < {now}
 	RETURNING true, {r.runCols}
