@@ -42,6 +42,11 @@ type Config struct {
 	// FinishTimeout bounds the retries of the write that completes, releases or fails a
 	// run after its job returned. Defaults to 10s.
 	FinishTimeout time.Duration
+	// MaxRetryAfter bounds the delay a job asks for (RetryAfter, or an HTTP target's
+	// Retry-After): a longer one is cut to it, so that the retry stays well inside the
+	// retention. Defaults to DefaultMaxRetryAfter, or half the retention when that is
+	// shorter; it may not exceed the retention.
+	MaxRetryAfter time.Duration
 	// NackDelay, when positive, delays the nack of a held run (or a released one) by up
 	// to this long, so that a subscription without a retry policy does not redeliver in
 	// a hot loop. Defaults to 0: nack at once, and let the retry policy back off.
@@ -56,10 +61,14 @@ type Config struct {
 	Meter metric.Meter
 }
 
+// DefaultMaxRetryAfter is Config.MaxRetryAfter's default.
+const DefaultMaxRetryAfter = 24 * time.Hour
+
 func (c Config) withDefaults() Config {
 	c.Lease = cmp.Or(c.Lease, 30*time.Second)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 5)
 	c.Retention = cmp.Or(c.Retention, ledger.DefaultRetention)
+	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, min(DefaultMaxRetryAfter, c.Retention/2))
 	c.PickupTimeout = cmp.Or(c.PickupTimeout, ledger.DefaultPickupTimeout)
 	c.FinishTimeout = cmp.Or(c.FinishTimeout, 10*time.Second)
 	c.RescueInterval = cmp.Or(c.RescueInterval, 30*time.Second)
@@ -82,6 +91,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: lease %s is too short to renew every third of it", c.Lease)
 	case c.MaxAttempts < 1:
 		return fmt.Errorf("worker: max attempts %d must be at least 1", c.MaxAttempts)
+	case c.MaxRetryAfter < 0 || c.MaxRetryAfter > c.Retention:
+		return fmt.Errorf("worker: max retry-after %s must be between 0 and the retention (%s): a longer delay outlives the record", c.MaxRetryAfter, c.Retention)
 	}
 	return nil
 }
@@ -270,7 +281,12 @@ func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimSt
 	var ra *RetryAfterError
 	var delay time.Duration
 	if errors.As(herr, &ra) {
-		delay = ra.Delay
+		delay = max(ra.Delay, 0)
+		if delay > w.cfg.MaxRetryAfter {
+			log.WarnContext(ctx, "the job asked for a retry later than the worker's max retry-after; cut to it",
+				slog.Duration("asked", delay), slog.Duration("max_retry_after", w.cfg.MaxRetryAfter))
+			delay = w.cfg.MaxRetryAfter
+		}
 	}
 	reason := herr.Error()
 	if cause != nil {
@@ -316,7 +332,7 @@ func (w *Worker) keepLease(ctx context.Context, a *attempt, held time.Time, stop
 		}
 		callStart := time.Now()
 		rctx, cancel := context.WithDeadline(ctx, fenceAt())
-		_, err := w.cfg.Ledger.Renew(rctx, &ledger.RenewParams{Fence: a.fence, Lease: w.cfg.Lease})
+		_, err := w.cfg.Ledger.Renew(rctx, &ledger.RenewParams{Fence: a.fence, Lease: w.cfg.Lease, Retention: w.cfg.Retention})
 		cancel()
 		switch {
 		case err == nil:

@@ -682,3 +682,39 @@ func TestHTTPTargetWithOIDCSendsAnIDTokenForTheURL(t *testing.T) {
 		t.Fatalf("last error %q", r.LastError)
 	}
 }
+
+// A Retry-After beyond what a time.Duration holds, or longer than the retention, is cut
+// to MaxRetryAfter: before, seconds over ~292 years overflowed, and a delay past the
+// retention set not_before after expire_at, so the sweeper deleted the run before its
+// retry.
+func TestRetryAfterIsBoundedInsideTheRetention(t *testing.T) {
+	t.Parallel()
+	for _, header := range []string{"99999999999999999", "31536000"} { // overflow; a year
+		t.Run(header, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Retry-After", header)
+				w.WriteHeader(http.StatusTooManyRequests)
+			}))
+			t.Cleanup(srv.Close)
+			u, _ := url.Parse(srv.URL)
+			retention := 48 * time.Hour
+			b := setup(t, nil, &worker.Config{Lease: time.Second, MaxAttempts: 5, Retention: retention, MaxRetryAfter: 6 * time.Hour})
+			worker.MuxFromJobs(b.mux, map[string]*jobs.Job{"busy": {Name: "busy", URL: u, Timeout: 5 * time.Second}}, nil)
+			m := message("busy", "k", "{}")
+			if v := b.process(m); v.Outcome != worker.OutcomeReleased {
+				t.Fatalf("a 429 = %+v, want released", v)
+			}
+			r := b.run(m.Identity.RunID)
+			if d := time.Until(r.NotBefore); d < 5*time.Hour || d > 6*time.Hour {
+				t.Fatalf("NotBefore is %v from now, want the 6h MaxRetryAfter", d)
+			}
+			if r.ExpireAt.Before(r.NotBefore.Add(retention)) {
+				t.Fatalf("ExpireAt %v is before NotBefore %v + the retention", r.ExpireAt, r.NotBefore)
+			}
+		})
+	}
+	if _, err := worker.New(&worker.Config{Ledger: memory.New(nil), Handler: worker.NewMux(), Retention: time.Hour, MaxRetryAfter: 2 * time.Hour}); err == nil {
+		t.Fatal("worker.New accepted a MaxRetryAfter longer than the retention")
+	}
+}
