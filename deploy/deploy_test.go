@@ -488,10 +488,11 @@ func checkFirestore(d *deployment) []error {
 			ttl[c] = true
 		}
 	}
-	for _, c := range []string{"runs", "effects"} {
-		if !ttl[prefix+c] {
-			errs = append(errs, fmt.Errorf("no google_firestore_field with ttl_config on expire_at for collection %q: records would never be deleted", prefix+c))
-		}
+	if !ttl[prefix+"runs"] {
+		errs = append(errs, fmt.Errorf("no google_firestore_field with ttl_config on expire_at for collection %q: runs would never be deleted", prefix+"runs"))
+	}
+	if ttl[prefix+"effects"] {
+		errs = append(errs, fmt.Errorf("a TTL policy on %q: Firestore would delete the effects of a live run, and a later attempt would redo them (the worker's sweep deletes an effect only after its run)", prefix+"effects"))
 	}
 	found := false
 	for _, ix := range d.mod.resourcesOf("google_firestore_index") {

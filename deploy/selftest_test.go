@@ -37,7 +37,7 @@ var breakages = []breakage{
 		"retention_hours         = 336", "retention_hours         = 168"},
 	{"no TTL on expire_at", "FirestoreTTLIndex", "modules/runonce/firestore.tf", "  ttl_config {}\n", ""},
 	{"TTL on the wrong field", "FirestoreTTLIndex", "modules/runonce/firestore.tf", `field      = "expire_at"`, `field      = "expires_at"`},
-	{"TTL on runs only", "FirestoreTTLIndex", "modules/runonce/firestore.tf", `toset(["runs", "effects"])`, `toset(["runs"])`},
+	{"TTL on effects too", "FirestoreTTLIndex", "modules/runonce/firestore.tf", `toset(["runs"])`, `toset(["runs", "effects"])`},
 	{"rescue index in the wrong order", "FirestoreTTLIndex", "modules/runonce/firestore.tf",
 		"    field_path = \"deadline\"\n    order      = \"ASCENDING\"", "    field_path = \"deadline\"\n    order      = \"DESCENDING\""},
 	{"worker with request-based CPU", "WorkerAlwaysOn", "modules/runonce/run.tf",

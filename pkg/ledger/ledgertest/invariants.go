@@ -3,6 +3,8 @@ package ledgertest
 import (
 	"cmp"
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,10 +17,15 @@ import (
 //   - a run a transition wrote keeps ExpireAt ≥ max(Deadline, NotBefore) + the call's
 //     retention, so that no sweeper deletes a run before its retry or rescue is due (nor
 //     sooner than a retention after it);
-//   - any run a call returns keeps ExpireAt after max(Deadline, NotBefore, UpdatedAt).
+//   - any run a call returns keeps ExpireAt after max(Deadline, NotBefore);
+//   - after a Sweep, every effect the test began whose run still exists still exists:
+//     an effect lives at least as long as its run.
 type checked struct {
 	ledger.Ledger
 	t testing.TB
+
+	mu      sync.Mutex
+	effects map[[2]string]bool // run ID, effect name
 }
 
 // expiryTolerance absorbs rounding of stored times.
@@ -42,8 +49,8 @@ func (c *checked) returned(op string, r *ledger.Run) {
 		return
 	}
 	c.t.Helper()
-	if due := latest(r.Deadline, r.NotBefore, r.UpdatedAt); !r.ExpireAt.After(due) {
-		c.t.Errorf("invariant: after %s, run %s (%s) has ExpireAt %v, not after max(Deadline, NotBefore, UpdatedAt) = %v",
+	if due := latest(r.Deadline, r.NotBefore); !r.ExpireAt.After(due) {
+		c.t.Errorf("invariant: after %s, run %s (%s) has ExpireAt %v, not after max(Deadline, NotBefore) = %v",
 			op, r.ID, r.Status, r.ExpireAt, due)
 	}
 }
@@ -136,6 +143,38 @@ func (c *checked) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.R
 		c.written("Rescue", r, p.Retention)
 	}
 	return r, err
+}
+
+func (c *checked) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
+	res, err := c.Ledger.BeginEffect(ctx, p)
+	if err == nil {
+		c.mu.Lock()
+		if c.effects == nil {
+			c.effects = map[[2]string]bool{}
+		}
+		c.effects[[2]string{p.RunID, p.Name}] = true
+		c.mu.Unlock()
+	}
+	return res, err
+}
+
+func (c *checked) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
+	n, err := c.Ledger.Sweep(ctx, p)
+	if err != nil {
+		return n, err
+	}
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.effects {
+		if _, err := c.Ledger.Get(ctx, &ledger.GetParams{RunID: k[0]}); err != nil {
+			continue // the run is gone (or unreadable): its effects may go
+		}
+		if _, err := c.Ledger.GetEffect(ctx, &ledger.GetEffectParams{RunID: k[0], Name: k[1]}); errors.Is(err, ledger.ErrNotFound) {
+			c.t.Errorf("invariant: after Sweep, effect %q of run %s is gone while its run exists: a later attempt would redo it", k[1], k[0])
+		}
+	}
+	return n, err
 }
 
 func (c *checked) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,6 +62,11 @@ var brokenBackends = map[string]brokenBackend{
 	"ExpiryIgnoresDeadlines": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &shortExpiry{l} },
 		mustFail: []string{"Retention/EveryWriteSetsExpireAt", "Retention/RetryAfterKeepsTheRunUntilItIsDue", "Claim/NewRunIsQueued"},
+	},
+	// Sweeps effects on their own expire_at, even while their run lives.
+	"SweepsEffectsOfLiveRuns": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &effectSweeper{Ledger: l} },
+		mustFail: []string{"Retention/EffectsLiveAsLongAsTheirRun"},
 	},
 	// Rescues without checking that the run is unchanged.
 	"UnconditionalRescue": {
@@ -247,4 +253,52 @@ func (b *shortExpiry) Release(ctx context.Context, p *ledger.ReleaseParams) (*le
 		short(r, p.Retention)
 	}
 	return r, err
+}
+
+// effectSweeper behaves as if Sweep deleted every effect past its own ExpireAt.
+type effectSweeper struct {
+	ledger.Ledger
+	mu      sync.Mutex
+	expiry  map[string]time.Time
+	deleted map[string]bool
+}
+
+func (b *effectSweeper) note(e *ledger.Effect) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.expiry == nil {
+		b.expiry, b.deleted = map[string]time.Time{}, map[string]bool{}
+	}
+	b.expiry[e.Key] = e.ExpireAt
+}
+
+func (b *effectSweeper) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
+	e, err := b.Ledger.CompleteEffect(ctx, p)
+	if err == nil {
+		b.note(e)
+	}
+	return e, err
+}
+
+func (b *effectSweeper) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
+	n, err := b.Ledger.Sweep(ctx, p)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for k, exp := range b.expiry {
+		if exp.Before(time.Now()) && !b.deleted[k] {
+			b.deleted[k] = true
+			n++
+		}
+	}
+	return n, err
+}
+
+func (b *effectSweeper) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
+	b.mu.Lock()
+	gone := b.deleted[ledger.EffectKey(p.RunID, p.Name)]
+	b.mu.Unlock()
+	if gone {
+		return nil, ledger.ErrNotFound
+	}
+	return b.Ledger.GetEffect(ctx, p)
 }

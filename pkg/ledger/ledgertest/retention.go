@@ -1,6 +1,7 @@
 package ledgertest
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -96,34 +97,71 @@ var retentionTests = map[string]func(*testing.T, Harness){
 	},
 	"SweepDeletesExpiredRecords": func(t *testing.T, h Harness) {
 		f := setup(t, h)
-		gone, kept, withEffect := newRunID(), newRunID(), newRunID()
+		gone, kept := newRunID(), newRunID()
 		g := f.claimFor(gone, time.Millisecond, time.Millisecond)
 		f.claimFor(kept, time.Hour, 0)
-		r := f.hold(withEffect, longLease)
-		e, err := f.l.BeginEffect(f.ctx, &ledger.BeginEffectParams{Fence: fence(r), Name: "short", Retention: time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.begin(r, "long")
-		f.waitPast(maxTime(g.ExpireAt, e.Effect.ExpireAt))
+		f.waitPast(g.ExpireAt)
 		n, err := f.l.Sweep(f.ctx, &ledger.SweepParams{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// The probes of waitPast are claimed with the default retention: not swept.
-		if n != 2 {
-			t.Fatalf("Sweep deleted %d records, want 2 (one run, one effect)", n)
+		if n != 1 {
+			t.Fatalf("Sweep deleted %d records, want 1 (the expired run)", n)
 		}
 		_, err = f.l.Get(f.ctx, &ledger.GetParams{RunID: gone})
 		wantErr(t, "Get of a swept run", err, ledger.ErrNotFound)
-		_, err = f.l.GetEffect(f.ctx, &ledger.GetEffectParams{RunID: withEffect, Name: "short"})
-		wantErr(t, "GetEffect of a swept effect", err, ledger.ErrNotFound)
 		f.get(kept)
-		f.get(withEffect)
-		f.effect(withEffect, "long")
 		if !f.claim(gone).Created {
 			t.Fatal("a claim after the sweep did not create the run anew")
 		}
+	},
+	"EffectsLiveAsLongAsTheirRun": func(t *testing.T, h Harness) {
+		// An effect past its own expire_at whose run lives on is kept: a later attempt
+		// must still find it done. It goes once its run is gone.
+		f := setup(t, h)
+		id := newRunID()
+		// A short lease and retention: the run itself may go soon after it ends (a
+		// backend may move a live run's effect's expire_at to the run's).
+		a, err := f.l.Acquire(f.ctx, &ledger.AcquireParams{Identity: identity(id), AttemptID: uuid.NewString(), Lease: shortLease, Retention: time.Millisecond})
+		if err != nil || a.Outcome != ledger.Acquired {
+			t.Fatalf("Acquire = %v, %v", a, err)
+		}
+		r := a.Run
+		if _, err := f.l.BeginEffect(f.ctx, &ledger.BeginEffectParams{Fence: fence(r), Name: "short", Retention: time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		e, err := f.l.CompleteEffect(f.ctx, &ledger.CompleteEffectParams{Fence: fence(r), Name: "short", Retention: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.waitPast(e.ExpireAt)
+		if _, err := f.l.Sweep(f.ctx, &ledger.SweepParams{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.effect(id, "short"); got.Status != ledger.EffectDone {
+			t.Fatalf("effect after the sweep = %s, want done", got.Status)
+		}
+		// The run ends and expires; then its effect goes too.
+		done, err := f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(r), Retention: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.waitPast(maxTime(done.ExpireAt, r.ExpireAt))
+		for i := 0; ; i++ {
+			if _, err := f.l.Sweep(f.ctx, &ledger.SweepParams{}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := f.l.GetEffect(f.ctx, &ledger.GetEffectParams{RunID: id, Name: "short"})
+			if errors.Is(err, ledger.ErrNotFound) {
+				break
+			}
+			if i == 3 {
+				t.Fatalf("the effect of a swept run is still there after %d sweeps (%v)", i+1, err)
+			}
+		}
+		_, err = f.l.Get(f.ctx, &ledger.GetParams{RunID: id})
+		wantErr(t, "Get of the swept run", err, ledger.ErrNotFound)
 	},
 	"SweepIsBounded": func(t *testing.T, h Harness) {
 		f := setup(t, h)

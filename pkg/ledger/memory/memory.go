@@ -261,8 +261,10 @@ func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) 
 			n++
 		}
 	}
+	// An effect goes only with its run (or after it): a live run's effects are kept
+	// whatever their own ExpireAt says, or a later attempt would redo them.
 	for k, e := range l.effects {
-		if n < limit && e.ExpireAt.Before(now) {
+		if _, live := l.runs[e.RunID]; n < limit && !live && e.ExpireAt.Before(now) {
 			delete(l.effects, k)
 			n++
 		}

@@ -209,8 +209,10 @@ WHERE status IN ('queued', 'running') AND deadline < {now}
 ORDER BY deadline
 LIMIT $2`
 
-// $2 limit. Runs first, then effects, at most $2 records in all; rows that other
-// statements hold locked are left for the next sweep.
+// $2 limit. Runs first, then effects whose run is gone (deleted by this statement or
+// earlier), at most $2 records in all: a live run's effects are kept whatever their own
+// expire_at says, or a later attempt would redo them. Rows that other statements hold
+// locked are left for the next sweep.
 const sweepSQL = `
 WITH r AS (
 	DELETE FROM {runs}
@@ -218,11 +220,14 @@ WITH r AS (
 		SELECT ctid FROM {runs} WHERE expire_at < {now} ORDER BY expire_at LIMIT $2
 		FOR UPDATE SKIP LOCKED))
 	AND expire_at < {now}
-	RETURNING 1
+	RETURNING run_id
 ), e AS (
 	DELETE FROM {effects}
 	WHERE ctid = ANY(ARRAY(
-		SELECT ctid FROM {effects} WHERE expire_at < {now} ORDER BY expire_at
+		SELECT x.ctid FROM {effects} x WHERE x.expire_at < {now}
+			AND (x.run_id IN (SELECT run_id FROM r)
+				OR NOT EXISTS (SELECT 1 FROM {runs} v WHERE v.run_id = x.run_id))
+		ORDER BY x.expire_at
 		LIMIT greatest($2 - (SELECT count(*) FROM r), 0)
 		FOR UPDATE SKIP LOCKED))
 	AND expire_at < {now}

@@ -439,9 +439,15 @@ func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) 
 	n := 0
 	err := l.tx(ctx, func(tx *sql.Tx) error {
 		n = 0
-		for _, table := range []string{"runs", "effects"} {
-			res, err := tx.ExecContext(ctx, "DELETE FROM "+table+" WHERE rowid IN (SELECT rowid FROM "+table+
-				" WHERE expire_at < ? ORDER BY expire_at LIMIT ?)", now, limit-n)
+		// Runs first; then effects whose run is gone (this sweep's or an earlier one's):
+		// a live run's effects are kept whatever their own expire_at says, or a later
+		// attempt would redo them.
+		for _, stmt := range []string{
+			"DELETE FROM runs WHERE rowid IN (SELECT rowid FROM runs WHERE expire_at < ? ORDER BY expire_at LIMIT ?)",
+			"DELETE FROM effects WHERE rowid IN (SELECT e.rowid FROM effects e WHERE e.expire_at < ? " +
+				"AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = e.run_id) ORDER BY e.expire_at LIMIT ?)",
+		} {
+			res, err := tx.ExecContext(ctx, stmt, now, limit-n)
 			if err != nil {
 				return err
 			}
