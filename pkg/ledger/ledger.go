@@ -158,6 +158,10 @@ type AcquireParams struct {
 	Identity
 	// AttemptID is the new attempt's ID (a UUIDv7).
 	AttemptID string
+	// MustExist refuses to create an absent run: the claim answers ErrNotFound instead.
+	// A worker sets it for a message that may have outlived its run's record (older
+	// than the retention): running it could run a finished run twice.
+	MustExist bool
 	// Lease sets the lease expiry. Zero means DefaultLease.
 	Lease     time.Duration
 	Retention time.Duration
@@ -176,6 +180,11 @@ const (
 	Held
 	// Terminal: the run is completed or failed; nothing to do.
 	Terminal
+	// PayloadMismatch: the run exists with another payload hash than the claim's
+	// (Identity.PayloadHash, which the worker computes from the message's data): the
+	// message is not the one the run was accepted with, and must never run. The run is
+	// untouched.
+	PayloadMismatch
 )
 
 func (o AcquireOutcome) String() string {
@@ -186,6 +195,8 @@ func (o AcquireOutcome) String() string {
 		return "held"
 	case Terminal:
 		return "terminal"
+	case PayloadMismatch:
+		return "payload_mismatch"
 	}
 	return "unknown"
 }

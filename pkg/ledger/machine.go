@@ -180,6 +180,10 @@ func ApplyAcquire(cur *Run, p *AcquireParams, now time.Time) (*Run, *AcquireResu
 	}
 	var r Run
 	switch {
+	case cur == nil && p.MustExist:
+		return nil, nil, fmt.Errorf("%w: run %s (the claim may not create it)", ErrNotFound, p.RunID)
+	case cur != nil && cur.PayloadHash != p.PayloadHash:
+		return nil, &AcquireResult{Outcome: PayloadMismatch, Run: cur}, nil
 	case cur == nil:
 		r = Run{
 			ID: p.RunID, Namespace: p.Namespace, Job: p.Job, Key: p.Key,

@@ -68,6 +68,11 @@ var brokenBackends = map[string]brokenBackend{
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &effectSweeper{Ledger: l} },
 		mustFail: []string{"Retention/EffectsLiveAsLongAsTheirRun"},
 	},
+	// Claims a run whatever payload the delivery carries.
+	"IgnoresPayload": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &anyPayload{l} },
+		mustFail: []string{"Acquire/OtherPayloadIsNeverAcquired"},
+	},
 	// Rescues without checking that the run is unchanged.
 	"UnconditionalRescue": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &blindRescue{l} },
@@ -301,4 +306,15 @@ func (b *effectSweeper) GetEffect(ctx context.Context, p *ledger.GetEffectParams
 		return nil, ledger.ErrNotFound
 	}
 	return b.Ledger.GetEffect(ctx, p)
+}
+
+// anyPayload claims with the stored run's payload hash, whatever the delivery's.
+type anyPayload struct{ ledger.Ledger }
+
+func (b *anyPayload) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
+	q := *p
+	if r, err := b.Get(ctx, &ledger.GetParams{RunID: p.RunID}); err == nil {
+		q.PayloadHash = r.PayloadHash
+	}
+	return b.Ledger.Acquire(ctx, &q)
 }

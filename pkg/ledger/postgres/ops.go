@@ -61,13 +61,35 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 		written bool
 		s       runScan
 		now     time.Time
+		q       interface {
+			QueryRow(context.Context, string, ...any) pgx.Row
+		} = l.pool
 	)
-	err := l.pool.QueryRow(ctx, l.q.acquire, timeArg(p.Now),
+	if p.MustExist {
+		// Lock the run first, in a transaction, so that no sweep deletes it between the
+		// check and the claim (which would then create it).
+		tx, err := l.pool.Begin(ctx)
+		if err != nil {
+			return nil, interpretError("acquire run "+p.RunID, err)
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
+		var one int
+		if err := tx.QueryRow(ctx, l.q.lockRun, p.RunID).Scan(&one); err != nil {
+			return nil, interpretError("acquire run "+p.RunID+" (which must exist)", err)
+		}
+		q = tx
+	}
+	err := q.QueryRow(ctx, l.q.acquire, timeArg(p.Now),
 		p.RunID, p.Namespace, p.Job, p.Key, timeArg(p.ScheduleTime), p.PayloadHash, p.AttemptID,
 		micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), p.Payload,
 	).Scan(append(append([]any{&written}, s.dest()...), &now)...)
 	if err != nil {
 		return nil, interpretError("acquire run "+p.RunID, err)
+	}
+	if tx, ok := q.(pgx.Tx); ok {
+		if err := tx.Commit(ctx); err != nil {
+			return nil, interpretError("acquire run "+p.RunID+": commit", err)
+		}
 	}
 	r := s.run()
 	if written && r.Status == ledger.StatusRunning && r.AttemptID == p.AttemptID {

@@ -698,7 +698,7 @@ func TestRacesReturnTheLatestRow(t *testing.T) {
 	t.Run("AcquireOfARowInsertedConcurrently", func(t *testing.T) {
 		id := ledger.KeyedRunID("race", "job", uuid.NewString())
 		blockThenCommit(t, insertRunning, []any{id}, func() error {
-			res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id}, AttemptID: "mine"})
+			res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, PayloadHash: "h"}, AttemptID: "mine"})
 			if err != nil {
 				return err
 			}

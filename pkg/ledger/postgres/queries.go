@@ -68,10 +68,12 @@ ON CONFLICT (run_id) DO UPDATE SET run_id = EXCLUDED.run_id
 RETURNING r.xmax = 0, {r.runCols}`
 
 // claimable: the existing row r may be taken by a worker claim at {now}.
-const claimable = `((r.status = 'queued' AND (r.not_before IS NULL OR r.not_before <= {now}))
-	OR (r.status = 'running' AND r.deadline < {now}))`
+// A run whose payload hash differs from the claim's is never claimable: the message is
+// not the one the run was accepted with.
+const claimable = `(r.payload_hash = EXCLUDED.payload_hash AND ((r.status = 'queued' AND (r.not_before IS NULL OR r.not_before <= {now}))
+	OR (r.status = 'running' AND r.deadline < {now})))`
 
-const takeover = `(r.status = 'running' AND r.deadline < {now})`
+const takeover = `(r.payload_hash = EXCLUDED.payload_hash AND r.status = 'running' AND r.deadline < {now})`
 
 const acquireSQL = `
 WITH up AS (
@@ -162,6 +164,9 @@ WHERE NOT EXISTS (SELECT 1 FROM up)`
 
 const getSQL = `SELECT {runCols} FROM {runs} WHERE run_id = $1`
 
+// lockRunSQL locks an existing run for the rest of a transaction (a sweep skips it).
+const lockRunSQL = `SELECT 1 FROM {runs} WHERE run_id = $1 FOR UPDATE`
+
 const getEffectSQL = `SELECT {effectCols} FROM {effects} WHERE effect_key = $1`
 
 // $2..$4 the fence, $5 effect key, $6 name, $7 retention.
@@ -237,8 +242,8 @@ SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM e)`
 
 // queries are the statements with the schema's table names filled in.
 type queries struct {
-	claim, acquire, renew, complete, fail, release, rescue, expedite string
-	get, getEffect, beginEffect, completeEffect, listRescue, sweep   string
+	claim, acquire, renew, complete, fail, release, rescue, expedite        string
+	get, lockRun, getEffect, beginEffect, completeEffect, listRescue, sweep string
 }
 
 func buildQueries(schema string) queries {
@@ -277,6 +282,7 @@ func buildQueries(schema string) queries {
 		rescue:         fill(rescueSQL),
 		expedite:       fill(expediteSQL),
 		get:            fill(getSQL),
+		lockRun:        fill(lockRunSQL),
 		getEffect:      fill(getEffectSQL),
 		beginEffect:    fill(beginEffectSQL),
 		completeEffect: fill(completeEffectSQL),
