@@ -39,8 +39,12 @@ func tick() time.Time { return time.Now().UTC().Truncate(time.Minute).Add(-time.
 
 func acquire(tb testing.TB, l ledger.Ledger, runID string, lease time.Duration) *ledger.Run {
 	tb.Helper()
+	id := ledger.Identity{RunID: runID}
+	if r, err := l.Get(context.Background(), &ledger.GetParams{RunID: runID}); err == nil {
+		id.PayloadHash = r.PayloadHash // a worker claims with the payload the run was accepted with
+	}
 	res, err := l.Acquire(context.Background(), &ledger.AcquireParams{
-		Identity: ledger.Identity{RunID: runID}, AttemptID: uuid.NewString(), Lease: lease})
+		Identity: id, AttemptID: uuid.NewString(), Lease: lease})
 	if err != nil || res.Outcome != ledger.Acquired {
 		tb.Fatalf("acquire %s: %v %+v", runID, err, res)
 	}

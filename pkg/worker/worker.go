@@ -160,7 +160,10 @@ const (
 	OutcomeTerminal  = "duplicate_terminal"
 	OutcomeLeaseLost = "lease_lost"
 	OutcomeDropped   = "dropped_too_old"
-	OutcomeError     = "ledger_error"
+	// OutcomePayloadMismatch: the message's data does not hash to the run's stored
+	// payload hash (a forged or stale message); it is acked and never run.
+	OutcomePayloadMismatch = "payload_mismatch"
+	OutcomeError           = "ledger_error"
 )
 
 // Process runs one delivery through claim → job → complete/release/fail and returns
@@ -170,20 +173,31 @@ const (
 func (w *Worker) Process(ctx context.Context, d *Delivery) Verdict {
 	m := d.Message
 	log := w.cfg.Logger.With(slog.String("run_id", m.Identity.RunID), slog.String("job", m.Identity.Job))
-	if age := w.age(d); age > w.cfg.Retention {
-		log.ErrorContext(ctx, "message older than the retention dropped: its run may have been deleted, running it could run it twice",
-			slog.Duration("age", age), slog.Duration("retention", w.cfg.Retention))
-		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeDropped})
-	}
 	attemptID, err := uuid.NewV7()
 	if err != nil {
 		return w.verdict(ctx, Verdict{Outcome: OutcomeError})
 	}
+	// The claim is checked against what the message carries, not what it says: the
+	// hash of its data must be the run's stored payload hash.
+	id := m.Identity
+	id.Payload = m.Payload
+	id.PayloadHash = ledger.PayloadHash(m.Payload)
+	// A message older than the retention may have outlived its run's record (a record
+	// lives at least a retention after the run's creation, the message's EnqueuedAt):
+	// it may run a run that exists, but must not create one, which could run a finished
+	// run twice.
+	age := w.age(d)
+	mustExist := age > w.cfg.Retention
 	claimStart := time.Now()
 	res, err := w.cfg.Ledger.Acquire(ctx, &ledger.AcquireParams{
-		Identity: m.Identity, AttemptID: attemptID.String(), Lease: w.cfg.Lease, Retention: w.cfg.Retention,
+		Identity: id, AttemptID: attemptID.String(), Lease: w.cfg.Lease, Retention: w.cfg.Retention, MustExist: mustExist,
 	})
 	if err != nil {
+		if mustExist && errors.Is(err, ledger.ErrNotFound) {
+			log.ErrorContext(ctx, "message older than the retention whose run has no record dropped: the run may have finished and been deleted, running it could run it twice",
+				slog.Duration("age", age), slog.Duration("retention", w.cfg.Retention))
+			return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeDropped})
+		}
 		if errors.Is(err, ledger.ErrInvalid) {
 			log.ErrorContext(ctx, "delivery refused by the ledger and dropped", slog.Any("error", err))
 			return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeDropped})
@@ -192,6 +206,11 @@ func (w *Worker) Process(ctx context.Context, d *Delivery) Verdict {
 		return w.verdict(ctx, Verdict{Outcome: OutcomeError})
 	}
 	switch res.Outcome {
+	case ledger.PayloadMismatch:
+		log.ErrorContext(ctx, "delivery carries another payload than the run was accepted with: never run, acked; the run is untouched",
+			slog.String("message_payload_sha256", id.PayloadHash), slog.String("run_payload_sha256", res.Run.PayloadHash),
+			slog.String("status", string(res.Run.Status)))
+		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomePayloadMismatch})
 	case ledger.Terminal:
 		log.InfoContext(ctx, "duplicate delivery of a finished run acked", slog.String("status", string(res.Run.Status)))
 		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeTerminal})
@@ -229,9 +248,7 @@ func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimSt
 		RunID: run.ID, Namespace: run.Namespace, Name: run.Job, Key: run.Key, ScheduleTime: run.ScheduleTime,
 		Attempt: run.Attempt, AttemptID: run.AttemptID, DeliveryAttempt: d.DeliveryAttempt, Payload: d.Message.Payload,
 	}
-	if len(job.Payload) == 0 && len(run.Payload) > 0 {
-		job.Payload = run.Payload
-	}
+
 	log = log.With(slog.Int64("attempt", run.Attempt), slog.String("attempt_id", run.AttemptID))
 	fence := ledger.Fence{RunID: run.ID, Attempt: run.Attempt, AttemptID: run.AttemptID}
 	limit := w.maxAttempts(run.Job)
