@@ -1,0 +1,101 @@
+package targets
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	cloudbuild "cloud.google.com/go/cloudbuild/apiv1/v2"
+	"cloud.google.com/go/cloudbuild/apiv1/v2/cloudbuildpb"
+	"google.golang.org/api/option"
+
+	"github.com/runonce/runonce/pkg/jobs"
+	"github.com/runonce/runonce/pkg/worker"
+)
+
+// The substitutions a Cloud Build trigger's build receives.
+const (
+	SubstIdempotencyKey = "_IDEMPOTENCY_KEY"
+	SubstRunID          = "_RUNONCE_RUN_ID"
+	SubstJob            = "_RUNONCE_JOB"
+	SubstAttempt        = "_RUNONCE_ATTEMPT"
+	SubstScheduleTime   = "_RUNONCE_SCHEDULE_TIME"
+)
+
+// cloudBuild runs a build trigger. triggers.run sets no tags on the build (they come
+// from the trigger's config), so an earlier start whose outcome was not recorded cannot
+// be looked up: at most once.
+type cloudBuild struct {
+	c                  *cloudbuild.Client
+	name               string
+	project, triggerID string
+	branch             string
+}
+
+func newCloudBuild(ctx context.Context, t *jobs.Target, opts []option.ClientOption) (*cloudBuild, error) {
+	c, err := cloudbuild.NewClient(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	parts := strings.Split(t.Resource, "/") // projects/P/locations/L/triggers/T
+	return &cloudBuild{c: c, name: t.Resource, project: parts[1], triggerID: parts[5], branch: t.Branch}, nil
+}
+
+func (b *cloudBuild) Close() error { return b.c.Close() }
+
+// CloudBuildSubstitutions returns the substitutions of a run.
+func CloudBuildSubstitutions(id Identity) map[string]string {
+	s := map[string]string{
+		SubstIdempotencyKey: id.IdempotencyKey, SubstRunID: id.RunID, SubstJob: id.Job,
+		SubstAttempt: strconv.FormatInt(id.Attempt, 10),
+	}
+	if id.ScheduleTime != "" {
+		s[SubstScheduleTime] = id.ScheduleTime
+	}
+	return s
+}
+
+func (b *cloudBuild) start(ctx context.Context, _ *worker.Job, id Identity, _ string) (string, error) {
+	src := &cloudbuildpb.RepoSource{ProjectId: b.project, Substitutions: CloudBuildSubstitutions(id)}
+	if b.branch != "" {
+		src.Revision = &cloudbuildpb.RepoSource_BranchName{BranchName: b.branch}
+	}
+	op, err := b.c.RunBuildTrigger(ctx, &cloudbuildpb.RunBuildTriggerRequest{
+		Name: b.name, ProjectId: b.project, TriggerId: b.triggerID, Source: src,
+	})
+	if err != nil {
+		return "", err
+	}
+	md, err := op.Metadata()
+	if err != nil || md.GetBuild().GetId() == "" {
+		return op.Name(), nil
+	}
+	if n := md.GetBuild().GetName(); n != "" {
+		return n, nil
+	}
+	loc := strings.Split(b.name, "/")[3]
+	return fmt.Sprintf("projects/%s/locations/%s/builds/%s", b.project, loc, md.GetBuild().GetId()), nil
+}
+
+func (b *cloudBuild) find(context.Context, string) (string, error) { return "", errNoLookup }
+
+// poll maps the build's status: SUCCESS completes the run; FAILURE, INTERNAL_ERROR,
+// TIMEOUT, CANCELLED and EXPIRED fail it.
+func (b *cloudBuild) poll(ctx context.Context, ref string) (bool, error) {
+	parts := strings.Split(ref, "/") // projects/P/locations/L/builds/ID
+	if len(parts) != 6 || parts[4] != "builds" {
+		return true, worker.Permanent(fmt.Errorf("cloud build: %s is not a build name; cannot follow it", ref))
+	}
+	bl, err := b.c.GetBuild(ctx, &cloudbuildpb.GetBuildRequest{Name: ref, ProjectId: parts[1], Id: parts[5]})
+	if err != nil {
+		return false, err
+	}
+	switch bl.GetStatus() {
+	case cloudbuildpb.Build_SUCCESS:
+		return true, nil
+	case cloudbuildpb.Build_FAILURE, cloudbuildpb.Build_TIMEOUT, cloudbuildpb.Build_CANCELLED, cloudbuildpb.Build_EXPIRED, cloudbuildpb.Build_INTERNAL_ERROR:
+		return true, worker.Permanent(fmt.Errorf("cloud build %s ended %s: %s", ref, bl.GetStatus(), bl.GetStatusDetail()))
+	}
+	return false, nil
+}
