@@ -58,10 +58,7 @@ func StartEffect(ctx context.Context, name string, fn func(ctx context.Context, 
 	}
 	w := a.w
 	for try := 1; try <= maxStartTries; try++ {
-		n := name
-		if try > 1 {
-			n = fmt.Sprintf("%s/%d", name, try)
-		}
+		n := ledger.StartTry(name, try)
 		res, err := w.cfg.Ledger.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: a.fence, Name: n, Retention: w.cfg.Retention})
 		if err != nil {
 			return nil, a.ledgerError(ctx, "begin effect "+n, err)
