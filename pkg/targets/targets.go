@@ -232,9 +232,10 @@ func retryableCode(c codes.Code) bool {
 //     exponential backoff.
 //   - PERMISSION_DENIED (403): the run fails, naming the permission and role the
 //     worker's service account lacks.
-//   - INTERNAL, UNKNOWN, DEADLINE_EXCEEDED or no answer: the call may have been
-//     processed, so it is not reported as refused: the run is released, and the next
-//     attempt looks the start up (Workflows) or reports it (at most once).
+//   - INTERNAL, UNKNOWN, DEADLINE_EXCEEDED, ABORTED or no answer: the call may have
+//     been processed, so it is not reported as refused: the run is released with the
+//     same backoff, and the next attempt looks the start up (Workflows) or reports it
+//     (at most once).
 //   - any other status (NOT_FOUND, INVALID_ARGUMENT, UNAUTHENTICATED, …): the run fails.
 func (t *Target) apiError(ctx context.Context, what string, j *worker.Job, err error) error {
 	if errors.Is(err, worker.ErrPermanent) {
@@ -245,14 +246,15 @@ func (t *Target) apiError(ctx context.Context, what string, j *worker.Job, err e
 	if ctx.Err() != nil {
 		return e // shutdown or lease lost: the worker releases the run
 	}
+	backoff := min(t.opts.Backoff<<min(max(j.Attempt-1, 0), 32), 30*time.Minute)
 	switch status.Code(err) {
 	case codes.ResourceExhausted, codes.Unavailable:
-		d := t.opts.Backoff << min(max(j.Attempt-1, 0), 32)
-		d = min(d, 30*time.Minute)
-		return worker.NotStarted(worker.RetryAfter(d, fmt.Errorf("%w (not started; retried with backoff)", e)))
+		return worker.NotStarted(worker.RetryAfter(backoff, fmt.Errorf("%w (not started; retried with backoff)", e)))
 	case codes.PermissionDenied:
 		return worker.NotStarted(worker.Permanent(fmt.Errorf("%w: the worker's service account lacks %s on %s", e, t.perm, res)))
-	case codes.Internal, codes.Unknown, codes.DeadlineExceeded, codes.Aborted, codes.Canceled:
+	case codes.Internal, codes.Unknown, codes.DeadlineExceeded, codes.Aborted:
+		return worker.RetryAfter(backoff, fmt.Errorf("%w (it may have started; retried with backoff)", e))
+	case codes.Canceled:
 		return e
 	case codes.Unauthenticated:
 		return worker.NotStarted(worker.Permanent(fmt.Errorf("%w: the worker's Application Default Credentials were refused", e)))

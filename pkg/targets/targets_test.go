@@ -333,7 +333,8 @@ func TestCloudRunUncertainStartIsNotRepeated(t *testing.T) {
 	w := b.worker()
 	b.fake.FailNext(targetstest.RunJobsRun, targetstest.Status(codes.Internal, "backend error"))
 	m := newMessage(`{}`)
-	b.verdict(process(b, w, m), worker.OutcomeReleased)
+	v := b.verdict(process(b, w, m), worker.OutcomeReleased)
+	time.Sleep(time.Until(v.RetryAt))
 	b.verdict(process(b, w, m), worker.OutcomeFailed)
 	if n := len(b.fake.Calls(targetstest.RunJobsRun)); n != 1 {
 		t.Fatalf("%d jobs.run calls, want 1: an uncertain start must not be repeated", n)
@@ -341,6 +342,31 @@ func TestCloudRunUncertainStartIsNotRepeated(t *testing.T) {
 	e := b.run(m).LastError
 	if !strings.Contains(e, "at most once") || !strings.Contains(e, ledger.EffectKey(m.Identity.RunID, worker.RunEffect)) {
 		t.Fatalf("last error %q does not report the uncertain start and the key to look for", e)
+	}
+}
+
+// An Internal answer may have started the execution: the next attempt lists the
+// workflow's executions by label before it creates one.
+func TestWorkflowsUncertainStartIsLookedUpFirst(t *testing.T) {
+	b := newBench(t, jobs.KindWorkflows, workflow, `, "wait": false`)
+	w := b.worker()
+	b.fake.FailNext(targetstest.WorkflowsCreate, targetstest.Status(codes.Internal, "backend error"))
+	m := newMessage(`{}`)
+	v := b.verdict(process(b, w, m), worker.OutcomeReleased)
+	if d := time.Until(v.RetryAt); d <= 0 || d > backoff {
+		t.Fatalf("retry in %s after an Internal answer, want within the backoff %s", d, backoff)
+	}
+	if e := b.run(m).LastError; !strings.Contains(e, "it may have started") {
+		t.Fatalf("last error %q does not say the start may have happened", e)
+	}
+	time.Sleep(time.Until(v.RetryAt))
+	b.verdict(process(b, w, m), worker.OutcomeCompleted)
+	calls := b.fake.Calls(targetstest.WorkflowsCreate, targetstest.WorkflowsList)
+	if len(calls) != 3 || calls[1].Method != targetstest.WorkflowsList || calls[2].Method != targetstest.WorkflowsCreate {
+		t.Fatalf("calls %v, want create (Internal), list, create", calls)
+	}
+	if f := calls[1].Request.(*executionspb.ListExecutionsRequest).GetFilter(); f != fmt.Sprintf("labels.%s=%q", targets.LabelEffect, ledger.EffectKey(m.Identity.RunID, worker.RunEffect)[:63]) {
+		t.Fatalf("list filter %q, want the effect key's label", f)
 	}
 }
 
