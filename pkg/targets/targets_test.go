@@ -35,14 +35,14 @@ var runSeq atomic.Int64
 
 // bench is a fake, a ledger and a way to make workers that run one target.
 type bench struct {
-	t    *testing.T
+	t    testing.TB
 	fake *targetstest.Fake
 	led  ledger.Ledger
 	job  *jobs.Job
 }
 
 // newBench parses a jobs file naming the target "target" of kind with the extra fields.
-func newBench(t *testing.T, kind, resource, extra string) *bench {
+func newBench(t testing.TB, kind, resource, extra string) *bench {
 	t.Helper()
 	fake, err := targetstest.New()
 	if err != nil {
