@@ -24,6 +24,7 @@ import (
 	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/targets"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -196,7 +197,7 @@ func runDev(ctx context.Context, f *IngressFlags, addrGiven bool, log *slog.Logg
 		}
 		js[DemoHTTPJob] = &jobs.Job{Name: DemoHTTPJob, URL: u, Method: http.MethodPost, Timeout: 30 * time.Second, Auth: jobs.AuthNone}
 	}
-	closeTargets, err := handleTargets(ctx, mux, js)
+	closeTargets, err := targets.HandleJobs(ctx, mux, js, nil)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/targets"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -135,7 +136,7 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, _
 				longest = max(longest, j.Timeout)
 			}
 		}
-		closeTargets, err := handleTargets(ctx, mux, js)
+		closeTargets, err := targets.HandleJobs(ctx, mux, js, nil)
 		if err != nil {
 			return err
 		}

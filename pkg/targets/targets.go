@@ -262,3 +262,34 @@ func (t *Target) apiError(ctx context.Context, what string, j *worker.Job, err e
 		return worker.NotStarted(worker.Permanent(e))
 	}
 }
+
+// HandleJobs registers a Target on mux, with the job's max_attempts, for each job of js
+// whose kind is a Google Cloud API's and that mux has no handler for yet (worker.MuxFromJobs
+// does the same for HTTP targets; call HandleJobs first). It returns a function that
+// closes the targets' clients.
+func HandleJobs(ctx context.Context, mux *worker.Mux, js map[string]*jobs.Job, o *Options) (func(), error) {
+	have := map[string]bool{}
+	for _, name := range mux.Jobs() {
+		have[name] = true
+	}
+	var opened []*Target
+	closeAll := func() {
+		for _, t := range opened {
+			t.Close()
+		}
+	}
+	for _, name := range jobs.Names(js) {
+		j := js[name]
+		if j.Target == nil || have[name] {
+			continue
+		}
+		t, err := New(ctx, j, o)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		opened = append(opened, t)
+		mux.HandleWith(name, t, &worker.HandleOptions{MaxAttempts: j.MaxAttempts})
+	}
+	return closeAll, nil
+}
