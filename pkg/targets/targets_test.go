@@ -275,8 +275,17 @@ func TestQuotaAndUnavailableOnStartRetryWithBackoff(t *testing.T) {
 	if n := len(b.fake.Calls(targetstest.WorkflowsCreate)); n != 3 {
 		t.Fatalf("%d create calls, want 3 (two refused, one started)", n)
 	}
-	if s := b.fake.Started(); len(s) != 1 {
-		t.Fatalf("started %v, want one", s)
+	started := b.fake.Started()
+	if len(started) != 1 {
+		t.Fatalf("started %v, want one", started)
+	}
+	// The two refused tries were recorded as not started; the third holds the execution,
+	// and the run's record finds it there.
+	if ref, err := ledger.FindRef(t.Context(), b.led, m.Identity.RunID, worker.RunEffect); err != nil || ref != started[0] {
+		t.Fatalf("FindRef = %q, %v; want %s (recorded under %s)", ref, err, started[0], ledger.StartTry(worker.RunEffect, 3))
+	}
+	if e, err := b.led.GetEffect(t.Context(), &ledger.GetEffectParams{RunID: m.Identity.RunID, Name: ledger.StartTry(worker.RunEffect, 3)}); err != nil || e.Ref != started[0] {
+		t.Fatalf("effect %s = %+v, %v; want the execution", ledger.StartTry(worker.RunEffect, 3), e, err)
 	}
 }
 
