@@ -78,6 +78,8 @@ func (w *workflows) start(ctx context.Context, j *worker.Job, id Identity, effec
 	return e.GetName(), nil
 }
 
+// find lists the workflow's executions with the AIP-160 filter labels.runonce_effect="…"
+// (executions.list filters by label).
 func (w *workflows) find(ctx context.Context, effectKey string) (string, error) {
 	it := w.c.ListExecutions(ctx, &executionspb.ListExecutionsRequest{
 		Parent: w.workflow, Filter: fmt.Sprintf("labels.%s=%q", LabelEffect, label(effectKey)),
@@ -90,7 +92,8 @@ func (w *workflows) find(ctx context.Context, effectKey string) (string, error) 
 		if err != nil {
 			return "", err
 		}
-		if e.GetLabels()[LabelEffect] == label(effectKey) {
+		// The filter selected it; a view without labels is trusted, a different label is not.
+		if v, ok := e.GetLabels()[LabelEffect]; !ok || v == label(effectKey) {
 			return e.GetName(), nil
 		}
 	}
