@@ -2,12 +2,14 @@ package targets
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	cloudbuild "cloud.google.com/go/cloudbuild/apiv1/v2"
 	"cloud.google.com/go/cloudbuild/apiv1/v2/cloudbuildpb"
+	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 
 	"github.com/runonce/runonce/pkg/jobs"
@@ -24,8 +26,10 @@ const (
 )
 
 // cloudBuild runs a build trigger. triggers.run sets no tags on the build (they come
-// from the trigger's config), so an earlier start whose outcome was not recorded cannot
-// be looked up: at most once.
+// from the trigger's config) and builds cannot be filtered by substitution: an earlier
+// start whose outcome was not recorded is looked for among the trigger's latest builds by
+// their SubstIdempotencyKey substitution, and when none is found the start is not
+// repeated (at most once).
 type cloudBuild struct {
 	c                  *cloudbuild.Client
 	name               string
@@ -78,7 +82,30 @@ func (b *cloudBuild) start(ctx context.Context, _ *worker.Job, id Identity, _ st
 	return fmt.Sprintf("projects/%s/locations/%s/builds/%s", b.project, loc, md.GetBuild().GetId()), nil
 }
 
-func (b *cloudBuild) find(context.Context, string) (string, error) { return "", errNoLookup }
+func (b *cloudBuild) find(ctx context.Context, _ string) (string, error) {
+	key := worker.IdempotencyKey(ctx)
+	loc := strings.Split(b.name, "/")[3]
+	it := b.c.ListBuilds(ctx, &cloudbuildpb.ListBuildsRequest{
+		Parent: fmt.Sprintf("projects/%s/locations/%s", b.project, loc), ProjectId: b.project,
+		Filter: fmt.Sprintf("trigger_id=%q", b.triggerID), PageSize: 100,
+	})
+	for range maxScan {
+		bl, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			break
+		}
+		if err != nil {
+			return "", err
+		}
+		if bl.GetSubstitutions()[SubstIdempotencyKey] == key {
+			if n := bl.GetName(); n != "" {
+				return n, nil
+			}
+			return fmt.Sprintf("projects/%s/locations/%s/builds/%s", b.project, loc, bl.GetId()), nil
+		}
+	}
+	return "", errNotProven
+}
 
 // poll maps the build's status: SUCCESS completes the run; FAILURE, INTERNAL_ERROR,
 // TIMEOUT, CANCELLED and EXPIRED fail it.

@@ -2,11 +2,13 @@ package targets
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
 	run "cloud.google.com/go/run/apiv2"
 	"cloud.google.com/go/run/apiv2/runpb"
+	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 
 	"github.com/runonce/runonce/pkg/jobs"
@@ -22,8 +24,10 @@ const (
 	EnvScheduleTime   = "RUNONCE_SCHEDULE_TIME"
 )
 
-// cloudRun runs a Cloud Run job. jobs.run takes no labels and executions.list no filter,
-// so an earlier start whose outcome was not recorded cannot be looked up: at most once.
+// cloudRun runs a Cloud Run job. jobs.run takes no labels and executions.list no filter:
+// an earlier start whose outcome was not recorded is looked for among the job's latest
+// executions by the EnvIdempotencyKey override their template carries, and when none is
+// found the start is not repeated (at most once).
 type cloudRun struct {
 	jobs      *run.JobsClient
 	execs     *run.ExecutionsClient
@@ -84,7 +88,27 @@ func (c *cloudRun) start(ctx context.Context, _ *worker.Job, id Identity, _ stri
 	return e.GetName(), nil
 }
 
-func (c *cloudRun) find(context.Context, string) (string, error) { return "", errNoLookup }
+func (c *cloudRun) find(ctx context.Context, _ string) (string, error) {
+	key := worker.IdempotencyKey(ctx)
+	it := c.execs.ListExecutions(ctx, &runpb.ListExecutionsRequest{Parent: c.job, PageSize: 100})
+	for range maxScan {
+		e, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			break
+		}
+		if err != nil {
+			return "", err
+		}
+		for _, ctr := range e.GetTemplate().GetContainers() {
+			for _, env := range ctr.GetEnv() {
+				if env.GetName() == EnvIdempotencyKey && env.GetValue() == key {
+					return e.GetName(), nil
+				}
+			}
+		}
+	}
+	return "", errNotProven
+}
 
 // poll maps the execution's end: every task succeeded completes the run; a failed or
 // cancelled task fails it (the job's own task retries have run).

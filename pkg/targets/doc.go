@@ -16,8 +16,12 @@
 //     attempt that finds the start begun and not recorded lists the workflow's
 //     executions by that label before it creates one: once.
 //   - Cloud Run jobs and Cloud Build triggers: jobs.run takes no labels and
-//     executions.list no filter; triggers.run sets no build tags. Such a start is not
-//     repeated: the run fails, naming the key to look for (at most once).
+//     executions.list no filter; triggers.run sets no build tags and builds cannot be
+//     filtered by substitution. Such a start is looked for among the latest executions
+//     (by the EnvIdempotencyKey override in their template) or the trigger's latest
+//     builds (by the SubstIdempotencyKey substitution) and followed when found; when none
+//     is found, nothing proves none was started, so it is not repeated: the run fails,
+//     naming the key to look for (at most once).
 //
 // A start the API refused (RESOURCE_EXHAUSTED, UNAVAILABLE, PERMISSION_DENIED, other
 // errors it answered) is recorded as not started (worker.NotStarted), so the next

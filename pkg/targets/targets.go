@@ -66,8 +66,9 @@ type api interface {
 	// start starts an execution labelled (where the API allows) with the effect key and
 	// returns its name.
 	start(ctx context.Context, j *worker.Job, id Identity, effectKey string) (string, error)
-	// find returns the execution an earlier attempt started under the effect key, "" when
-	// there is none; errNoLookup when the API allows no look-up.
+	// find returns the execution an earlier attempt started under the effect key: "" when
+	// there is none; errNotProven when none was found and the API cannot prove there is
+	// none.
 	find(ctx context.Context, effectKey string) (string, error)
 	// poll reports whether the execution finished, and its failure (already mapped to the
 	// run's fate) when it did not succeed.
@@ -75,15 +76,19 @@ type api interface {
 	io.Closer
 }
 
-var errNoLookup = errors.New("this API allows no look-up of an earlier start")
+var errNotProven = errors.New("no execution carrying the run's key was found among the latest ones, and this API cannot prove that none was started")
+
+// maxScan bounds the executions or builds a look-up without a server-side filter reads.
+const maxScan = 500
 
 // Target is a handler that starts a Google Cloud API execution once per run.
 type Target struct {
 	job  *jobs.Job
 	api  api
 	opts *Options
-	// perm is the permission and role a start needs, for errors.
-	perm string
+	// perm and readPerm are the permissions and roles a start and a look-up or poll need,
+	// for errors.
+	perm, readPerm string
 }
 
 // New returns the target of a jobs-file entry whose Kind is a Google Cloud API's, with
@@ -105,12 +110,15 @@ func New(ctx context.Context, j *jobs.Job, o *Options) (*Target, error) {
 	case jobs.KindWorkflows:
 		t.api, err = newWorkflows(ctx, j.Target, copts)
 		t.perm = "workflows.executions.create (roles/workflows.invoker)"
+		t.readPerm = "workflows.executions.get and .list (roles/workflows.invoker)"
 	case jobs.KindCloudRun:
 		t.api, err = newCloudRun(ctx, j.Target, copts)
 		t.perm = "run.jobs.runWithOverrides (roles/run.jobsExecutorWithOverrides)"
+		t.readPerm = "run.executions.get and .list (roles/run.viewer)"
 	case jobs.KindCloudBuild:
 		t.api, err = newCloudBuild(ctx, j.Target, copts)
 		t.perm = "cloudbuild.builds.create (roles/cloudbuild.builds.editor)"
+		t.readPerm = "cloudbuild.builds.get and .list (roles/cloudbuild.builds.editor)"
 	default:
 		return nil, fmt.Errorf("targets: job %s: kind %q is not a Google Cloud API target", j.Name, j.Kind)
 	}
@@ -151,11 +159,11 @@ func (t *Target) HandleJob(ctx context.Context, j *worker.Job) error {
 		if prior != 0 {
 			ref, err := t.call(ctx, func(ctx context.Context) (string, error) { return t.api.find(ctx, key) })
 			switch {
-			case errors.Is(err, errNoLookup):
+			case errors.Is(err, errNotProven):
 				return "", worker.Permanent(fmt.Errorf("%s %s: attempt %d began the start and did not record its outcome, and %s; not started again (at most once): check %s for an execution carrying idempotency key %s: %w",
-					t.job.Kind, res, prior, errNoLookup, res, worker.IdempotencyKey(ctx), &worker.UncertainEffectError{Name: worker.RunEffect, Key: key, Attempt: prior}))
+					t.job.Kind, res, prior, errNotProven, res, worker.IdempotencyKey(ctx), &worker.UncertainEffectError{Name: worker.RunEffect, Key: key, Attempt: prior}))
 			case err != nil:
-				return "", t.apiError(ctx, "look up the start of attempt "+fmt.Sprint(prior), j, err)
+				return "", t.apiError(ctx, "look up the start of attempt "+fmt.Sprint(prior), t.readPerm, j, err)
 			case ref != "":
 				log.InfoContext(ctx, "found the execution an earlier attempt started; not starting another", slog.String("effect_ref", ref), slog.Int64("begun_by", prior))
 				return ref, nil
@@ -163,7 +171,7 @@ func (t *Target) HandleJob(ctx context.Context, j *worker.Job) error {
 		}
 		ref, err := t.call(ctx, func(ctx context.Context) (string, error) { return t.api.start(ctx, j, identity(ctx, j), key) })
 		if err != nil {
-			return "", t.apiError(ctx, "start", j, err)
+			return "", t.apiError(ctx, "start", t.perm, j, err)
 		}
 		log.InfoContext(ctx, "execution started", slog.String("kind", t.job.Kind), slog.String("effect_ref", ref))
 		return ref, nil
@@ -209,7 +217,7 @@ func (t *Target) follow(ctx context.Context, j *worker.Job, ref string) error {
 		case err != nil && ctx.Err() != nil:
 			return fmt.Errorf("%s: stopped following %s: %w", t.job.Kind, ref, context.Cause(ctx))
 		case err != nil:
-			return t.apiError(ctx, "poll "+ref, j, err)
+			return t.apiError(ctx, "poll "+ref, t.readPerm, j, err)
 		case done:
 			return nil
 		}
@@ -237,7 +245,7 @@ func retryableCode(c codes.Code) bool {
 //     same backoff, and the next attempt looks the start up (Workflows) or reports it
 //     (at most once).
 //   - any other status (NOT_FOUND, INVALID_ARGUMENT, UNAUTHENTICATED, …): the run fails.
-func (t *Target) apiError(ctx context.Context, what string, j *worker.Job, err error) error {
+func (t *Target) apiError(ctx context.Context, what, perm string, j *worker.Job, err error) error {
 	if errors.Is(err, worker.ErrPermanent) {
 		return err
 	}
@@ -251,7 +259,7 @@ func (t *Target) apiError(ctx context.Context, what string, j *worker.Job, err e
 	case codes.ResourceExhausted, codes.Unavailable:
 		return worker.NotStarted(worker.RetryAfter(backoff, fmt.Errorf("%w (not started; retried with backoff)", e)))
 	case codes.PermissionDenied:
-		return worker.NotStarted(worker.Permanent(fmt.Errorf("%w: the worker's service account lacks %s on %s", e, t.perm, res)))
+		return worker.NotStarted(worker.Permanent(fmt.Errorf("%w: the worker's service account lacks %s on %s", e, perm, res)))
 	case codes.Internal, codes.Unknown, codes.DeadlineExceeded, codes.Aborted:
 		return worker.RetryAfter(backoff, fmt.Errorf("%w (it may have started; retried with backoff)", e))
 	case codes.Canceled:

@@ -379,6 +379,50 @@ func TestWorkflowsUncertainStartIsLookedUpFirst(t *testing.T) {
 	}
 }
 
+// The API started the execution and its answer was an error that may mean so: the next
+// attempt finds the execution (Workflows by label, Cloud Run by its environment override,
+// Cloud Build by its substitution) and follows it instead of starting another.
+func TestLostAnswerOnStartIsFoundNotRepeated(t *testing.T) {
+	for _, kind := range []struct{ kind, resource, start, list, extra string }{
+		{jobs.KindWorkflows, workflow, targetstest.WorkflowsCreate, targetstest.WorkflowsList, ""},
+		{jobs.KindCloudRun, runJob, targetstest.RunJobsRun, targetstest.RunExecList, ""},
+		{jobs.KindCloudBuild, buildTrig, targetstest.BuildTriggerRun, targetstest.BuildList, `, "wait": true`},
+	} {
+		t.Run(kind.kind, func(t *testing.T) {
+			b := newBench(t, kind.kind, kind.resource, kind.extra)
+			w := b.worker()
+			// Another run's execution, which the look-up must pass over.
+			other := newMessage(`{}`)
+			ch := process(b, w, other)
+			if err := b.fake.Finish(b.waitStarted(1), targetstest.Succeeded); err != nil {
+				t.Fatal(err)
+			}
+			b.verdict(ch, worker.OutcomeCompleted)
+
+			b.fake.LoseNextAnswer(kind.start, targetstest.Status(codes.DeadlineExceeded, "timed out"))
+			m := newMessage(`{}`)
+			v := b.verdict(process(b, w, m), worker.OutcomeReleased)
+			name := b.waitStarted(2)
+			time.Sleep(time.Until(v.RetryAt))
+			ch = process(b, w, m)
+			time.Sleep(3 * testPoll)
+			if err := b.fake.Finish(name, targetstest.Succeeded); err != nil {
+				t.Fatal(err)
+			}
+			b.verdict(ch, worker.OutcomeCompleted)
+			if s := b.fake.Started(); len(s) != 2 {
+				t.Fatalf("started %v, want one execution per run", s)
+			}
+			if n := len(b.fake.Calls(kind.list)); n != 1 {
+				t.Fatalf("%d look-ups, want 1", n)
+			}
+			if got := b.ref(m); got != name {
+				t.Fatalf("recorded %q, want the execution the lost answer started, %s", got, name)
+			}
+		})
+	}
+}
+
 func TestCloudBuildCompletesWhenStartedAndPassesSubstitutions(t *testing.T) {
 	b := newBench(t, jobs.KindCloudBuild, buildTrig, `, "branch": "main"`)
 	w := b.worker()

@@ -1,10 +1,12 @@
 // Package targetstest is a local fake of the gRPC surfaces of the Google Cloud APIs the
 // targets call — Workflows executions (create, list with a label filter, get), Cloud Run
-// v2 jobs.run and executions.get, and Cloud Build triggers.run and builds.get — served
+// v2 jobs.run and executions get and list, and Cloud Build triggers.run and builds get and
+// list (by trigger) — served
 // in-process on a loopback port. The official clients reach it through a target's
 // plaintext endpoint ("http://127.0.0.1:PORT": option.WithGRPCConn over an insecure
 // connection, option.WithoutAuthentication). It records every call, starts every
-// execution in a running state until Finish ends it, and injects errors per method.
+// execution in a running state until Finish ends it, and injects errors per method, before
+// the call takes effect (FailNext) or after (LoseNextAnswer).
 package targetstest
 
 import (
@@ -12,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 
@@ -34,8 +37,10 @@ const (
 	WorkflowsGet    = "workflows.get"
 	RunJobsRun      = "run.jobs.run"
 	RunExecGet      = "run.executions.get"
+	RunExecList     = "run.executions.list"
 	BuildTriggerRun = "cloudbuild.triggers.run"
 	BuildGet        = "cloudbuild.builds.get"
+	BuildList       = "cloudbuild.builds.list"
 )
 
 // Call is one recorded call.
@@ -66,6 +71,9 @@ type Fake struct {
 	mu   sync.Mutex
 	seq  int
 	errs map[string][]error
+	// lost are errors answered after the start was made: the API accepted the call and
+	// its answer did not say so.
+	lost map[string][]error
 	// OnStart, when set, is called after an execution is created and before the start
 	// is answered (a crash test kills the worker there).
 	onStart func(method, name string)
@@ -81,7 +89,7 @@ func New() (*Fake, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Fake{srv: grpc.NewServer(), lis: lis, errs: map[string][]error{},
+	f := &Fake{srv: grpc.NewServer(), lis: lis, errs: map[string][]error{}, lost: map[string][]error{},
 		wf: map[string]*executionspb.Execution{}, runs: map[string]*runpb.Execution{}, builds: map[string]*cloudbuildpb.Build{}}
 	executionspb.RegisterExecutionsServer(f.srv, &wfServer{f: f})
 	runpb.RegisterJobsServer(f.srv, &runJobs{f: f})
@@ -102,6 +110,15 @@ func (f *Fake) FailNext(method string, errs ...error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.errs[method] = append(f.errs[method], errs...)
+}
+
+// LoseNextAnswer makes the next starts of method (WorkflowsCreate, RunJobsRun,
+// BuildTriggerRun) start their execution and then answer errs, one each: the API
+// accepted the call, and the caller cannot tell.
+func (f *Fake) LoseNextAnswer(method string, errs ...error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lost[method] = append(f.lost[method], errs...)
 }
 
 // Status is a gRPC status error, for FailNext.
@@ -221,6 +238,18 @@ func (f *Fake) started(method, name string) {
 	}
 }
 
+// lostAnswer returns the error to answer a start that was made, if one is queued.
+func (f *Fake) lostAnswer(method string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q := f.lost[method]
+	if len(q) == 0 {
+		return nil
+	}
+	f.lost[method] = q[1:]
+	return q[0]
+}
+
 func (f *Fake) next() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -252,6 +281,9 @@ func (s *wfServer) CreateExecution(ctx context.Context, r *executionspb.CreateEx
 	out := proto.Clone(e).(*executionspb.Execution)
 	s.f.mu.Unlock()
 	s.f.started(WorkflowsCreate, e.Name)
+	if err := s.f.lostAnswer(WorkflowsCreate); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -319,6 +351,9 @@ func (s *runJobs) RunJob(ctx context.Context, r *runpb.RunJobRequest) (*longrunn
 	s.f.runs[e.Name] = e
 	s.f.mu.Unlock()
 	s.f.started(RunJobsRun, e.Name)
+	if err := s.f.lostAnswer(RunJobsRun); err != nil {
+		return nil, err
+	}
 	return &longrunningpb.Operation{Name: fmt.Sprintf("projects/p/locations/l/operations/op-%d", n), Metadata: md}, nil
 }
 
@@ -338,6 +373,23 @@ func (s *runExecs) GetExecution(ctx context.Context, r *runpb.GetExecutionReques
 		return nil, status.Errorf(codes.NotFound, "execution %s not found", r.GetName())
 	}
 	return proto.Clone(e).(*runpb.Execution), nil
+}
+
+// ListExecutions lists the job's executions, newest first, in one page.
+func (s *runExecs) ListExecutions(ctx context.Context, r *runpb.ListExecutionsRequest) (*runpb.ListExecutionsResponse, error) {
+	if err := s.f.enter(RunExecList, r.GetParent(), r); err != nil {
+		return nil, err
+	}
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	out := &runpb.ListExecutionsResponse{}
+	for _, e := range s.f.runs {
+		if e.GetJob() == r.GetParent() {
+			out.Executions = append(out.Executions, proto.Clone(e).(*runpb.Execution))
+		}
+	}
+	slices.SortFunc(out.Executions, func(a, b *runpb.Execution) int { return b.GetStartTime().AsTime().Compare(a.GetStartTime().AsTime()) })
+	return out, nil
 }
 
 type builds struct {
@@ -368,6 +420,9 @@ func (s *builds) RunBuildTrigger(ctx context.Context, r *cloudbuildpb.RunBuildTr
 	s.f.builds[b.Name] = b
 	s.f.mu.Unlock()
 	s.f.started(BuildTriggerRun, b.Name)
+	if err := s.f.lostAnswer(BuildTriggerRun); err != nil {
+		return nil, err
+	}
 	return &longrunningpb.Operation{Name: fmt.Sprintf("projects/%s/locations/%s/operations/op-%d", parts[1], parts[3], n), Metadata: md}, nil
 }
 
@@ -382,4 +437,34 @@ func (s *builds) GetBuild(ctx context.Context, r *cloudbuildpb.GetBuildRequest) 
 		return nil, status.Errorf(codes.NotFound, "build %s not found", r.GetName())
 	}
 	return proto.Clone(b).(*cloudbuildpb.Build), nil
+}
+
+var triggerFilter = regexp.MustCompile(`^trigger_id="([^"]*)"$`)
+
+// ListBuilds lists the location's builds, newest first, in one page; the only filter it
+// takes is trigger_id="ID".
+func (s *builds) ListBuilds(ctx context.Context, r *cloudbuildpb.ListBuildsRequest) (*cloudbuildpb.ListBuildsResponse, error) {
+	if err := s.f.enter(BuildList, r.GetParent(), r); err != nil {
+		return nil, err
+	}
+	var trigger string
+	if r.GetFilter() != "" {
+		m := triggerFilter.FindStringSubmatch(r.GetFilter())
+		if m == nil {
+			return nil, status.Errorf(codes.InvalidArgument, "the fake supports only the filter trigger_id=\"ID\", not %q", r.GetFilter())
+		}
+		trigger = m[1]
+	}
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	out := &cloudbuildpb.ListBuildsResponse{}
+	for name, b := range s.f.builds {
+		if strings.HasPrefix(name, r.GetParent()+"/builds/") && (trigger == "" || b.GetBuildTriggerId() == trigger) {
+			out.Builds = append(out.Builds, proto.Clone(b).(*cloudbuildpb.Build))
+		}
+	}
+	slices.SortFunc(out.Builds, func(a, b *cloudbuildpb.Build) int {
+		return b.GetCreateTime().AsTime().Compare(a.GetCreateTime().AsTime())
+	})
+	return out, nil
 }
