@@ -659,7 +659,8 @@ var allowedRoles = map[string]string{
 	"roles/iam.serviceAccountTokenCreator": "google_service_account_iam_member",                                    // Pub/Sub agent mints the push token
 	"roles/secretmanager.secretAccessor":   "google_secret_manager_secret_iam_member",                              // worker reads the jobs file
 	"roles/workflows.invoker":              "google_project_iam_member",                                            // a workflows target (no IAM below the project; a condition narrows it)
-	"roles/run.jobsExecutorWithOverrides":  "google_cloud_run_v2_job_iam_member",                                   // a cloudrun target, on its job
+	"roles/run.jobsExecutorWithOverrides":  "google_cloud_run_v2_job_iam_member",                                   // a cloudrun target, on its job: run it with overrides
+	"roles/run.viewer":                     "google_cloud_run_v2_job_iam_member",                                   // a cloudrun target, on its job: get and list its executions
 	"roles/cloudbuild.builds.editor":       "google_project_iam_member",                                            // a cloudbuild target (no IAM below the project; a condition narrows it)
 }
 
@@ -707,16 +708,24 @@ func checkIAM(d *deployment) []error {
 	return errs
 }
 
-// targetGrants is the one grant each Google Cloud API target kind needs (targets.tf):
-// its role, the IAM resource type, the local that lists the targets of the kind, and
-// whether the grant is project-level (then narrowed by an IAM condition).
-var targetGrants = map[string]struct {
-	role, typ, local string
-	projectLevel     bool
-}{
-	"workflows":  {"roles/workflows.invoker", "google_project_iam_member", "local.workflow_targets", true},
-	"cloudrun":   {"roles/run.jobsExecutorWithOverrides", "google_cloud_run_v2_job_iam_member", "local.cloudrun_targets", false},
-	"cloudbuild": {"roles/cloudbuild.builds.editor", "google_project_iam_member", "local.cloudbuild_targets", true},
+// targetGrants are the grants each Google Cloud API target kind needs (targets.tf): the
+// kind, the role, the IAM resource type, the local that lists the targets of the kind,
+// and whether the grant is project-level (then narrowed by an IAM condition).
+type targetGrant struct {
+	kind, role, typ, local string
+	projectLevel           bool
+}
+
+var targetGrants = []targetGrant{
+	{"workflows", "roles/workflows.invoker", "google_project_iam_member", "local.workflow_targets", true},
+	{"cloudrun", "roles/run.jobsExecutorWithOverrides", "google_cloud_run_v2_job_iam_member", "local.cloudrun_targets", false},
+	{"cloudrun", "roles/run.viewer", "google_cloud_run_v2_job_iam_member", "local.cloudrun_targets", false},
+	{"cloudbuild", "roles/cloudbuild.builds.editor", "google_project_iam_member", "local.cloudbuild_targets", true},
+}
+
+// targetKind reports whether kind is a Google Cloud API target's.
+func targetKind(kind string) bool {
+	return slices.ContainsFunc(targetGrants, func(g targetGrant) bool { return g.kind == kind })
 }
 
 // jobsTargets returns the Google Cloud API targets of the deployment's jobs file: name →
@@ -737,7 +746,7 @@ func jobsTargets(d *deployment) (map[string][2]string, error) {
 	}
 	out := map[string][2]string{}
 	for name, j := range f.Jobs {
-		if _, ok := targetGrants[j.Kind]; ok {
+		if targetKind(j.Kind) {
 			out[name] = [2]string{j.Kind, j.Resource}
 		}
 	}
@@ -753,7 +762,8 @@ func checkTargetIAM(d *deployment) []error {
 		return []error{err}
 	}
 	var errs []error
-	for kind, g := range targetGrants {
+	for _, g := range targetGrants {
+		kind := g.kind
 		want := map[string]string{}
 		for name, t := range targets {
 			if t[0] == kind {

@@ -1,13 +1,14 @@
 # The grants of the jobs file's Google Cloud API targets (kind workflows, cloudrun,
-# cloudbuild; pkg/targets): the worker's service account gets the one role each target
+# cloudbuild; pkg/targets): the worker's service account gets the roles each target
 # needs, on the narrowest resource its API allows; deploy/deploy_test.go (TargetIAM)
 # fails on a target without its grant or a grant without its target:
 #
 #   role                               on                                    calls
 #   roles/workflows.invoker            the workflow (project-level grant,    executions.create, .list (label
 #                                      IAM condition on the workflow's name) look-up), .get (wait)
-#   roles/run.jobsExecutorWithOverrides the Cloud Run job                    jobs.run with env overrides,
-#                                                                            executions.get (wait)
+#   roles/run.jobsExecutorWithOverrides the Cloud Run job                    jobs.run with env overrides
+#   roles/run.viewer                   the Cloud Run job                     executions.get (wait), .list
+#                                                                            (look-up after a crash)
 #   roles/cloudbuild.builds.editor     the trigger's project (IAM condition  triggers.run, builds.get (wait)
 #                                      on the trigger's name)
 #
@@ -52,6 +53,16 @@ resource "google_cloud_run_v2_job_iam_member" "jobs_executor_worker" {
   location = split("/", each.value)[3]
   name     = split("/", each.value)[5]
   role     = "roles/run.jobsExecutorWithOverrides"
+  member   = google_service_account.worker.member
+}
+
+resource "google_cloud_run_v2_job_iam_member" "jobs_viewer_worker" {
+  for_each = local.cloudrun_targets
+
+  project  = split("/", each.value)[1]
+  location = split("/", each.value)[3]
+  name     = split("/", each.value)[5]
+  role     = "roles/run.viewer"
   member   = google_service_account.worker.member
 }
 
