@@ -78,9 +78,11 @@ type Fake struct {
 	// is answered (a crash test kills the worker there).
 	onStart func(method, name string)
 	calls   []Call
-	wf      map[string]*executionspb.Execution
-	runs    map[string]*runpb.Execution
-	builds  map[string]*cloudbuildpb.Build
+	// startedNames are the executions created, in order.
+	startedNames []string
+	wf           map[string]*executionspb.Execution
+	runs         map[string]*runpb.Execution
+	builds       map[string]*cloudbuildpb.Build
 }
 
 // New starts a fake on a free loopback port; Close stops it.
@@ -146,15 +148,11 @@ func (f *Fake) Calls(methods ...string) []Call {
 }
 
 // Started returns the names of the executions started (Workflows executions, Cloud Run
-// executions, builds), in order.
+// executions, builds), in order, whether or not their start was answered.
 func (f *Fake) Started() []string {
-	var out []string
-	for _, c := range f.Calls(WorkflowsCreate, RunJobsRun, BuildTriggerRun) {
-		if c.Err == nil {
-			out = append(out, c.Name)
-		}
-	}
-	return out
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.startedNames)
 }
 
 func contains(s []string, v string) bool {
@@ -222,9 +220,10 @@ func (f *Fake) enter(method, name string, req proto.Message) error {
 	return err
 }
 
-// started renames the last call of method to the execution it started and runs the hook.
+// started records the execution, renames the last call of method to it and runs the hook.
 func (f *Fake) started(method, name string) {
 	f.mu.Lock()
+	f.startedNames = append(f.startedNames, name)
 	for i := len(f.calls) - 1; i >= 0; i-- {
 		if f.calls[i].Method == method {
 			f.calls[i].Name = name
@@ -247,6 +246,12 @@ func (f *Fake) lostAnswer(method string) error {
 		return nil
 	}
 	f.lost[method] = q[1:]
+	for i := len(f.calls) - 1; i >= 0; i-- {
+		if f.calls[i].Method == method {
+			f.calls[i].Err = q[0]
+			break
+		}
+	}
 	return q[0]
 }
 
