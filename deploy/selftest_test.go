@@ -63,6 +63,17 @@ var breakages = []breakage{
 		"    RUNONCE_NAMESPACE = local.namespace\n", "    RUNONCE_NAMESPACE = local.namespace\n    RUNONCE_LEASE     = \"30s\"\n"},
 	{"a misspelt flag", "EnvNamesRealFlags", "modules/runonce/run.tf",
 		"RUNONCE_CONCURRENCY  = ", "RUNONCE_CONCURENCY   = "},
+	{"a workflows target without its grant", "TargetIAM", "modules/runonce/targets.tf",
+		`if t.kind == "workflows"`, `if t.kind == "workflow"`},
+	{"a Cloud Run job's grant on the project", "TargetIAM", "modules/runonce/targets.tf",
+		`resource "google_cloud_run_v2_job_iam_member" "jobs_executor_worker"`, `resource "google_project_iam_member" "jobs_executor_worker"`},
+	{"a Cloud Run job's grant on another job", "TargetIAM", "modules/runonce/targets.tf",
+		`name     = split("/", each.value)[5]`, `name     = split("/", each.value)[3]`},
+	{"a project-wide workflows invoker", "TargetIAM", "modules/runonce/targets.tf",
+		"    for_each = var.restrict_target_grants_to_resource ? [1] : []\n    content {\n      title      = \"runonce-${each.key}\"\n      expression = \"resource.name == \\\"${each.value}\\\"",
+		"    for_each = []\n    content {\n      title      = \"runonce-${each.key}\"\n      expression = \"resource.name == \\\"${each.value}\\\""},
+	{"a target role for the ingress", "TargetIAM", "modules/runonce/targets.tf",
+		"  role    = \"roles/workflows.invoker\"\n  member  = google_service_account.worker.member", "  role    = \"roles/workflows.invoker\"\n  member  = google_service_account.ingress.member"},
 }
 
 // TestChecksCatchBreakage breaks a copy of the Terraform, one way at a time, and expects

@@ -99,7 +99,10 @@ type Effect struct {
 	Name   string
 	Status EffectStatus
 	// Attempt is the attempt that began the effect (pending) or did it (done).
-	Attempt   int64
+	Attempt int64
+	// Ref is what the effect made, recorded when it was marked done (e.g. the name of
+	// a started Workflows execution); empty when the effect recorded none.
+	Ref       string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	DoneAt    time.Time
@@ -282,10 +285,15 @@ type BeginEffectResult struct {
 // CompleteEffectParams mark an effect done.
 type CompleteEffectParams struct {
 	Fence
-	Name      string
+	Name string
+	// Ref, when set, is recorded as the effect's Ref (at most MaxEffectRef bytes).
+	Ref       string
 	Retention time.Duration
 	Now       time.Time
 }
+
+// MaxEffectRef is the longest Ref an effect records.
+const MaxEffectRef = 1024
 
 // GetEffectParams name an effect.
 type GetEffectParams struct {

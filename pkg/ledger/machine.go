@@ -371,11 +371,15 @@ func ApplyCompleteEffect(run *Run, cur *Effect, p *CompleteEffectParams, now tim
 	if cur.Attempt != p.Attempt {
 		return nil, nil, Invalidf("effect %q of run %s was begun by attempt %d, not %d: begin it first", p.Name, p.RunID, cur.Attempt, p.Attempt)
 	}
+	if len(p.Ref) > MaxEffectRef {
+		return nil, nil, Invalidf("effect %q of run %s: ref is %d bytes, the limit is %d", p.Name, p.RunID, len(p.Ref), MaxEffectRef)
+	}
 	if cur.Status == EffectDone {
 		return nil, cur, nil
 	}
 	e := *cur
 	e.Status = EffectDone
+	e.Ref = p.Ref
 	e.DoneAt = now
 	e.UpdatedAt = now
 	e.ExpireAt = Truncate(now.Add(retention(p.Retention)))

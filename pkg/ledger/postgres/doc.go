@@ -45,7 +45,7 @@
 //	     created_at, updated_at, completed_at, expire_at)
 //	  runs_rescue_idx    ON runs (deadline) WHERE status IN ('queued', 'running')
 //	  runs_expire_at_idx ON runs (expire_at)
-//	effects(effect_key text PRIMARY KEY, run_id, name, status, attempt,
+//	effects(effect_key text PRIMARY KEY, run_id, name, status, attempt, ref,
 //	        created_at, updated_at, done_at, expire_at)
 //	  effects_expire_at_idx ON effects (expire_at)
 //

@@ -258,6 +258,9 @@ func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectPar
 	if err := ledger.ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, err
 	}
+	if len(p.Ref) > ledger.MaxEffectRef {
+		return nil, ledger.Invalidf("effect %q of run %s: ref is %d bytes, the limit is %d", p.Name, p.RunID, len(p.Ref), ledger.MaxEffectRef)
+	}
 	var (
 		run     fenceScan
 		up, cur effectScan
@@ -265,7 +268,7 @@ func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectPar
 	)
 	dest := append(append(append(run.dest(), up.dest()...), cur.dest()...), &now)
 	err := l.pool.QueryRow(ctx, l.q.completeEffect, timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID,
-		ledger.EffectKey(p.RunID, p.Name), micros(retention(p.Retention))).Scan(dest...)
+		ledger.EffectKey(p.RunID, p.Name), micros(retention(p.Retention)), p.Ref).Scan(dest...)
 	if err != nil {
 		return nil, interpretError(fmt.Sprintf("complete effect %q of run %s", p.Name, p.RunID), err)
 	}
@@ -408,11 +411,12 @@ func (s *fenceScan) run(id string) *ledger.Run {
 type effectScan struct {
 	key, runID, name, status               pgtype.Text
 	attempt                                pgtype.Int8
+	ref                                    pgtype.Text
 	createdAt, updatedAt, doneAt, expireAt pgtype.Timestamptz
 }
 
 func (s *effectScan) dest() []any {
-	return []any{&s.key, &s.runID, &s.name, &s.status, &s.attempt, &s.createdAt, &s.updatedAt, &s.doneAt, &s.expireAt}
+	return []any{&s.key, &s.runID, &s.name, &s.status, &s.attempt, &s.ref, &s.createdAt, &s.updatedAt, &s.doneAt, &s.expireAt}
 }
 
 func (s *effectScan) effect() *ledger.Effect {
@@ -421,7 +425,7 @@ func (s *effectScan) effect() *ledger.Effect {
 	}
 	return &ledger.Effect{
 		Key: s.key.String, RunID: s.runID.String, Name: s.name.String,
-		Status: ledger.EffectStatus(s.status.String), Attempt: s.attempt.Int64,
+		Status: ledger.EffectStatus(s.status.String), Attempt: s.attempt.Int64, Ref: s.ref.String,
 		CreatedAt: timeOf(s.createdAt), UpdatedAt: timeOf(s.updatedAt),
 		DoneAt: timeOf(s.doneAt), ExpireAt: timeOf(s.expireAt),
 	}

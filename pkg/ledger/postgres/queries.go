@@ -38,7 +38,7 @@ const (
 	runCols = `run_id, namespace, job, run_key, schedule_time, payload_hash, payload, status, attempt,
 	attempt_id, deadline, not_before, attempts_made, last_error, created_at, updated_at,
 	completed_at, expire_at`
-	effectCols = `effect_key, run_id, name, status, attempt, created_at, updated_at, done_at, expire_at`
+	effectCols = `effect_key, run_id, name, status, attempt, ref, created_at, updated_at, done_at, expire_at`
 
 	nowExpr = `coalesce($1::timestamptz, now())`
 	// rfc3339 renders a timestamptz as Go's time.RFC3339Nano does for a UTC time.
@@ -191,12 +191,12 @@ WITH run AS MATERIALIZED (
 SELECT run.status, run.attempt, run.attempt_id, {up.effectCols}, {old.effectCols}, {now}
 FROM (SELECT 1) one LEFT JOIN run ON true LEFT JOIN up ON true LEFT JOIN old ON true`
 
-// $2..$4 the fence, $5 effect key, $6 retention.
+// $2..$4 the fence, $5 effect key, $6 retention, $7 ref.
 const completeEffectSQL = `
 WITH run AS MATERIALIZED (
 	SELECT status, attempt, attempt_id FROM {runs} WHERE run_id = $2 FOR SHARE
 ), up AS (
-	UPDATE {effects} e SET status = 'done', done_at = {now}, updated_at = {now}, expire_at = {now} + {us6}
+	UPDATE {effects} e SET status = 'done', ref = $7::text, done_at = {now}, updated_at = {now}, expire_at = {now} + {us6}
 	FROM run
 	WHERE e.effect_key = $5 AND e.status = 'pending' AND e.attempt = $3
 		AND run.status = 'running' AND run.attempt = $3 AND run.attempt_id = $4

@@ -241,7 +241,7 @@ func putRun(ctx context.Context, tx *sql.Tx, r *ledger.Run) error {
 	return err
 }
 
-const effectColumns = `effect_key, run_id, name, status, attempt, created_at, updated_at, done_at, expire_at`
+const effectColumns = `effect_key, run_id, name, status, attempt, ref, created_at, updated_at, done_at, expire_at`
 
 func getEffect(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
@@ -250,7 +250,7 @@ func getEffect(ctx context.Context, q interface {
 	var status string
 	var created, updated, done, expire int64
 	err := q.QueryRowContext(ctx, "SELECT "+effectColumns+" FROM effects WHERE effect_key = ?", key).Scan(
-		&e.Key, &e.RunID, &e.Name, &status, &e.Attempt, &created, &updated, &done, &expire)
+		&e.Key, &e.RunID, &e.Name, &status, &e.Attempt, &e.Ref, &created, &updated, &done, &expire)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -266,8 +266,8 @@ func putEffect(ctx context.Context, tx *sql.Tx, e *ledger.Effect) error {
 	if e == nil {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO effects ("+effectColumns+") VALUES (?,?,?,?,?,?,?,?,?)",
-		e.Key, e.RunID, e.Name, string(e.Status), e.Attempt, micros(e.CreatedAt), micros(e.UpdatedAt), micros(e.DoneAt), micros(e.ExpireAt))
+	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO effects ("+effectColumns+") VALUES (?,?,?,?,?,?,?,?,?,?)",
+		e.Key, e.RunID, e.Name, string(e.Status), e.Attempt, e.Ref, micros(e.CreatedAt), micros(e.UpdatedAt), micros(e.DoneAt), micros(e.ExpireAt))
 	return err
 }
 
