@@ -129,6 +129,8 @@ func TestWorkerRefusesUnsafeConfig(t *testing.T) {
 		{"retention shorter than the subscription's", append(base, "-auth", "none", "-retention", "192h"), "subscription's message retention (168h0m0s)"},
 		{"no ledger", []string{"-auth", "none"}, "-ledger is required"},
 		{"no concurrency", append(base, "-auth", "none", "-concurrency", "0"), "-concurrency 0"},
+		{"push without authentication", append(base, "-auth", "none", "-push"), "-push with -auth none"},
+		{"neither pull nor push", []string{"-ledger", "memory://worker-refuse", "-auth", "none"}, "no way to receive runs"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := app.RunWorker(t.Context(), c.args, env(nil), io.Discard, io.Discard)
@@ -136,6 +138,50 @@ func TestWorkerRefusesUnsafeConfig(t *testing.T) {
 				t.Fatalf("RunWorker: %v, want an error saying %q", err, c.want)
 			}
 		})
+	}
+}
+
+// A worker that only pulls serves no push endpoint: with -auth none (natural for a
+// pull worker), POST /v1/push would let anyone who reaches the port run any job.
+func TestPullWorkerServesNoPushEndpoint(t *testing.T) {
+	ps, err := queue.NewInProcess(t.Context(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	if _, err := queue.EnsureTopic(t.Context(), ps.Client, "runs"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.EnsureSubscription(t.Context(), ps.Client, "runs", "work", nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PUBSUB_EMULATOR_HOST", ps.Addr())
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- app.RunWorker(ctx, []string{"-ledger", "memory://pull-only", "-subscription", "pubsub://p/work", "-auth", "none", "-addr", addr}, env(nil), io.Discard, io.Discard)
+	}()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker did not come up: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := http.Post("http://"+addr+"/v1/push", "application/json", strings.NewReader(`{"message":{"attributes":{"run_id":"x","job":"demo"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("POST /v1/push on a pull-only worker = %d, want 404", resp.StatusCode)
 	}
 }
 

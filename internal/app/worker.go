@@ -62,15 +62,18 @@ type WorkerFlags struct {
 	Lease, Grace, RescueInterval time.Duration
 	MaxAckExtension              time.Duration
 	Concurrency, MaxAttempts     int
+	// Push serves POST /v1/push, for a Pub/Sub push subscription.
+	Push bool
 }
 
 // WorkerFlagSet declares the worker's flags on a new flag set.
 func WorkerFlagSet(f *WorkerFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	f.declare(fs, "listen address for /healthz, /readyz, /metrics and POST /v1/push (PORT when set)", "",
+	f.declare(fs, "listen address for /healthz, /readyz, /metrics and, with -push, POST /v1/push (PORT when set)", "",
 		"how long run and effect records are kept; messages older than this are dropped",
 		"push caller", "push caller authentication: oidc or none (required)")
-	fs.StringVar(&f.Subscription, "subscription", "", "pubsub://PROJECT/SUBSCRIPTION to pull from (pull mode); empty: push only")
+	fs.StringVar(&f.Subscription, "subscription", "", "pubsub://PROJECT/SUBSCRIPTION to pull from (pull mode)")
+	fs.BoolVar(&f.Push, "push", false, "serve POST /v1/push for a Pub/Sub push subscription (push mode; needs -auth oidc)")
 	fs.StringVar(&f.Topic, "topic", "", "pubsub://PROJECT/TOPIC where the rescuer republishes lost runs; empty: no rescuer")
 	fs.StringVar(&f.Jobs, "jobs", "", "jobs file: the HTTP and Google Cloud API targets this worker runs")
 	fs.IntVar(&f.Concurrency, "concurrency", 8, "jobs run at once by this process")
@@ -116,6 +119,11 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, _
 		return fmt.Errorf("-concurrency %d: must be at least 1", f.Concurrency)
 	case f.Grace <= 0 || f.Lease <= 0:
 		return errors.New("-grace and -lease must be positive")
+	case f.Subscription == "" && !f.Push:
+		return errors.New("no way to receive runs: give -subscription (pull) or -push (push), or both")
+	case f.Push && f.Auth == "none":
+		return errors.New("-push with -auth none would let anyone who reaches this port run any job with any payload: " +
+			"push needs -auth oidc with -audience and -allow (the push subscription's service account)")
 	}
 	if f.Grace >= 10*time.Second {
 		log.Warn("-grace is 10s or more: Cloud Run kills an instance 10s after SIGTERM, so jobs may be killed before they are released", slog.Duration("grace", f.Grace))
@@ -219,7 +227,7 @@ func ServeWorker(ctx context.Context, s *WorkerSetup) error {
 	}
 	w, err := worker.New(&worker.Config{
 		Ledger: s.Ledger, Handler: s.Handler, Lease: f.Lease, MaxAttempts: f.MaxAttempts, Retention: f.Retention,
-		Republish: republish, RescueInterval: f.RescueInterval, NackDelay: s.NackDelay,
+		Republish: republish, RescueInterval: f.RescueInterval, NackDelay: s.NackDelay, PushConcurrency: f.Concurrency,
 		Logger: log, Meter: metrics.Meter("github.com/runonce/runonce/pkg/worker"),
 	})
 	if err != nil {
@@ -243,13 +251,17 @@ func ServeWorker(ctx context.Context, s *WorkerSetup) error {
 			}
 		}
 		if err := errors.Join(errs...); err != nil {
-			http.Error(rw, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			// Unauthenticated: never the backend's error text (hosts, database names).
+			log.Warn("not ready", slog.Any("error", err))
+			http.Error(rw, "not ready: the ledger or the subscription is unreachable; see the worker's log", http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(rw, "ready\n")
 	})
 	h.Handle("GET /metrics", metrics.Handler())
-	h.Handle("POST /v1/push", w.PushHandler(s.Auth))
+	if f.Push {
+		h.Handle("POST /v1/push", w.PushHandler(s.Auth))
+	}
 
 	ln := s.Listener
 	if ln == nil {

@@ -2,6 +2,7 @@ package ingress_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -312,7 +313,7 @@ func TestContract(t *testing.T) {
 		{
 			name:   "readyz when Pub/Sub is down",
 			before: func(t *testing.T, b *bundle) { b.pub.fail.Store(true) },
-			method: "GET", path: "/readyz", wantStatus: 503, wantBody: map[string]any{"ledger": "ok", "topic": "Pub/Sub unavailable", "error": "not ready"},
+			method: "GET", path: "/readyz", wantStatus: 503, wantBody: map[string]any{"ledger": "ok", "topic": "unavailable", "error": "not ready"},
 		},
 		{name: "unknown path", method: "GET", path: "/nope", wantStatus: 404, wantBody: map[string]any{"error": "no such endpoint"}},
 	}
@@ -559,6 +560,22 @@ func TestDuplicateDuringFailedPublishKeepsItsPromise(t *testing.T) {
 				t.Fatalf("A's retry = %d %v with %d messages, want 202 and one message", r.status, r.body, b.published())
 			}
 		})
+	}
+}
+
+// /readyz is unauthenticated: it names what is down, never the backend's error text.
+func TestReadyzLeaksNoBackendError(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	secret := errors.New("dial tcp db-primary.internal:5432: password authentication failed for user runonce")
+	b.led.failClaim.Store(&secret)
+	b.pub.fail.Store(true)
+	r := b.do(t, "GET", "/readyz", nil, "")
+	if r.status != 503 || r.body["ledger"] != "unavailable" || r.body["topic"] != "unavailable" {
+		t.Fatalf("readyz = %d %v, want 503 naming the ledger and the topic unavailable", r.status, r.body)
+	}
+	if raw := fmt.Sprint(r.body); strings.Contains(raw, "db-primary") || strings.Contains(raw, "injected") {
+		t.Fatalf("readyz leaks backend error text: %v", r.body)
 	}
 }
 

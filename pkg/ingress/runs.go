@@ -71,7 +71,7 @@ func (h *Handler) getRun(w http.ResponseWriter, r *http.Request) {
 	run, err := h.cfg.Ledger.Get(gctx, &ledger.GetParams{RunID: id})
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no run %s (never claimed, released, or past its retention)", id))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no run %s (never claimed, or deleted after its retention)", id))
 	case err != nil:
 		h.log.ErrorContext(ctx, "get run", "run_id", id, "error", obs.Clean(err.Error()))
 		w.Header().Set("Retry-After", strconv.Itoa(int(h.cfg.RetryAfter/time.Second)))
@@ -96,17 +96,26 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	wg.Go(func() { lerr = h.cfg.Ledger.Ping(ctx) })
 	wg.Go(func() { perr = h.cfg.Publisher.Ping(ctx) })
 	wg.Wait()
+	// Unauthenticated: the answer names what is down, never the backend's error text
+	// (hosts, database names); the log has it.
 	out := map[string]string{"ledger": "ok", "topic": "ok"}
 	status := http.StatusOK
 	if lerr != nil {
-		out["ledger"], status = lerr.Error(), http.StatusServiceUnavailable
+		out["ledger"], status = "unavailable", http.StatusServiceUnavailable
 	}
 	if perr != nil {
-		out["topic"], status = perr.Error(), http.StatusServiceUnavailable
+		out["topic"], status = "unavailable", http.StatusServiceUnavailable
 	}
 	if status != http.StatusOK {
-		out["error"] = "not ready"
-		h.log.WarnContext(ctx, "not ready", "ledger", out["ledger"], "topic", out["topic"])
+		out["error"] = "not ready: see the ingress's log"
+		h.log.WarnContext(ctx, "not ready", "ledger_error", errText(lerr), "topic_error", errText(perr))
 	}
 	writeJSON(w, status, out)
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return obs.Clean(err.Error())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -45,8 +46,9 @@ func (w *Worker) Deliver(ctx context.Context, r *queue.Received) Verdict {
 // PushHandler returns the handler of POST /v1/push: it verifies the push subscription's
 // token with authn, decodes the push envelope and runs the same code as Pull. It answers
 // 204 (Pub/Sub acks) when the run is done, a duplicate of a finished one, failed for good
-// or can never be run, and 503 with Retry-After (Pub/Sub redelivers after its backoff)
-// when the run must come back later.
+// or can never be run, 503 with Retry-After (Pub/Sub redelivers after its backoff) when
+// the run must come back later, and 429 when Config.PushConcurrency deliveries are
+// already running.
 func (w *Worker) PushHandler(authn auth.Authenticator) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodPost {
@@ -61,6 +63,16 @@ func (w *Worker) PushHandler(authn auth.Authenticator) http.Handler {
 			}
 			pushError(rw, status, err.Error())
 			return
+		}
+		if w.pushSlots != nil {
+			select {
+			case w.pushSlots <- struct{}{}:
+				defer func() { <-w.pushSlots }()
+			default:
+				rw.Header().Set("Retry-After", "1")
+				pushError(rw, http.StatusTooManyRequests, fmt.Sprintf("worker busy: %d push deliveries are running, its concurrency; Pub/Sub redelivers this one after its backoff", cap(w.pushSlots)))
+				return
+			}
 		}
 		rec, err := queue.DecodePush(rw, req)
 		if err != nil {

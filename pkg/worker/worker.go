@@ -51,6 +51,10 @@ type Config struct {
 	// to this long, so that a subscription without a retry policy does not redeliver in
 	// a hot loop. Defaults to 0: nack at once, and let the retry policy back off.
 	NackDelay time.Duration
+	// PushConcurrency bounds the push deliveries PushHandler runs at once; one more is
+	// answered 429 (Pub/Sub redelivers it after its backoff). Pull deliveries are bounded
+	// by the subscriber. Zero: unbounded.
+	PushConcurrency int
 	// Republish is where the rescuer republishes runs; nil disables the rescuer.
 	Republish Publisher
 	// RescueInterval is how often the rescuer looks for runs to republish. Defaults to 30s.
@@ -104,6 +108,8 @@ type Worker struct {
 	// jobs is the context every job runs under; Shutdown cancels it after the grace.
 	jobs       context.Context
 	cancelJobs context.CancelCauseFunc
+	// pushSlots bounds concurrent push deliveries (nil: unbounded).
+	pushSlots chan struct{}
 }
 
 // New returns a worker.
@@ -117,7 +123,11 @@ func New(cfg *Config) (*Worker, error) {
 		return nil, err
 	}
 	jobs, cancel := context.WithCancelCause(context.Background())
-	return &Worker{cfg: c, metrics: m, jobs: jobs, cancelJobs: cancel}, nil
+	w := &Worker{cfg: c, metrics: m, jobs: jobs, cancelJobs: cancel}
+	if c.PushConcurrency > 0 {
+		w.pushSlots = make(chan struct{}, c.PushConcurrency)
+	}
+	return w, nil
 }
 
 // ErrShutdown is the cause of a job's context cancelled because the worker shut down.

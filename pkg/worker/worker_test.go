@@ -763,3 +763,44 @@ func TestRetryAfterIsBoundedInsideTheRetention(t *testing.T) {
 		t.Fatal("worker.New accepted a MaxRetryAfter longer than the retention")
 	}
 }
+
+// Push deliveries are bounded like pull deliveries: past PushConcurrency running at once,
+// a push is answered 429 (Pub/Sub redelivers it) instead of starting another job.
+func TestPushDeliveriesAreBoundedByTheConcurrency(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, &worker.Config{Lease: time.Second, MaxAttempts: 3, PushConcurrency: 1})
+	started, release := make(chan struct{}), make(chan struct{})
+	b.mux.HandleFunc("job", func(context.Context, *worker.Job) error {
+		started <- struct{}{}
+		<-release
+		return nil
+	})
+	srv := httptest.NewServer(b.w.PushHandler(auth.None{}))
+	t.Cleanup(srv.Close)
+	post := func(key string) int {
+		m := message("job", key, "{}")
+		env, _ := json.Marshal(map[string]any{"subscription": "projects/p/subscriptions/s", "message": map[string]any{
+			"attributes": m.Attributes(), "data": base64.StdEncoding.EncodeToString(m.Payload), "messageId": key, "publishTime": time.Now().Format(time.RFC3339Nano)}})
+		resp, err := http.Post(srv.URL, "application/json", strings.NewReader(string(env)))
+		if err != nil {
+			t.Error(err)
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	first := make(chan int, 1)
+	go func() { first <- post("a") }()
+	<-started
+	if got := post("b"); got != http.StatusTooManyRequests {
+		t.Fatalf("a second push while one runs = %d, want 429", got)
+	}
+	close(release)
+	if got := <-first; got != http.StatusNoContent {
+		t.Fatalf("the first push = %d, want 204", got)
+	}
+	go func() { <-started }()
+	if got := post("b"); got != http.StatusNoContent {
+		t.Fatalf("a push once the slot is free = %d, want 204", got)
+	}
+}

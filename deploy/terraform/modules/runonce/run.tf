@@ -19,7 +19,8 @@ locals {
       RUNONCE_LEDGER = local.ledger_url
       # Where the rescuer republishes runs whose message was lost.
       RUNONCE_TOPIC = local.topic_url
-      # /v1/push is always served; it accepts only the push service account's tokens.
+      # With delivery = "push" the worker serves /v1/push (RUNONCE_PUSH below); it
+      # accepts only the push service account's tokens.
       RUNONCE_AUTH         = "oidc"
       RUNONCE_AUDIENCE     = local.push_audience
       RUNONCE_ALLOW        = google_service_account.push.email
@@ -29,7 +30,7 @@ locals {
       RUNONCE_CONCURRENCY  = tostring(var.worker_concurrency)
       RUNONCE_MAX_ATTEMPTS = tostring(var.max_attempts)
     },
-    var.delivery == "pull" ? { RUNONCE_SUBSCRIPTION = local.subscription_url } : {},
+    var.delivery == "pull" ? { RUNONCE_SUBSCRIPTION = local.subscription_url } : { RUNONCE_PUSH = "true" },
     local.has_jobs ? { RUNONCE_JOBS = local.jobs_path } : {},
   )
 }
