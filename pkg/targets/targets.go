@@ -297,7 +297,22 @@ func HandleJobs(ctx context.Context, mux *worker.Mux, js map[string]*jobs.Job, o
 			return nil, err
 		}
 		opened = append(opened, t)
-		mux.HandleWith(name, t, &worker.HandleOptions{MaxAttempts: j.MaxAttempts})
+		mux.HandleWith(name, t, &worker.HandleOptions{MaxAttempts: j.MaxAttempts, MaxRunTime: maxRunTime(j)})
 	}
 	return closeAll, nil
+}
+
+// MaxWait bounds how long a run follows an execution it waits for (Target.Wait), as
+// the worker's maximum run time of the job; a start without waiting is bounded by the
+// job's timeout.
+const MaxWait = 7 * 24 * time.Hour
+
+func maxRunTime(j *jobs.Job) time.Duration {
+	if j.Target != nil && j.Target.Wait {
+		return MaxWait
+	}
+	if j.Timeout > 0 {
+		return j.Timeout + time.Minute
+	}
+	return 0
 }

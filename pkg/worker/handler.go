@@ -57,6 +57,7 @@ type Mux struct {
 type route struct {
 	h           Handler
 	maxAttempts int
+	maxRunTime  time.Duration
 }
 
 // NewMux returns an empty mux.
@@ -67,6 +68,9 @@ type HandleOptions struct {
 	// MaxAttempts bounds the attempts of a run of this job; zero means the worker's
 	// default.
 	MaxAttempts int
+	// MaxRunTime bounds how long one attempt of this job runs; zero means the worker's
+	// Config.MaxRunTime.
+	MaxRunTime time.Duration
 }
 
 // Handle registers h for the job name.
@@ -90,7 +94,14 @@ func (m *Mux) HandleWith(name string, h Handler, o *HandleOptions) {
 	if _, dup := m.handlers[name]; dup {
 		panic("worker: job " + name + " registered twice")
 	}
-	m.handlers[name] = route{h: h, maxAttempts: o.MaxAttempts}
+	m.handlers[name] = route{h: h, maxAttempts: o.MaxAttempts, maxRunTime: o.MaxRunTime}
+}
+
+// MaxRunTime returns the job's run-time bound, or 0 when it has none of its own.
+func (m *Mux) MaxRunTime(name string) time.Duration {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.handlers[name].maxRunTime
 }
 
 // Use appends middleware applied to every handler of the mux, outermost first.

@@ -137,7 +137,8 @@ func MuxFromJobs(mux *Mux, js map[string]*jobs.Job, o *HTTPTargetOptions) {
 	}
 	for name, j := range js {
 		if !have[name] {
-			mux.HandleWith(name, HTTPTarget(j, o), &HandleOptions{MaxAttempts: j.MaxAttempts})
+			// The call is bounded by the job's timeout; the run time a little beyond it.
+			mux.HandleWith(name, HTTPTarget(j, o), &HandleOptions{MaxAttempts: j.MaxAttempts, MaxRunTime: j.Timeout + time.Minute})
 		}
 	}
 }

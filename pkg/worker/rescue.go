@@ -45,7 +45,10 @@ func (w *Worker) RescueOnce(ctx context.Context) (int, error) {
 			EnqueuedAt: rescued.CreatedAt,
 			Payload:    rescued.Payload,
 		}
-		if _, err := w.cfg.Republish.Publish(ctx, msg); err != nil {
+		pctx, cancel := context.WithTimeout(ctx, w.cfg.LedgerTimeout)
+		_, err = w.cfg.Republish.Publish(pctx, msg)
+		cancel()
+		if err != nil {
 			// The run is queued with a fresh deadline: the next round rescues it again.
 			w.cfg.Logger.ErrorContext(ctx, "rescue: republish failed; the run will be rescued again after its new deadline",
 				slog.String("run_id", r.ID), slog.Time("next_rescue_after", rescued.Deadline), slog.Any("error", err))

@@ -42,6 +42,15 @@ type Config struct {
 	// FinishTimeout bounds the retries of the write that completes, releases or fails a
 	// run after its job returned. Defaults to 10s.
 	FinishTimeout time.Duration
+	// LedgerTimeout bounds each ledger call (claim, renew, effects, finishing writes,
+	// the rescuer's list, rescue and sweep) and each republish. Defaults to 10s.
+	LedgerTimeout time.Duration
+	// MaxRunTime bounds how long a Go handler runs (a job's HandleOptions.MaxRunTime
+	// overrides it): then its context is cancelled with ErrMaxRunTime, its lease is no
+	// longer renewed and the run is released for a retry. A handler that ignores its
+	// context loses the run when the lease runs out; its writes are then fenced.
+	// Defaults to DefaultMaxRunTime.
+	MaxRunTime time.Duration
 	// MaxRetryAfter bounds the delay a job asks for (RetryAfter, or an HTTP target's
 	// Retry-After): a longer one is cut to it, so that the retry stays well inside the
 	// retention. Defaults to DefaultMaxRetryAfter, or half the retention when that is
@@ -65,8 +74,12 @@ type Config struct {
 	Meter metric.Meter
 }
 
-// DefaultMaxRetryAfter is Config.MaxRetryAfter's default.
-const DefaultMaxRetryAfter = 24 * time.Hour
+// Defaults of Config's zero fields.
+const (
+	DefaultMaxRetryAfter = 24 * time.Hour
+	DefaultMaxRunTime    = time.Hour
+	DefaultLedgerTimeout = 10 * time.Second
+)
 
 func (c Config) withDefaults() Config {
 	c.Lease = cmp.Or(c.Lease, 30*time.Second)
@@ -75,6 +88,8 @@ func (c Config) withDefaults() Config {
 	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, min(DefaultMaxRetryAfter, c.Retention/2))
 	c.PickupTimeout = cmp.Or(c.PickupTimeout, ledger.DefaultPickupTimeout)
 	c.FinishTimeout = cmp.Or(c.FinishTimeout, 10*time.Second)
+	c.LedgerTimeout = cmp.Or(c.LedgerTimeout, DefaultLedgerTimeout)
+	c.MaxRunTime = cmp.Or(c.MaxRunTime, DefaultMaxRunTime)
 	c.RescueInterval = cmp.Or(c.RescueInterval, 30*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -122,6 +137,7 @@ func New(cfg *Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.Ledger = &boundedLedger{Ledger: c.Ledger, timeout: c.LedgerTimeout}
 	jobs, cancel := context.WithCancelCause(context.Background())
 	w := &Worker{cfg: c, metrics: m, jobs: jobs, cancelJobs: cancel}
 	if c.PushConcurrency > 0 {
@@ -132,6 +148,10 @@ func New(cfg *Config) (*Worker, error) {
 
 // ErrShutdown is the cause of a job's context cancelled because the worker shut down.
 var ErrShutdown = errors.New("worker: shutting down")
+
+// ErrMaxRunTime is the cause of a job's context cancelled because the job ran longer
+// than its maximum run time; the run is released for a retry.
+var ErrMaxRunTime = errors.New("worker: the job ran past its maximum run time; cancelled")
 
 // ErrSelfFenced is the cause of a job's context cancelled because the worker could not
 // renew its lease before it would run out.
@@ -243,6 +263,15 @@ func (w *Worker) age(d *Delivery) time.Duration {
 	return age
 }
 
+func (w *Worker) maxRunTime(job string) time.Duration {
+	if mux, ok := w.cfg.Handler.(*Mux); ok {
+		if d := mux.MaxRunTime(job); d > 0 {
+			return d
+		}
+	}
+	return w.cfg.MaxRunTime
+}
+
 func (w *Worker) maxAttempts(job string) int {
 	if mux, ok := w.cfg.Handler.(*Mux); ok {
 		if n := mux.MaxAttempts(job); n > 0 {
@@ -272,6 +301,9 @@ func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimSt
 	defer cancel(nil)
 	stopOnShutdown := context.AfterFunc(w.jobs, func() { cancel(context.Cause(w.jobs)) })
 	defer stopOnShutdown()
+	maxRun := w.maxRunTime(run.Job)
+	overrun := time.AfterFunc(maxRun, func() { cancel(fmt.Errorf("%w (%s)", ErrMaxRunTime, maxRun)) })
+	defer overrun.Stop()
 	a := &attempt{w: w, job: job, fence: fence, cancel: cancel, log: log}
 	ctx = withAttempt(ctx, a)
 
@@ -382,7 +414,7 @@ func (w *Worker) keepLease(ctx context.Context, a *attempt, held time.Time, stop
 func (w *Worker) finish(ctx context.Context, write func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.FinishTimeout)
 	defer cancel()
-	b := retry.WithCappedDuration(time.Second, retry.NewExponential(50*time.Millisecond))
+	b := retry.WithJitterPercent(20, retry.WithCappedDuration(time.Second, retry.NewExponential(50*time.Millisecond)))
 	return retry.Do(ctx, b, func(ctx context.Context) error {
 		err := write(ctx)
 		if ledger.Retryable(err) {

@@ -804,3 +804,59 @@ func TestPushDeliveriesAreBoundedByTheConcurrency(t *testing.T) {
 		t.Fatalf("a push once the slot is free = %d, want 204", got)
 	}
 }
+
+// A handler past its maximum run time is cancelled and its run released: before, a
+// hung handler renewed its lease forever.
+func TestHandlerPastItsMaxRunTimeIsReleased(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, &worker.Config{Lease: 300 * time.Millisecond, MaxAttempts: 3, MaxRunTime: time.Hour})
+	var cause error
+	b.mux.HandleWith("hang", worker.HandlerFunc(func(ctx context.Context, _ *worker.Job) error {
+		<-ctx.Done()
+		cause = context.Cause(ctx)
+		return ctx.Err()
+	}), &worker.HandleOptions{MaxRunTime: 500 * time.Millisecond})
+	m := message("hang", "k", "{}")
+	start := time.Now()
+	v := b.process(m)
+	if v.Outcome != worker.OutcomeReleased || v.Ack {
+		t.Fatalf("verdict = %+v, want released and nacked", v)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the hung job ran %v, want about its 500ms max run time", d)
+	}
+	if !errors.Is(cause, worker.ErrMaxRunTime) {
+		t.Fatalf("job context cause = %v, want ErrMaxRunTime", cause)
+	}
+	if r := b.run(m.Identity.RunID); r.Status != ledger.StatusQueued || !strings.Contains(r.LastError, "maximum run time") {
+		t.Fatalf("run = %s %q, want queued with the max run time as its error", r.Status, r.LastError)
+	}
+}
+
+// blackholeLedger never answers Acquire until its context ends, as a blackholed
+// connection does.
+type blackholeLedger struct{ ledger.Ledger }
+
+func (blackholeLedger) Acquire(ctx context.Context, _ *ledger.AcquireParams) (*ledger.AcquireResult, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// Every ledger call of the worker is bounded: a blackholed ledger gives the delivery
+// back (nacked) after LedgerTimeout, instead of holding its slot while Pub/Sub keeps
+// extending the ack deadline.
+func TestBlackholedLedgerCallIsBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, blackholeLedger{memory.New(nil)}, &worker.Config{LedgerTimeout: 200 * time.Millisecond})
+	b.mux.HandleFunc("job", func(context.Context, *worker.Job) error { return nil })
+	done := make(chan worker.Verdict, 1)
+	go func() { done <- b.process(message("job", "k", "{}")) }()
+	select {
+	case v := <-done:
+		if v.Ack || v.Outcome != worker.OutcomeError {
+			t.Fatalf("verdict = %+v, want nacked as a ledger error", v)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a delivery against a blackholed ledger was still held after 10s (LedgerTimeout 200ms)")
+	}
+}
