@@ -7,6 +7,11 @@
 // while a lease keeper renews the lease, then complete, release or fail the run, and only
 // then ack or nack the message.
 //
+//   - A delivery runs only what was accepted: the claim carries the hash of the message's
+//     data, and a message whose payload is not the one the run was accepted with never
+//     runs (acked, logged as an ERROR, counted as payload_mismatch; the run untouched).
+//     A message older than the retention may have outlived its run's record: it runs a
+//     run that exists, and is dropped rather than create one.
 //   - A delivery of a run that another live attempt holds is nacked, never acked: acking
 //     it would lose the run if the holder then died. A completed or failed run is acked
 //     without work.
@@ -26,6 +31,10 @@
 //   - A handler's error decides the run: nil completes it; Permanent(err) fails it; any
 //     other error, a RetryAfter or a panic releases it for a retry, until the job's
 //     attempts are exhausted, when it fails.
+//   - Every wait is bounded: each ledger call and republish by Config.LedgerTimeout, a
+//     Go handler by its maximum run time (its context is then cancelled with
+//     ErrMaxRunTime and the run released), push deliveries by Config.PushConcurrency,
+//     a retry delay by Config.MaxRetryAfter.
 //   - On shutdown, running jobs get a grace period; the rest are cancelled, their runs
 //     released and their messages nacked.
 //   - A rescuer in every worker republishes runs whose pickup deadline or lease passed
