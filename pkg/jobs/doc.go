@@ -13,9 +13,13 @@
 //	      "headers": {"X-Team": "billing"},
 //	      "auth": "none",
 //	      "max_attempts": 5
-//	    }
+//	    },
+//	    "mine": {}
 //	  }
 //	}
+//
+// A job with no url ("mine": {}, or only max_attempts) has no target: a Go handler
+// registered in some worker runs it, and the ingress only needs its name.
 //
 // # Guarantees
 //
