@@ -54,6 +54,7 @@ func dev(t *testing.T, args []string, e config.Env) (banner string, logs *syncbu
 // TestDevPORTStaysOnLoopback: auth is off in -dev, so an exported PORT (Cloud Run's, or
 // a shell's) chooses the port but not the interfaces; only -addr may widen it.
 func TestDevPORTStaysOnLoopback(t *testing.T) {
+	t.Parallel()
 	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
 	banner, _ := dev(t, []string{"-ledger", "memory://dev-port", "-dev-concurrency", "0"}, config.Env{"PORT": port})
 	if !strings.Contains(banner, "ingress   http://127.0.0.1:"+port+"\n") {
@@ -156,6 +157,7 @@ func TestDevJobWithoutTarget(t *testing.T) {
 // TestDevWithoutInProcessWorker: with -dev-concurrency 0 the banner and the warning say
 // that nothing here runs a job, and offer no demo job.
 func TestDevWithoutInProcessWorker(t *testing.T) {
+	t.Parallel()
 	banner, logs := dev(t, []string{"-addr", freeAddr(t), "-ledger", "memory://dev-none", "-dev-concurrency", "0"}, nil)
 	if strings.Contains(banner, "/v1/jobs/demo") || !strings.Contains(banner, "none in this process") || !strings.Contains(banner, "stays queued until a worker") {
 		t.Errorf("the banner of -dev-concurrency 0 suggests a job nothing runs:\n%s", banner)
