@@ -286,13 +286,16 @@ func printBanner(w io.Writer, b *banner) {
 			}
 			join = append(join, "-jobs", shellQuote(abs))
 		}
-		who := "A worker in another process (cmd/worker, or your own binary with Go handlers, taking the same flags)"
+		who := "A worker in another process (cmd/worker, or your own binary with Go handlers, with the same flags)\nruns"
 		if b.concurrency > 0 {
-			who += " runs the jobs this process does not"
+			who += " the jobs this process does not"
+			if len(b.accepted) == len(b.here) {
+				who += ` (name yours in a jobs file, {"jobs": {"mine": {}}}, and pass -jobs)`
+			}
 		} else {
-			who += " runs the runs"
+			who += " them"
 		}
-		fmt.Fprintf(&s, "\n%s; from a second shell in this repository:\n\n  %s \\\n    %s \\\n    %s\n",
+		fmt.Fprintf(&s, "\n%s. From a second shell in this repository:\n\n  %s \\\n    %s \\\n    %s\n",
 			who, strings.Join(join[:8], " "), strings.Join(join[8:10], " "), strings.Join(join[10:], " "))
 	}
 
