@@ -328,3 +328,31 @@ func cleanEnv() []string {
 	}
 	return env
 }
+
+// TestHelpAndBadVariable: -h exits 0 with a description of the binary and its
+// variables; a variable that does not parse says what the flag wants and exits 1.
+func TestHelpAndBadVariable(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "ingress")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "-h")
+	cmd.Env = cleanEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ingress -h: %v (want exit 0)\n%s", err, out)
+	}
+	for _, want := range []string{"ingress: runonce's HTTP ingress", "RUNONCE_LEDGER", "-dev", "PORT"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("ingress -h does not say %q:\n%s", want, out)
+		}
+	}
+	cmd = exec.Command(bin, "-dev")
+	cmd.Env = append(cleanEnv(), "RUNONCE_MAX_SKEW=1d")
+	out, err = cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 ||
+		!strings.Contains(string(out), `RUNONCE_MAX_SKEW="1d" (for -max-skew): want a Go duration such as 90s`) {
+		t.Fatalf("RUNONCE_MAX_SKEW=1d: %v\n%s\nwant exit 1 saying what -max-skew wants", err, out)
+	}
+}

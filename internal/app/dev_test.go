@@ -196,3 +196,17 @@ func getRunJSON(t *testing.T, addr, id string) map[string]any {
 	}
 	return run
 }
+
+// TestWarnsUnknownVariables: a misspelt RUNONCE_* variable is named at start instead of
+// being ignored silently.
+func TestWarnsUnknownVariables(t *testing.T) {
+	t.Parallel()
+	var logs syncbuf.Buffer
+	err := app.RunWorker(t.Context(), nil, config.Env{"RUNONCE_LEDGR": "memory://x", "RUNONCE_LEASE": "10s"}, io.Discard, &logs)
+	if err == nil || !strings.Contains(err.Error(), "-ledger is required") {
+		t.Fatalf("RunWorker: %v, want -ledger is required", err)
+	}
+	if l := logs.String(); !strings.Contains(l, "RUNONCE_LEDGR") || !strings.Contains(l, "name no flag of worker") || strings.Contains(l, "RUNONCE_LEASE") {
+		t.Fatalf("the warning does not name RUNONCE_LEDGR alone:\n%s", l)
+	}
+}
