@@ -36,7 +36,7 @@ const IngressSummary = "runonce's HTTP ingress. POST /v1/jobs/{job} claims the r
 // IngressFlagSet declares the ingress's flags on a new flag set.
 func IngressFlagSet(f *IngressFlags) *flag.FlagSet {
 	fs := config.NewFlagSet("ingress", IngressSummary)
-	f.declare(fs, "listen address (PORT when set; 127.0.0.1:8080 with -dev)", "; -dev: sqlite:///$PWD/runonce-dev.db",
+	f.declare(fs, "listen address (:PORT when PORT is set; -dev: 127.0.0.1:8080, or 127.0.0.1:PORT, on loopback unless -addr is given)", "; -dev: sqlite:///$PWD/runonce-dev.db",
 		"how long run records are kept", "caller", "caller authentication: oidc or none (required, except with -dev)")
 	fs.StringVar(&f.Topic, "topic", "", "pubsub://PROJECT/TOPIC to publish runs to (-dev: an in-process Pub/Sub)")
 	fs.StringVar(&f.Namespace, "namespace", "", "namespace mixed into every key (e.g. my-project/us-central1)")
