@@ -210,3 +210,34 @@ func TestWarnsUnknownVariables(t *testing.T) {
 		t.Fatalf("the warning does not name RUNONCE_LEDGR alone:\n%s", l)
 	}
 }
+
+// TestDevDemoFails: the demo job's payload field "fail": "permanent" (the banner and the
+// README name it) fails the run, which then carries finished_at.
+func TestDevDemoFails(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	dev(t, []string{"-addr", addr, "-ledger", "memory://dev-fails"}, nil)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/jobs/"+app.DemoJob, strings.NewReader(`{"fail":"permanent","sleep":"10ms"}`))
+	req.Header.Set("Idempotency-Key", "fail-me")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted map[string]any
+	json.NewDecoder(resp.Body).Decode(&accepted)
+	resp.Body.Close()
+	id, _ := accepted["run_id"].(string)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		run := getRunJSON(t, addr, id)
+		if run["status"] == "failed" {
+			if run["finished_at"] == nil || run["finished_at"] != run["completed_at"] {
+				t.Fatalf("the failed run carries finished_at %v, completed_at %v; want both, equal", run["finished_at"], run["completed_at"])
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %v, want failed", run)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
