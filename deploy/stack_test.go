@@ -52,8 +52,22 @@ func TestLocalStack(t *testing.T) {
 	}
 	env := readEnv(t, filepath.Join(dir, "stack.env"))
 	ingress := env["INGRESS_URL"]
-	if ingress == "" {
-		t.Fatalf("stack.env has no INGRESS_URL: %v", env)
+	if ingress == "" || env["STACK_LEDGER"] == "" || env["STACK_PUBSUB_EMULATOR_HOST"] == "" {
+		t.Fatalf("stack.env has no INGRESS_URL, STACK_LEDGER or STACK_PUBSUB_EMULATOR_HOST: %v", env)
+	}
+	// Sourcing it sets shell variables and changes the environment of no command.
+	sourced, err := exec.Command("env", "-i", "PATH="+os.Getenv("PATH"), "bash", "-c",
+		`. "$1" && echo "url=$INGRESS_URL" && env`, "bash", filepath.Join(dir, "stack.env")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("source stack.env: %v\n%s", err, sourced)
+	}
+	if !strings.Contains(string(sourced), "url="+ingress+"\n") {
+		t.Errorf("sourcing stack.env does not set INGRESS_URL:\n%s", sourced)
+	}
+	for _, line := range strings.Split(string(sourced), "\n") {
+		if strings.HasPrefix(line, "RUNONCE_") || strings.Contains(line, "_EMULATOR_HOST=") || strings.HasPrefix(line, "INGRESS_URL=") {
+			t.Errorf("sourcing stack.env exports %s to every later command", line)
+		}
 	}
 	for _, k := range []string{"WORKER1_URL", "WORKER2_URL"} {
 		if resp, err := http.Get(env[k] + "/readyz"); err != nil || resp.StatusCode != 200 {
@@ -136,11 +150,20 @@ func readEnv(t *testing.T, path string) map[string]string {
 	env := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), "export ")
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		if strings.HasPrefix(line, "export ") {
+			t.Errorf("stack.env exports %q: sourcing it would change what other commands in the shell do", line)
+		}
+		k, v, ok := strings.Cut(line, "=")
 		if !ok {
 			continue
 		}
-		k, v, _ := strings.Cut(line, "=")
+		if strings.HasPrefix(k, "RUNONCE_") || strings.HasSuffix(k, "_EMULATOR_HOST") && !strings.HasPrefix(k, "STACK_") {
+			t.Errorf("stack.env sets %s, which changes what the binaries and the Google clients of the shell do", k)
+		}
 		env[k] = strings.Trim(v, `'"`)
 	}
 	return env

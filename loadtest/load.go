@@ -147,7 +147,7 @@ func runOnce(ctx context.Context, c *config, workers int, stderr io.Writer) (*re
 		close(chaosDone)
 	}
 
-	bar := newProgress(c, stderr, len(ds), "deliveries")
+	bar := newProgress(c, stderr, len(ds), "deliveries", true)
 	start := drive(ctx, cl, ds, bar)
 	sent := time.Now()
 	bar.Finish()
@@ -158,6 +158,9 @@ func runOnce(ctx context.Context, c *config, workers int, stderr io.Writer) (*re
 	v := verify(ctx, c, cl, runs, snk, stderr)
 	stopChaos()
 	<-chaosDone
+	if st != nil {
+		st.reportKills()
+	}
 	rep := buildReport(c, workers, runs, cl, v, start, sent)
 	if st != nil {
 		rep.Kills = st.kills()

@@ -53,7 +53,7 @@ type report struct {
 	Outcomes     map[string]int `json:"attempt_outcomes"`
 	Ingress      quantiles      `json:"ingress_latency"`
 	FromIntended quantiles      `json:"first_attempt_latency_from_intended_send"`
-	AcceptToDone quantiles      `json:"accept_to_complete"`   // ledger: created_at → completed_at
+	AcceptToDone quantiles      `json:"accept_to_complete"`   // ledger: created_at → finished_at
 	SendToEffect quantiles      `json:"first_send_to_effect"` // local: first delivery's intended send → sink applied
 
 	Accepted      int         `json:"runs_accepted"`
@@ -125,8 +125,8 @@ func buildReport(c *config, workers int, runs []*runSpec, cl *client, v *verific
 			switch rec.Status {
 			case "completed":
 				r.Completed++
-				if !rec.CompletedAt.IsZero() {
-					accept.RecordValue(max(rec.CompletedAt.Sub(rec.CreatedAt).Microseconds(), 1))
+				if !rec.FinishedAt.IsZero() {
+					accept.RecordValue(max(rec.FinishedAt.Sub(rec.CreatedAt).Microseconds(), 1))
 				}
 			case "failed":
 				r.Failed++
@@ -203,13 +203,14 @@ func printReport(w io.Writer, c *config, r *report) error {
 		r.RunsPerSec, r.TotalSeconds, r.ReqPerSec, r.SendSeconds)
 	row("ingress latency", "%s", q(r.Ingress))
 	row("  from intended send", "%s", q(r.FromIntended))
-	row("accept → complete", "%s  (ledger created_at → completed_at)", q(r.AcceptToDone))
+	row("accept → complete", "%s  (ledger created_at → finished_at)", q(r.AcceptToDone))
 	row("first send → effect", "%s", q(r.SendToEffect))
 	row("requests", "%d (%d retries)", r.Requests, r.Retries)
 	row("runs", "%d accepted of %d: %d completed, %d failed (%d meant to fail), %d lost, %d not accepted",
 		r.Accepted, r.Runs, r.Completed, r.Failed, r.MeantToFail, r.Lost, r.NotAccepted)
 	row("  kinds", "%d keyed by Idempotency-Key, %d with a flaky downstream (503 first)", r.Keyed, r.Flaky)
-	row("duplicates", "%d sent, %d answered duplicate:true, %d runs answered \"new\" more than once", r.DupsSent, r.Suppressed, r.MultiNew)
+	row("duplicates", "%d duplicate deliveries sent; %d answers said duplicate:true (a retry after a lost or timed-out answer is answered as a duplicate too, so this can exceed the deliveries); %d runs answered \"new\" more than once",
+		r.DupsSent, r.Suppressed, r.MultiNew)
 	row("effects", "%d applied, %d sink calls, %d downstream replays (same key, deduplicated), %d foreign", r.Applied, r.SinkCalls, r.Replays, r.Foreign)
 	row("calls per run", "%s", histString(r.CallsPerRun))
 	row("attempts per run", "%s", histString(r.AttemptsByRun))
@@ -280,19 +281,29 @@ type noProgress struct{}
 func (noProgress) Add(int) error { return nil }
 func (noProgress) Finish() error { return nil }
 
-func newProgress(c *config, w io.Writer, total int, what string) progress {
-	on := c.Progress == "on"
+// progressOn reports whether progress bars are drawn on w (-progress).
+func progressOn(c *config, w io.Writer) bool {
 	if c.Progress == "auto" {
 		if f, ok := w.(*os.File); ok {
 			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-				on = true
+				return true
 			}
 		}
 	}
-	if !on {
+	return c.Progress == "on"
+}
+
+// newProgress returns a bar counting total things (what); rate shows things per second,
+// meaningful for requests sent, not for runs seen terminal (they are polled in bulk).
+func newProgress(c *config, w io.Writer, total int, what string, rate bool) progress {
+	if !progressOn(c, w) {
 		return noProgress{}
 	}
-	return progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(what),
-		progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionThrottle(100*time.Millisecond),
-		progressbar.OptionSetPredictTime(true), progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }))
+	opts := []progressbar.Option{progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(what),
+		progressbar.OptionShowCount(), progressbar.OptionThrottle(100 * time.Millisecond),
+		progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) })}
+	if rate {
+		opts = append(opts, progressbar.OptionShowIts(), progressbar.OptionSetItsString("deliveries"), progressbar.OptionSetPredictTime(true))
+	}
+	return progressbar.NewOptions(total, opts...)
 }

@@ -34,6 +34,10 @@ type stack struct {
 	mu      sync.Mutex
 	workers []*proc
 	nkills  int
+	// killed lists the chaos kills while progress bars are drawn, for one line after
+	// them (a line printed mid-bar lands under a finished one).
+	killed []string
+	began  time.Time
 }
 
 // proc is one started process; its output goes to a log file in the work directory.
@@ -65,7 +69,7 @@ func startStack(ctx context.Context, c *config, workers int, sinkURL string, std
 	if err != nil {
 		return nil, err
 	}
-	st = &stack{c: c, dir: dir, keep: c.KeepDir, stderr: stderr}
+	st = &stack{c: c, dir: dir, keep: c.KeepDir, stderr: stderr, began: time.Now()}
 	defer func() {
 		if err != nil {
 			st.keep = true
@@ -175,8 +179,14 @@ func (st *stack) killAndRestart(ctx context.Context, i int) error {
 	<-old.done
 	st.mu.Lock()
 	st.nkills++
+	quiet := progressOn(st.c, st.stderr)
+	if quiet {
+		st.killed = append(st.killed, fmt.Sprintf("%s at +%s", old.name, time.Since(st.began).Round(100*time.Millisecond)))
+	}
 	st.mu.Unlock()
-	st.logf("chaos: SIGKILLed %s (pid %d); restarting it", old.name, old.cmd.Process.Pid)
+	if !quiet {
+		st.logf("chaos: SIGKILLed %s (pid %d); restarting it", old.name, old.cmd.Process.Pid)
+	}
 	p, err := st.startWorker(ctx, i)
 	if err != nil {
 		return err
@@ -185,6 +195,17 @@ func (st *stack) killAndRestart(ctx context.Context, i int) error {
 	st.workers[i] = p
 	st.mu.Unlock()
 	return nil
+}
+
+// reportKills prints the kills held back while progress bars were drawn.
+func (st *stack) reportKills() {
+	st.mu.Lock()
+	killed := st.killed
+	st.killed = nil
+	st.mu.Unlock()
+	if len(killed) > 0 {
+		st.logf("chaos: SIGKILLed and restarted %s", strings.Join(killed, ", "))
+	}
 }
 
 func (st *stack) kills() int {

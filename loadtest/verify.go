@@ -47,7 +47,7 @@ func verify(ctx context.Context, c *config, cl *client, runs []*runSpec, snk *si
 			pending = append(pending, i)
 		}
 	}
-	bar := newProgress(c, stderr, len(pending), "runs terminal")
+	bar := newProgress(c, stderr, len(pending), "runs terminal", false)
 	deadline := time.Now().Add(c.VerifyTimeout)
 	var mu sync.Mutex
 	for len(pending) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {

@@ -219,3 +219,77 @@ func freeAddr(t *testing.T) string {
 	defer ln.Close()
 	return fmt.Sprint(ln.Addr())
 }
+
+// TestDevSecondSignalAndRestart: Ctrl-C with a run in flight waits for the grace; a
+// second Ctrl-C stops at once, releasing the run. After a restart the released run is
+// running again within seconds: -dev republishes the queued runs whose messages its
+// in-process Pub/Sub lost, instead of leaving them to the rescuer (~5 minutes).
+func TestDevSecondSignalAndRestart(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "ingress")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	dir, addr := t.TempDir(), freeAddr(t)
+	first := startDev(t, bin, dir, addr)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/jobs/"+app.DemoJob, strings.NewReader(`{"sleep":"60s"}`))
+	req.Header.Set("Idempotency-Key", "long-one")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted struct {
+		RunID string `json:"run_id"`
+	}
+	json.NewDecoder(resp.Body).Decode(&accepted)
+	resp.Body.Close()
+	waitStatus(t, addr, accepted.RunID, "running", 1)
+
+	first.cmd.Process.Signal(os.Interrupt)
+	time.Sleep(300 * time.Millisecond)
+	begin := time.Now()
+	first.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-first.done:
+	case <-time.After(6 * time.Second):
+		t.Fatalf("-dev still runs 6s after a second Ctrl-C (the grace is 8s):\n%s", first.logs.String())
+	}
+	if d := time.Since(begin); d > 4*time.Second {
+		t.Fatalf("-dev took %s to stop after a second Ctrl-C", d)
+	}
+	l, err := sqlite.Open(t.Context(), filepath.Join(dir, app.DevLedgerFile), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := l.Get(t.Context(), &ledger.GetParams{RunID: accepted.RunID})
+	l.Close()
+	if err != nil || run.Status != ledger.StatusQueued {
+		t.Fatalf("after a second Ctrl-C the run is %+v, %v; want it released (queued)\n%s", run, err, first.logs.String())
+	}
+
+	second := startDev(t, bin, dir, addr)
+	waitStatus(t, addr, accepted.RunID, "running", 2)
+	if !strings.Contains(second.logs.String(), "republished the runs left queued") {
+		t.Errorf("the restart does not say it republished the queued run:\n%s", second.logs.String())
+	}
+	second.cmd.Process.Signal(os.Interrupt)
+	time.Sleep(100 * time.Millisecond)
+	second.cmd.Process.Signal(os.Interrupt)
+	<-second.done
+}
+
+// waitStatus waits up to 10s for run id to have status at attempt.
+func waitStatus(t *testing.T, addr, id, status string, attempt float64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		run := getRun(t, addr, id)
+		if run["status"] == status && run["attempt"] == attempt {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s is %v after 10s, want %s at attempt %v", id, run, status, attempt)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -20,18 +19,23 @@ import (
 )
 
 func main() {
-	config.Main("runonce-migrate", func(ctx context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
-		return run(ctx, args, getenv, stdout)
+	config.Main("runonce-migrate", func(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
+		return run(ctx, args, env, stdout, stderr)
 	})
 }
 
-func run(ctx context.Context, args []string, getenv func(string) string, out io.Writer) error {
-	fs := flag.NewFlagSet("runonce-migrate", flag.ContinueOnError)
+func run(ctx context.Context, args []string, env config.Env, out, stderr io.Writer) error {
+	fs := config.NewFlagSet("runonce-migrate", "applies the PostgreSQL ledger's schema migrations (for pipelines that open the ledger with migrate=false).")
+	fs.SetOutput(stderr)
 	ledgerURL := fs.String("ledger", "", "ledger URL: postgres://… or postgresql://… (required)")
 	schema := fs.String("schema", "", "schema to migrate (default: the URL's schema parameter, else the connection's current schema)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long, waiting for the migration lock included")
-	if err := config.Parse(fs, args, getenv); err != nil {
+	parsed, err := config.Parse(fs, args, env)
+	if err != nil {
 		return err
+	}
+	if len(parsed.Unknown) > 0 {
+		fmt.Fprintf(stderr, "runonce-migrate: warning: %s: %s\n", config.UnknownWarning("runonce-migrate"), strings.Join(parsed.Unknown, ", "))
 	}
 	if !strings.HasPrefix(*ledgerURL, postgres.Scheme+"://") && !strings.HasPrefix(*ledgerURL, postgres.SchemeAlias+"://") {
 		return fmt.Errorf("-ledger (or %s) must be a postgres:// or postgresql:// URL", config.EnvName("ledger"))

@@ -5,11 +5,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/runonce/runonce/internal/config"
 )
 
 func TestMigrate(t *testing.T) {
@@ -34,17 +37,17 @@ func TestMigrate(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	env := map[string]string{"RUNONCE_LEDGER": dsn}
+	env := config.Env{"RUNONCE_LEDGER": dsn}
 	for i, want := range []string{"applied [1 2]; now at version 2", "up to date at version 2"} {
 		var out bytes.Buffer
-		if err := run(t.Context(), []string{"-schema", schema}, func(k string) string { return env[k] }, &out); err != nil {
+		if err := run(t.Context(), []string{"-schema", schema}, env, &out, io.Discard); err != nil {
 			t.Fatalf("run %d: %v", i, err)
 		}
 		if got := strings.TrimSpace(out.String()); got != want {
 			t.Fatalf("run %d printed %q, want %q", i, got, want)
 		}
 	}
-	if err := run(t.Context(), []string{"-ledger", "sqlite:///tmp/x.db"}, func(string) string { return "" }, &bytes.Buffer{}); err == nil {
+	if err := run(t.Context(), []string{"-ledger", "sqlite:///tmp/x.db"}, nil, &bytes.Buffer{}, io.Discard); err == nil {
 		t.Fatal("a sqlite URL was accepted")
 	}
 }

@@ -4,7 +4,8 @@
 # jobs call, the ingress and two workers, all on free loopback ports.
 #
 #   deploy/local/stack.sh                 start, print the addresses, stay until Ctrl-C
-#   deploy/local/stack.sh -d|--detach     start, write DIR/stack.env, return
+#   deploy/local/stack.sh -d|--detach     start, write DIR/stack.env (shell variables to
+#                                         source; none exported), return
 #   deploy/local/stack.sh stop            stop what a detached stack started
 #   deploy/local/stack.sh status          show whether it runs (exit 1 if not)
 #
@@ -245,15 +246,17 @@ wait_for worker2 curl -sf "$WORKER2_URL/readyz"
 
 {
 	echo "# written by deploy/local/stack.sh; stop with: deploy/local/stack.sh stop --dir $dir"
-	for var in RUNONCE_STACK_DIR=$dir FIRESTORE_EMULATOR_HOST=$FIRESTORE_EMULATOR_HOST \
-		PUBSUB_EMULATOR_HOST=$PUBSUB_EMULATOR_HOST RUNONCE_LEDGER=$LEDGER RUNONCE_TOPIC=$TOPIC_URL \
-		RUNONCE_SUBSCRIPTION=$SUBSCRIPTION_URL RUNONCE_NAMESPACE=$NAMESPACE INGRESS_URL=$INGRESS_URL \
+	echo "# Shell variables, not exported: sourcing this changes no other command (no RUNONCE_*,"
+	echo "# no *_EMULATOR_HOST). Pass them on: PUBSUB_EMULATOR_HOST=\$STACK_PUBSUB_EMULATOR_HOST cmd ..."
+	for var in STACK_DIR=$dir STACK_FIRESTORE_EMULATOR_HOST=$FIRESTORE_EMULATOR_HOST \
+		STACK_PUBSUB_EMULATOR_HOST=$PUBSUB_EMULATOR_HOST STACK_LEDGER=$LEDGER STACK_TOPIC=$TOPIC_URL \
+		STACK_SUBSCRIPTION=$SUBSCRIPTION_URL STACK_NAMESPACE=$NAMESPACE INGRESS_URL=$INGRESS_URL \
 		WORKER1_URL=$WORKER1_URL WORKER2_URL=$WORKER2_URL SINK_URL=$SINK_URL \
 		LOADTEST_SINK_ADDR=$LOADTEST_SINK_ADDR JOBS_FILE=$dir/jobs.json; do
-		printf 'export %s=%q\n' "${var%%=*}" "${var#*=}"
+		printf '%s=%q\n' "${var%%=*}" "${var#*=}"
 	done
 	while IFS= read -r line; do
-		printf 'export %s_PGID=%s\n' "$(printf '%s' "${line%%=*}" | tr '[:lower:]' '[:upper:]')" "${line#*=}"
+		printf 'STACK_%s_PGID=%s\n' "$(printf '%s' "${line%%=*}" | tr '[:lower:]' '[:upper:]')" "${line#*=}"
 	done <"$pids_file"
 } >"$env_file"
 

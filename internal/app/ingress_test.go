@@ -14,15 +14,16 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/runonce/runonce/internal/app"
+	"github.com/runonce/runonce/internal/config"
 	"github.com/runonce/runonce/pkg/queue"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-func run(ctx context.Context, args []string, getenv func(string) string) error {
-	return app.RunIngress(ctx, args, getenv, io.Discard, io.Discard)
+func run(ctx context.Context, args []string, env config.Env) error {
+	return app.RunIngress(ctx, args, env, io.Discard, io.Discard)
 }
 
-func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+func env(m map[string]string) config.Env { return m }
 
 func TestRefusesUnsafeConfig(t *testing.T) {
 	base := []string{"-ledger", "memory://refuse", "-topic", "pubsub://p/runs"}

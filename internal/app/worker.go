@@ -46,13 +46,24 @@ func (s *ServerFlags) declare(fs *flag.FlagSet, addrUsage, ledgerUsage, retentio
 	fs.StringVar(&s.LogLevel, "log-level", "info", "debug, info, warn or error")
 }
 
-// logger returns the JSON logger at -log-level.
-func (s *ServerFlags) logger(stderr io.Writer) (*slog.Logger, error) {
+// logger returns the logger at -log-level: JSON in Cloud Logging's format, or text when
+// readable is set and stderr is a terminal (-dev, for a person).
+func (s *ServerFlags) logger(stderr io.Writer, readable bool) (*slog.Logger, error) {
 	level, err := obs.ParseLevel(s.LogLevel)
 	if err != nil {
 		return nil, err
 	}
+	if readable && obs.IsTerminal(stderr) {
+		return obs.NewTextLogger(stderr, level), nil
+	}
 	return obs.NewLogger(stderr, level), nil
+}
+
+// warnUnknown warns about RUNONCE_* variables that name no flag of command.
+func warnUnknown(log *slog.Logger, command string, p *config.Parsed) {
+	if len(p.Unknown) > 0 {
+		log.Warn(config.UnknownWarning(command), slog.Any("variables", p.Unknown))
+	}
 }
 
 // WorkerFlags are the worker's settings (DESIGN.md, "Configuration").
@@ -66,9 +77,14 @@ type WorkerFlags struct {
 	Push bool
 }
 
+// WorkerSummary is the worker's one-line description (its -h).
+const WorkerSummary = "runs runonce jobs. It pulls runs from a Pub/Sub subscription (or is pushed them), holds a\n" +
+	"fenced, renewed lease on each while its job works, and completes the run or releases it for a retry;\n" +
+	"its jobs are the jobs file's HTTP targets (a worker binary of your own adds Go handlers)."
+
 // WorkerFlagSet declares the worker's flags on a new flag set.
 func WorkerFlagSet(f *WorkerFlags) *flag.FlagSet {
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs := config.NewFlagSet("worker", WorkerSummary)
 	f.declare(fs, "listen address for /healthz, /readyz, /metrics and, with -push, POST /v1/push (PORT when set)", "",
 		"how long run and effect records are kept; messages older than this are dropped",
 		"push caller", "push caller authentication: oidc or none (required)")
@@ -103,15 +119,19 @@ func (s *ServerFlags) authenticator(ctx context.Context, log *slog.Logger) (auth
 }
 
 // RunWorker runs the worker command until ctx is done.
-func RunWorker(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
+func RunWorker(ctx context.Context, args []string, env config.Env, _, stderr io.Writer) error {
 	var f WorkerFlags
-	if err := config.Parse(WorkerFlagSet(&f), args, getenv); err != nil {
-		return err
-	}
-	log, err := f.logger(stderr)
+	fs := WorkerFlagSet(&f)
+	fs.SetOutput(stderr)
+	parsed, err := config.Parse(fs, args, env)
 	if err != nil {
 		return err
 	}
+	log, err := f.logger(stderr, false)
+	if err != nil {
+		return err
+	}
+	warnUnknown(log, "worker", parsed)
 	switch {
 	case f.Ledger == "":
 		return errors.New("-ledger is required")
@@ -183,8 +203,8 @@ type WorkerSetup struct {
 // (when a topic is given) and the health and metrics endpoints, until ctx is done, then
 // shuts down within the grace.
 func ServeWorker(ctx context.Context, s *WorkerSetup) error {
-	f, log := s.Flags, s.Log
-	metrics, err := obs.NewMetrics()
+	f, log := s.Flags, s.Log.With(slog.String("component", "worker"))
+	metrics, err := obs.NewServiceMetrics("worker")
 	if err != nil {
 		return err
 	}
@@ -234,8 +254,24 @@ func ServeWorker(ctx context.Context, s *WorkerSetup) error {
 		return err
 	}
 	defer w.CancelJobs()
-	// Cancel running jobs once the grace is over, whichever way they came in.
-	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(f.Grace, w.CancelJobs) })
+	// Cancel running jobs once the grace is over, whichever way they came in, or at once
+	// when the process is asked a second time to stop; the worker releases their runs.
+	stopGrace := context.AfterFunc(ctx, func() {
+		log.Info("stopping: signal again to cancel running jobs and release their runs now instead of after the grace",
+			slog.Duration("grace", f.Grace))
+		t := time.AfterFunc(f.Grace, w.CancelJobs)
+		if hurry := config.Hurry(ctx); hurry != nil {
+			go func() {
+				select {
+				case <-hurry:
+					log.Warn("stopping now: running jobs are cancelled and their runs released")
+					t.Stop()
+					w.CancelJobs()
+				case <-time.After(f.Grace):
+				}
+			}()
+		}
+	})
 	defer stopGrace()
 
 	h := http.NewServeMux()

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -31,7 +32,7 @@ func parse(args []string, env map[string]string) (settings, error) {
 	fs.Int64Var(&s.MaxBody, "max-body", 1<<20, "")
 	fs.DurationVar(&s.Retention, "retention", 336*time.Hour, "")
 	fs.StringVar(&s.Allow, "allow", "", "")
-	err := config.Parse(fs, args, func(k string) string { return env[k] })
+	_, err := config.Parse(fs, args, env)
 	return s, err
 }
 
@@ -55,7 +56,10 @@ func TestParse(t *testing.T) {
 			want: settings{Addr: "127.0.0.1:1", MaxBody: 1 << 20, Retention: 336 * time.Hour}},
 		{name: "flag wins over PORT", args: []string{"-addr", ":1"}, env: map[string]string{"PORT": "9090"},
 			want: settings{Addr: ":1", MaxBody: 1 << 20, Retention: 336 * time.Hour}},
-		{name: "bad env", env: map[string]string{"RUNONCE_RETENTION": "14d"}, wantErr: "RUNONCE_RETENTION=\"14d\" (for -retention)"},
+		{name: "bad env", env: map[string]string{"RUNONCE_RETENTION": "14d"},
+			wantErr: "RUNONCE_RETENTION=\"14d\" (for -retention): want a Go duration such as 90s, 30m or 336h (no days: write 14 days as 336h)"},
+		{name: "bad flag", args: []string{"-retention", "14d"}, wantErr: "invalid value \"14d\" for flag -retention: want a Go duration such as 90s"},
+		{name: "bad number", env: map[string]string{"RUNONCE_MAX_BODY": "1MB"}, wantErr: "RUNONCE_MAX_BODY=\"1MB\" (for -max-body): want a whole number"},
 		{name: "stray argument", args: []string{"oops"}, wantErr: "unexpected arguments"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -73,6 +77,90 @@ func TestParse(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestParseSources: Parse says where each value came from and which RUNONCE_* variables
+// name no flag.
+func TestParseSources(t *testing.T) {
+	t.Parallel()
+	fs := config.NewFlagSet("t", "a test command.")
+	fs.SetOutput(io.Discard)
+	fs.String("addr", ":8080", "")
+	fs.String("ledger", "", "")
+	fs.Bool("dev", false, "")
+	fs.Int64("max-body", 1, "")
+	p, err := config.Parse(fs, []string{"-dev", "-max-body", "3"}, config.Env{
+		"PORT": "9393", "RUNONCE_LEDGER": "memory://x", "RUNONCE_LEDGR": "typo", "RUNONCE_STACK_DIR": "/tmp", "HOME": "/root",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"addr": "PORT", "ledger": "RUNONCE_LEDGER", "dev": "-dev", "max-body": "-max-body"} {
+		if got := p.Source(name); got != want {
+			t.Errorf("Source(%q) = %q, want %q", name, got, want)
+		}
+	}
+	if diff := cmp.Diff([]string{"RUNONCE_LEDGR", "RUNONCE_STACK_DIR"}, p.Unknown); diff != "" {
+		t.Errorf("Unknown (-want +got):\n%s", diff)
+	}
+	if fs.Lookup("dev").Value.String() != "true" || fs.Lookup("addr").Value.String() != ":9393" {
+		t.Errorf("values: -dev %s, -addr %s", fs.Lookup("dev").Value, fs.Lookup("addr").Value)
+	}
+}
+
+// TestHelp: -h prints what the command is, every flag with its variable and default,
+// and how the environment is read; it returns flag.ErrHelp (Main exits 0 for it).
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	fs := config.NewFlagSet("ingress", "the runonce test ingress.")
+	var out strings.Builder
+	fs.SetOutput(&out)
+	fs.Duration("max-skew", time.Minute, "how far in the future")
+	fs.String("addr", ":8080", "listen address")
+	_, err := config.Parse(fs, []string{"-h"}, nil)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("Parse(-h) = %v, want flag.ErrHelp", err)
+	}
+	for _, want := range []string{"ingress: the runonce test ingress.", "Usage: ingress [flags]", "-max-skew duration", "RUNONCE_MAX_SKEW",
+		"how far in the future (default 1m0s)", "RUNONCE_ADDR", "PORT", "RUNONCE_ + its name in upper snake case", "336h"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("-h does not say %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestServeHurry: a second signal (Hurry) cuts the grace for in-flight requests short.
+func TestServeHurry(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		<-r.Context().Done()
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hurry := make(chan struct{})
+	ctx, cancel := context.WithCancel(config.WithHurry(t.Context(), hurry))
+	served := make(chan error, 1)
+	go func() {
+		served <- config.Serve(ctx, config.NewServer("", h, slog.New(slog.DiscardHandler)), ln, time.Minute)
+	}()
+	go http.Get("http://" + ln.Addr().String())
+	<-started
+	cancel()
+	time.Sleep(50 * time.Millisecond)
+	begin := time.Now()
+	close(hurry)
+	select {
+	case <-served:
+		if d := time.Since(begin); d > 5*time.Second {
+			t.Fatalf("Serve returned %s after Hurry", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve still waits for its grace after Hurry")
 	}
 }
 

@@ -1,8 +1,11 @@
 package config
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"sort"
 	"strings"
 	"time"
 )
@@ -16,38 +19,151 @@ func EnvName(flagName string) string {
 	return EnvPrefix + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(flagName))
 }
 
+// Env is a process environment: variable names to values.
+type Env map[string]string
+
+// OSEnv returns the process's environment.
+func OSEnv() Env {
+	env := Env{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+// Get returns the value of the variable k, or "".
+func (e Env) Get(k string) string { return e[k] }
+
+// Parsed says where the parsed settings came from.
+type Parsed struct {
+	// Unknown lists the RUNONCE_* variables of the environment that name no flag of the
+	// flag set, sorted: a misspelt variable is ignored, so the command warns about it.
+	Unknown []string
+	source  map[string]string
+}
+
+// Source returns where flag name's value came from: "-name" (the command line), the
+// environment variable that set it (RUNONCE_NAME, or PORT for -addr), or "" (its
+// default).
+func (p *Parsed) Source(name string) string { return p.source[name] }
+
 // Parse parses args into fs, then sets every flag not given on the command line from
-// its environment variable (looked up with getenv, e.g. os.Getenv). A flag named "addr"
-// falls back to ":"+PORT when neither it nor RUNONCE_ADDR is set.
-func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: every setting is a flag", fs.Args())
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
+// its environment variable in env. A flag named "addr" falls back to ":"+PORT when
+// neither it nor RUNONCE_ADDR is set. A value that does not parse is an error naming
+// the flag (or the variable) and what it wants; -h prints the usage of fs (see
+// NewFlagSet) and returns flag.ErrHelp.
+func Parse(fs *flag.FlagSet, args []string, env Env) (*Parsed, error) {
 	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || given[f.Name] {
+		if _, ok := f.Value.(hinted); !ok {
+			f.Value = hinted{f.Value}
+		}
+	})
+	out := fs.Output()
+	fs.SetOutput(discard{})
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return nil, err
+	case err != nil:
+		return nil, fmt.Errorf("%w (%s -h lists the flags)", err, fs.Name())
+	case fs.NArg() > 0:
+		return nil, fmt.Errorf("unexpected arguments %q: every setting is a flag (%s -h lists them)", fs.Args(), fs.Name())
+	}
+	p := &Parsed{source: map[string]string{}}
+	fs.Visit(func(f *flag.Flag) { p.source[f.Name] = "-" + f.Name })
+	known := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) {
+		known[EnvName(f.Name)] = true
+		if err != nil || p.source[f.Name] != "" {
 			return
 		}
-		env := EnvName(f.Name)
-		v := getenv(env)
+		name := EnvName(f.Name)
+		v := env[name]
 		if v == "" && f.Name == "addr" {
-			if port := getenv("PORT"); port != "" {
-				env, v = "PORT", ":"+port
+			if port := env["PORT"]; port != "" {
+				name, v = "PORT", ":"+port
 			}
 		}
 		if v == "" {
 			return
 		}
 		if serr := fs.Set(f.Name, v); serr != nil {
-			err = fmt.Errorf("environment variable %s=%q (for -%s): %w", env, v, f.Name, serr)
+			err = fmt.Errorf("environment variable %s=%q (for -%s): %w", name, v, f.Name, serr)
+			return
 		}
+		p.source[f.Name] = name
 	})
-	return err
+	if err != nil {
+		return nil, err
+	}
+	for k := range env {
+		if strings.HasPrefix(k, EnvPrefix) && !known[k] {
+			p.Unknown = append(p.Unknown, k)
+		}
+	}
+	sort.Strings(p.Unknown)
+	return p, nil
+}
+
+// UnknownWarning is the message a command logs for Parsed.Unknown.
+func UnknownWarning(command string) string {
+	return "these RUNONCE_* environment variables name no flag of " + command + " and are ignored (misspelt? " + command + " -h lists the flags)"
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// hinted wraps a flag's value so that a value that does not parse says what is wanted.
+type hinted struct{ flag.Value }
+
+func (h hinted) Set(s string) error {
+	if err := h.Value.Set(s); err != nil {
+		if want := wanted(h.Value); want != "" {
+			return fmt.Errorf("want %s", want)
+		}
+		return err
+	}
+	return nil
+}
+
+// IsBoolFlag lets a wrapped bool flag be given without a value.
+func (h hinted) IsBoolFlag() bool {
+	b, ok := h.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// Get returns the wrapped value's value.
+func (h hinted) Get() any {
+	if g, ok := h.Value.(flag.Getter); ok {
+		return g.Get()
+	}
+	return nil
+}
+
+// wanted describes the values a flag takes, by its type.
+func wanted(v flag.Value) string {
+	g, ok := v.(flag.Getter)
+	if !ok {
+		return ""
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return "a Go duration such as 90s, 30m or 336h (no days: write 14 days as 336h)"
+	case bool:
+		return "true or false"
+	case int, int64:
+		return "a whole number"
+	case uint, uint64:
+		return "a whole number, not negative"
+	case float64:
+		return "a number"
+	}
+	return ""
 }
 
 // Retention floors: a record must outlast every message that can still deliver its run.

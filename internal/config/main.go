@@ -9,23 +9,60 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
-// Command is a command's body: flags in args (and their environment variables through
-// getenv), output on stdout and stderr, until ctx is done.
-type Command func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
+// Command is a command's body: flags in args (and their environment variables in env),
+// output on stdout and stderr, until ctx is done.
+type Command func(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) error
 
-// Main runs a command as a process: SIGTERM (Cloud Run's) and interrupts cancel its
-// context; an error is printed after the command's name and exits 1; -h exits 2.
+// HardStopAfter bounds how long a command may take to exit after a second signal.
+const HardStopAfter = 3 * time.Second
+
+// Main runs a command as a process. The first SIGTERM (Cloud Run's) or interrupt
+// cancels its context: a graceful shutdown. A second one closes Hurry(ctx), so that
+// running jobs are cancelled and released at once, and exits the process (status 130)
+// if the command has not returned within HardStopAfter; a third exits at once. An error
+// is printed after the command's name and exits 1; -h exits 0.
 func Main(name string, run Command) {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
-	stop()
+	sigs := make(chan os.Signal, 3)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	hurry := make(chan struct{})
+	ctx, cancel := context.WithCancel(WithHurry(context.Background(), hurry))
+	go func() {
+		<-sigs
+		cancel()
+		<-sigs
+		close(hurry)
+		select {
+		case <-sigs:
+		case <-time.After(HardStopAfter):
+		}
+		fmt.Fprintln(os.Stderr, name+": stopped by a repeated signal before its shutdown finished")
+		os.Exit(130)
+	}()
+	err := run(ctx, os.Args[1:], OSEnv(), os.Stdout, os.Stderr)
+	cancel()
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		os.Exit(2)
+		os.Exit(0)
 	case err != nil:
 		fmt.Fprintln(os.Stderr, name+":", err)
 		os.Exit(1)
 	}
+}
+
+type hurryKey struct{}
+
+// WithHurry returns a context whose Hurry channel is hurry.
+func WithHurry(ctx context.Context, hurry <-chan struct{}) context.Context {
+	return context.WithValue(ctx, hurryKey{}, hurry)
+}
+
+// Hurry returns a channel that is closed when the process is asked a second time to
+// stop: a graceful shutdown then cuts its grace short (cancels running jobs, releasing
+// their runs). It is nil (never closed) for a context without one.
+func Hurry(ctx context.Context) <-chan struct{} {
+	h, _ := ctx.Value(hurryKey{}).(<-chan struct{})
+	return h
 }

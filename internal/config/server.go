@@ -38,7 +38,8 @@ func NewServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
 }
 
 // Serve serves srv on ln until ctx is done, then shuts it down gracefully: it stops
-// accepting, lets in-flight requests finish for at most grace, then closes what is left.
+// accepting, lets in-flight requests finish for at most grace (or until Hurry(ctx) is
+// closed), then closes what is left.
 // It returns nil after a clean shutdown.
 func Serve(ctx context.Context, srv *http.Server, ln net.Listener, grace time.Duration) error {
 	errc := make(chan error, 1)
@@ -50,6 +51,13 @@ func Serve(ctx context.Context, srv *http.Server, ln net.Listener, grace time.Du
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancel()
+	go func() {
+		select {
+		case <-Hurry(ctx): // asked again to stop: cut the grace short
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
 	serr := srv.Shutdown(sctx)
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve %s: %w", ln.Addr(), err)

@@ -3,13 +3,16 @@ package obs
 import (
 	"fmt"
 	"net/http"
+	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
 )
 
 // LatencyBuckets returns histogram boundaries in seconds, from 250µs to 10s: the ingress
@@ -27,10 +30,15 @@ type Metrics struct {
 	handler  http.Handler
 }
 
-// NewMetrics returns a provider whose instruments appear on Handler, together with the
-// Go runtime and process collectors. Histograms whose name ends in "duration" use
+// NewMetrics returns NewServiceMetrics("runonce").
+func NewMetrics() (*Metrics, error) { return NewServiceMetrics("runonce") }
+
+// NewServiceMetrics returns a provider whose instruments appear on Handler, together
+// with the Go runtime and process collectors, for the service named service: its
+// target_info carries service_name and service_version (the binary's module version,
+// "devel" for a build from a checkout). Histograms whose name ends in "duration" use
 // LatencyBuckets.
-func NewMetrics() (*Metrics, error) {
+func NewServiceMetrics(service string) (*Metrics, error) {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, fmt.Errorf("obs: register Go collector: %w", err)
@@ -46,7 +54,12 @@ func NewMetrics() (*Metrics, error) {
 		sdkmetric.Instrument{Name: "*duration", Kind: sdkmetric.InstrumentKindHistogram},
 		sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: LatencyBuckets()}},
 	)
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithView(view))
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
+		attribute.String("service.name", service), attribute.String("service.version", Version())))
+	if err != nil {
+		return nil, fmt.Errorf("obs: metrics resource: %w", err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithView(view), sdkmetric.WithResource(res))
 	return &Metrics{
 		Provider: mp,
 		Registry: reg,
@@ -59,3 +72,22 @@ func (m *Metrics) Meter(name string) metric.Meter { return m.Provider.Meter(name
 
 // Handler serves the registry in the Prometheus text format (GET /metrics).
 func (m *Metrics) Handler() http.Handler { return m.handler }
+
+// Version returns the running binary's module version, "devel" when it was built from a
+// checkout (go run, go build), with the VCS revision when the build recorded one.
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	v := bi.Main.Version
+	if v == "" || v == "(devel)" {
+		v = "devel"
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 && v == "devel" {
+			v += "+" + s.Value[:12]
+		}
+	}
+	return v
+}

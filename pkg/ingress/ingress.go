@@ -9,7 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -55,7 +57,8 @@ type Config struct {
 	// MaxSkew is how far after now a schedule time may be before the request is refused
 	// as a forced run. Default DefaultMaxSkew.
 	MaxSkew time.Duration
-	// Jobs, when non-nil, are the only job names accepted; others get 404.
+	// Jobs, when non-nil, are the only job names accepted; others get 404, whose error
+	// lists them (the first MaxListedJobs).
 	Jobs []string
 	// PickupTimeout is a new run's pickup deadline. Zero: the ledger's default.
 	PickupTimeout time.Duration
@@ -92,6 +95,7 @@ type Config struct {
 type Handler struct {
 	cfg     Config
 	jobs    map[string]bool
+	known   string // the accepted jobs, listed for a 404
 	log     *slog.Logger
 	mux     *http.ServeMux
 	handler http.Handler
@@ -139,6 +143,7 @@ func New(cfg Config) (*Handler, error) {
 			}
 			h.jobs[j] = true
 		}
+		h.known = knownJobs(cfg.Jobs)
 	}
 	m, err := newInstruments(cfg.Meter)
 	if err != nil {
@@ -214,6 +219,22 @@ func (h *Handler) postJob(w http.ResponseWriter, r *http.Request) {
 	h.record(r, a, time.Since(start))
 }
 
+// MaxListedJobs is how many accepted jobs the 404 of an unknown job lists.
+const MaxListedJobs = 20
+
+// knownJobs lists names for the 404 of an unknown job: sorted, at most MaxListedJobs.
+func knownJobs(names []string) string {
+	if len(names) == 0 {
+		return "no job"
+	}
+	s := slices.Sorted(slices.Values(names))
+	s = slices.Compact(s)
+	if len(s) > MaxListedJobs {
+		return strings.Join(s[:MaxListedJobs], ", ") + fmt.Sprintf(", … (%d in all)", len(s))
+	}
+	return strings.Join(s, ", ")
+}
+
 func (h *Handler) handleJob(ctx context.Context, w http.ResponseWriter, r *http.Request) answer {
 	caller, err := h.cfg.Auth.Authenticate(ctx, r)
 	switch {
@@ -227,7 +248,7 @@ func (h *Handler) handleJob(ctx context.Context, w http.ResponseWriter, r *http.
 		return fail(http.StatusBadRequest, OutcomeBadRequest, "bad job name in path: "+err.Error(), nil)
 	}
 	if h.jobs != nil && !h.jobs[job] {
-		return fail(http.StatusNotFound, OutcomeUnknownJob, fmt.Sprintf("unknown job %q: the jobs file does not name it", job), nil)
+		return fail(http.StatusNotFound, OutcomeUnknownJob, fmt.Sprintf("unknown job %q: the jobs file does not name it (this ingress accepts %s)", job, h.known), nil)
 	}
 	ns := h.cfg.Namespace
 	if hn := h.cfg.NamespaceHeader; hn != "" {

@@ -2,6 +2,7 @@ package ingress_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -249,7 +250,7 @@ func TestContract(t *testing.T) {
 		{
 			name: "unknown job with a jobs file", cfg: func(c *ingress.Config) { c.Jobs = []string{"other"} },
 			method: "POST", path: "/v1/jobs/daily-report", hdr: map[string]string{"Idempotency-Key": "k"},
-			wantStatus: 404, wantBody: map[string]any{"error": `unknown job "daily-report"`},
+			wantStatus: 404, wantBody: map[string]any{"error": `unknown job "daily-report": the jobs file does not name it (this ingress accepts other)`},
 		},
 		{
 			name: "known job with a jobs file", cfg: func(c *ingress.Config) { c.Jobs = []string{"daily-report"} },
@@ -673,5 +674,27 @@ func TestMetricsAndLogs(t *testing.T) {
 		if !strings.Contains(l, want) {
 			t.Errorf("logs lack %s:\n%s", want, l)
 		}
+	}
+}
+
+// TestRunJSONFinishedAt: a finished run (completed or failed) carries finished_at, and
+// completed_at under its old name for one release.
+func TestRunJSONFinishedAt(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 30, 6, 0, 1, 0, time.UTC)
+	b, err := json.Marshal(ingress.NewRunJSON(&ledger.Run{ID: strings.Repeat("a", 64), Status: ledger.StatusFailed, CompletedAt: at}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["finished_at"] != "2026-11-30T06:00:01Z" || got["completed_at"] != got["finished_at"] {
+		t.Errorf("finished_at %v, completed_at %v; want both 2026-11-30T06:00:01Z", got["finished_at"], got["completed_at"])
+	}
+	b, _ = json.Marshal(ingress.NewRunJSON(&ledger.Run{ID: strings.Repeat("a", 64), Status: ledger.StatusQueued}))
+	if strings.Contains(string(b), "finished_at") {
+		t.Errorf("an unfinished run has finished_at: %s", b)
 	}
 }

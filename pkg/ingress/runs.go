@@ -31,8 +31,13 @@ type RunJSON struct {
 	LastError    string        `json:"last_error,omitempty"`
 	CreatedAt    time.Time     `json:"created_at"`
 	UpdatedAt    time.Time     `json:"updated_at"`
-	CompletedAt  time.Time     `json:"completed_at,omitzero"`
-	ExpireAt     time.Time     `json:"expire_at"`
+	// FinishedAt is when the run became completed or failed.
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// CompletedAt is FinishedAt under its old name, which misled for a failed run.
+	//
+	// Deprecated: read FinishedAt; completed_at is served for one more release.
+	CompletedAt time.Time `json:"completed_at,omitzero"`
+	ExpireAt    time.Time `json:"expire_at"`
 	// Execution names what a Google Cloud API target started for the run (a Workflows
 	// execution, a Cloud Run execution, a build), once recorded.
 	Execution string `json:"execution,omitempty"`
@@ -44,7 +49,7 @@ func NewRunJSON(r *ledger.Run) *RunJSON {
 		RunID: r.ID, Namespace: r.Namespace, Job: r.Job, Key: r.Key, ScheduleTime: r.ScheduleTime,
 		Status: r.Status, Attempt: r.Attempt, AttemptsMade: r.AttemptsMade,
 		Deadline: r.Deadline, NotBefore: r.NotBefore, PayloadHash: r.PayloadHash, LastError: r.LastError,
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, CompletedAt: r.CompletedAt, ExpireAt: r.ExpireAt,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.CompletedAt, CompletedAt: r.CompletedAt, ExpireAt: r.ExpireAt,
 	}
 }
 

@@ -21,9 +21,13 @@
 //	      "resource": "projects/p/locations/us-central1/workflows/etl",
 //	      "wait": true,
 //	      "poll_interval": "10s"
-//	    }
+//	    },
+//	    "mine": {}
 //	  }
 //	}
+//
+// A job with no url ("mine": {}, or only max_attempts) has no target: a Go handler
+// registered in some worker runs it, and the ingress only needs its name.
 //
 // # Guarantees
 //

@@ -50,7 +50,8 @@ const (
 // Job is a job the file names.
 type Job struct {
 	Name string
-	// URL is called with the run's payload as the body (absolute http or https).
+	// URL is called with the run's payload as the body (absolute http or https). It is
+	// nil for a job with no target: a Go handler in some worker runs it.
 	URL *url.URL
 	// Method defaults to POST.
 	Method string
@@ -68,6 +69,10 @@ type Job struct {
 	// Target is the Google Cloud API target of a job whose Kind is not KindHTTP.
 	Target *Target
 }
+
+// HasTarget reports whether the job names a target: a URL, or a Google Cloud API
+// target; a job without one is run by a Go handler.
+func (j *Job) HasTarget() bool { return j.URL != nil || j.Target != nil }
 
 // reservedHeaders are set by the worker on every call; a jobs file may not set them.
 var reservedHeaders = []string{
@@ -137,7 +142,7 @@ func validate(name string, in *jobJSON) (*Job, error) {
 		return nil, fmt.Errorf("job %q: %w", name, err)
 	}
 	if in == nil {
-		return nil, fmt.Errorf("job %q: is null, want an object with a url", name)
+		return nil, fmt.Errorf("job %q: is null, want an object ({} for a job a Go handler runs)", name)
 	}
 	if in.Kind != "" && in.Kind != KindHTTP {
 		return validateTarget(name, in)
@@ -148,10 +153,17 @@ func validate(name string, in *jobJSON) (*Job, error) {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("job %q: %s", name, fmt.Sprintf(format, args...))
 	}
+	if in.URL == "" {
+		if in.Method != "" || in.Timeout != "" || in.Headers != nil || in.Auth != "" {
+			return nil, fail("has no url: method, timeout, headers and auth are an HTTP target's (a job a Go handler runs names none of them)")
+		}
+		if in.MaxAttempts < 0 {
+			return nil, fail("max_attempts %d is negative (0 means the worker's default)", in.MaxAttempts)
+		}
+		return &Job{Name: name, MaxAttempts: in.MaxAttempts}, nil
+	}
 	u, err := url.Parse(in.URL)
 	switch {
-	case in.URL == "":
-		return nil, fail("url is missing")
 	case err != nil:
 		return nil, fail("url %q: %v", in.URL, err)
 	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":

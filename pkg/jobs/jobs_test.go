@@ -61,7 +61,8 @@ func TestParseErrors(t *testing.T) {
 		{`[]`, "not a jobs file"},
 		{`{"jobs":{}, "extra":1}`, `unknown field "extra"`},
 		{`{"jobs":{"a b":{"url":"https://x"}}}`, `job "a b": job name "a b" has ' '`},
-		{`{"jobs":{"j":{}}}`, `job "j": url is missing`},
+		{`{"jobs":{"j":{"timeout":"5m"}}}`, `job "j": has no url: method, timeout, headers and auth are an HTTP target's`},
+		{`{"jobs":{"j":{"max_attempts":-2}}}`, "max_attempts -2 is negative"},
 		{`{"jobs":{"j":{"url":"/relative"}}}`, "not an absolute http or https URL"},
 		{`{"jobs":{"j":{"url":"ftp://x/y"}}}`, "not an absolute http or https URL"},
 		{`{"jobs":{"j":{"url":"https://x","timeout":"1d"}}}`, `timeout "1d" is not a positive Go duration`},
@@ -78,6 +79,24 @@ func TestParseErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Parse(%s): %v, want %q", c.in, err, c.want)
 		}
+	}
+}
+
+// TestJobWithoutTarget: a job a Go handler runs is named with no url.
+func TestJobWithoutTarget(t *testing.T) {
+	t.Parallel()
+	m, err := jobs.Parse(strings.NewReader(`{"jobs":{"mine":{},"tries":{"max_attempts":3},"ping":{"url":"http://localhost/ping"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := m["mine"]; j.HasTarget() || j.URL != nil || j.Name != "mine" {
+		t.Errorf("mine = %+v, want a job without a target", j)
+	}
+	if j := m["tries"]; j.HasTarget() || j.MaxAttempts != 3 {
+		t.Errorf("tries = %+v, want no target and 3 attempts", j)
+	}
+	if !m["ping"].HasTarget() {
+		t.Error("ping has no target")
 	}
 }
 

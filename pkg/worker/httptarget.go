@@ -129,14 +129,15 @@ func retryAfter(v string) (time.Duration, bool) {
 }
 
 // MuxFromJobs registers an HTTP target for each job of a jobs file on mux, with the
-// job's max_attempts, skipping jobs mux already has a Go handler for.
+// job's max_attempts, skipping jobs mux already has a Go handler for and jobs without a
+// target (a Go handler runs them).
 func MuxFromJobs(mux *Mux, js map[string]*jobs.Job, o *HTTPTargetOptions) {
 	have := map[string]bool{}
 	for _, name := range mux.Jobs() {
 		have[name] = true
 	}
 	for name, j := range js {
-		if !have[name] {
+		if !have[name] && j.URL != nil {
 			// The call is bounded by the job's timeout; the run time a little beyond it.
 			mux.HandleWith(name, HTTPTarget(j, o), &HandleOptions{MaxAttempts: j.MaxAttempts, MaxRunTime: j.Timeout + time.Minute})
 		}

@@ -1,0 +1,356 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/runonce/runonce/internal/config"
+	"github.com/runonce/runonce/pkg/auth"
+	"github.com/runonce/runonce/pkg/jobs"
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/targets"
+	"github.com/runonce/runonce/pkg/worker"
+)
+
+// The embedded mode's names.
+const (
+	DevProject = "runonce-dev"
+	DevTopic   = "runs"
+	// DevSubscription is the subscription a worker joining -dev from another process
+	// pulls: every run of a job the in-process worker does not run.
+	DevSubscription = "runs-worker"
+	// DevInProcessSubscription is the in-process worker's: the runs of its own jobs.
+	DevInProcessSubscription = "runs-in-process"
+	DevLedgerFile            = "runonce-dev.db"
+	DevAddr                  = "127.0.0.1:8080"
+)
+
+// devAddr returns where -dev listens. Authentication is off, so it listens on loopback
+// only: on DevAddr, or on PORT's port (PORT is often exported for other programs, and
+// set on Cloud Run). Only an address given explicitly (-addr, or its RUNONCE_ADDR) may
+// widen it.
+func devAddr(f *IngressFlags, addrSource, port string) string {
+	switch addrSource {
+	case "-addr", config.EnvName("addr"):
+		return f.Addr
+	case "PORT":
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return DevAddr
+}
+
+// runDev runs the embedded all-in-one: the embedded ledger, an in-process Pub/Sub, an
+// in-process worker pool with the demo jobs, and the ingress, with auth off.
+func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *slog.Logger, stdout io.Writer) error {
+	f.Addr = devAddr(f, addrSource, port)
+	ledgerURL := f.Ledger
+	if ledgerURL == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return err
+		}
+		ledgerURL = "sqlite://" + filepath.ToSlash(filepath.Join(wd, DevLedgerFile))
+	}
+	fileJobs := map[string]*jobs.Job{}
+	if f.Jobs != "" {
+		var err error
+		if fileJobs, err = jobs.Load(f.Jobs); err != nil {
+			return err
+		}
+	}
+	led, err := ledger.Open(ctx, ledgerURL)
+	if err != nil {
+		return err
+	}
+	defer led.Close()
+	ps, err := queue.NewInProcess(ctx, DevProject)
+	if err != nil {
+		return err
+	}
+	defer ps.Close()
+	if _, err := queue.EnsureTopic(ctx, ps.Client, DevTopic); err != nil {
+		return err
+	}
+	pub := queue.NewPublisher(ps.Client, DevTopic, nil)
+	defer pub.Close()
+
+	ln, err := net.Listen("tcp", f.Addr)
+	if err != nil {
+		return fmt.Errorf("-dev listens on %s: %w (choose another with -addr)", f.Addr, err)
+	}
+	base := "http://" + ln.Addr().String()
+
+	// The in-process worker runs the demo jobs and the jobs file's targets; a job
+	// without a target is left to a worker that joins from another process.
+	inProcess := f.DevConcurrency > 0
+	mux := worker.NewMux()
+	if inProcess {
+		mux.Handle(DemoJob, demoHandler(f.DemoDelay, log.With(slog.String("component", "demo"))))
+		if _, ok := fileJobs[DemoHTTPJob]; !ok {
+			u, err := url.Parse(base + "/dev/sink")
+			if err != nil {
+				return err
+			}
+			fileJobs[DemoHTTPJob] = &jobs.Job{Name: DemoHTTPJob, URL: u, Method: http.MethodPost, Timeout: 30 * time.Second, Auth: jobs.AuthNone}
+		}
+		closeTargets, err := targets.HandleJobs(ctx, mux, fileJobs, nil)
+		if err != nil {
+			return err
+		}
+		defer closeTargets()
+		worker.MuxFromJobs(mux, fileJobs, &worker.HTTPTargetOptions{Token: GoogleIDTokens()})
+	}
+	here := mux.Jobs()
+	var accepted []string // nil: any job (-dev-concurrency 0 without a jobs file)
+	if inProcess || f.Jobs != "" {
+		accepted = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(here), jobs.Names(fileJobs)...))))
+	}
+	elsewhere := &pubsubpb.Subscription{AckDeadlineSeconds: 30}
+	if inProcess {
+		elsewhere.Filter = jobFilter(here, false)
+		if _, err := queue.EnsureSubscription(ctx, ps.Client, DevTopic, DevInProcessSubscription,
+			&pubsubpb.Subscription{AckDeadlineSeconds: 30, Filter: jobFilter(here, true)}); err != nil {
+			return err
+		}
+	}
+	if _, err := queue.EnsureSubscription(ctx, ps.Client, DevTopic, DevSubscription, elsewhere); err != nil {
+		return err
+	}
+
+	where := "workers run in this process"
+	if !inProcess {
+		where = "no worker runs in this process (-dev-concurrency 0)"
+	}
+	log.Warn("DEVELOPMENT MODE (-dev): authentication is OFF, Pub/Sub is in-process and lost on exit (the ledger is not), "+where,
+		slog.String("ledger", ledger.Redact(ledgerURL)), slog.String("pubsub", ps.Addr()),
+		slog.String("topic", ps.URL(DevTopic)), slog.String("subscription", ps.URL(DevSubscription)))
+	if n, err := republishQueued(ctx, led, pub, f.Namespace, f.Retention); err != nil {
+		log.Error("-dev: republishing the runs left queued by an earlier run of -dev failed; the rescuer republishes them after their pickup deadline", slog.Any("error", err))
+	} else if n > 0 {
+		log.Info("-dev: republished the runs left queued when -dev last stopped (their messages were lost with its Pub/Sub)", slog.Int("runs", n))
+	}
+	h, err := newIngress(f, led, pub, auth.None{}, accepted, "", log)
+	if err != nil {
+		return err
+	}
+	sink := newDevSink(log.With(slog.String("component", "dev-sink")))
+	top := http.NewServeMux()
+	top.Handle("/dev/sink", sink)
+	top.Handle("/", h)
+
+	var setup *WorkerSetup
+	workerAddr := ""
+	if inProcess {
+		workerLn, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		workerAddr = workerLn.Addr().String()
+		setup = &WorkerSetup{
+			Flags: WorkerFlags{
+				ServerFlags: ServerFlags{Addr: workerLn.Addr().String(), Retention: f.Retention},
+				Concurrency: f.DevConcurrency, Lease: 30 * time.Second, Grace: 8 * time.Second,
+				MaxAttempts: 5, RescueInterval: 10 * time.Second, MaxAckExtension: time.Minute,
+				Subscription: ps.URL(DevInProcessSubscription), Topic: ps.URL(DevTopic),
+			},
+			Ledger: led, Handler: mux, Auth: auth.None{}, Log: log, Listener: workerLn,
+			Subscriber: queue.NewSubscriber(ps.Client, DevInProcessSubscription, &queue.SubscriberOptions{Concurrency: f.DevConcurrency, ShutdownTimeout: 9 * time.Second}),
+			Republish:  pub,
+			NackDelay:  time.Second,
+		}
+	}
+	printBanner(stdout, &banner{
+		base: base, ledgerURL: ledgerURL, pubsubAddr: ps.Addr(), workerAddr: workerAddr,
+		concurrency: f.DevConcurrency, demoDelay: f.DemoDelay, jobsFile: f.Jobs,
+		here: here, fileJobs: fileJobs, accepted: accepted,
+	})
+	g, gctx := errgroup.WithContext(ctx)
+	if setup != nil {
+		g.Go(func() error { return ServeWorker(gctx, setup) })
+	}
+	g.Go(func() error { return config.Serve(gctx, config.NewServer(f.Addr, top, log), ln, config.ShutdownGrace) })
+	return g.Wait()
+}
+
+// jobFilter returns a Pub/Sub subscription filter that matches the messages of names
+// (in) or every other message (!in).
+func jobFilter(names []string, in bool) string {
+	parts := make([]string, len(names))
+	for i, n := range names {
+		op := "="
+		if !in {
+			op = "!="
+		}
+		parts[i] = fmt.Sprintf("attributes.%s %s %q", queue.AttrJob, op, n)
+	}
+	if in {
+		return strings.Join(parts, " OR ")
+	}
+	return strings.Join(parts, " AND ")
+}
+
+// republishQueued publishes again the runs of namespace that are queued in the ledger:
+// -dev's Pub/Sub lived in its process, so a run released when it last stopped (or
+// claimed while no worker ran) lost its message with it. A duplicate message is
+// harmless (the worker's claim deduplicates it); without this the run would wait for
+// the rescuer, after its pickup deadline. It returns how many it republished.
+func republishQueued(ctx context.Context, led ledger.Ledger, pub *queue.Publisher, namespace string, retention time.Duration) (int, error) {
+	// Every queued run's deadline lies within the retention: list them all (no write).
+	runs, err := led.ListRescue(ctx, &ledger.ListRescueParams{Limit: 1000, Now: time.Now().Add(retention)})
+	if err != nil {
+		return 0, fmt.Errorf("list queued runs: %w", err)
+	}
+	n := 0
+	for _, r := range runs {
+		if r.Status != ledger.StatusQueued || r.Namespace != namespace {
+			continue
+		}
+		msg := &queue.Message{
+			Identity: ledger.Identity{
+				RunID: r.ID, Namespace: r.Namespace, Job: r.Job, Key: r.Key,
+				ScheduleTime: r.ScheduleTime, PayloadHash: r.PayloadHash,
+			},
+			EnqueuedAt: r.CreatedAt,
+			Payload:    r.Payload,
+		}
+		if _, err := pub.Publish(ctx, msg); err != nil {
+			return n, fmt.Errorf("republish run %s: %w", r.ID, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// banner is what -dev prints on stdout when it is ready.
+type banner struct {
+	base, ledgerURL, pubsubAddr, workerAddr string
+	concurrency                             int
+	demoDelay                               time.Duration
+	jobsFile                                string
+	here                                    []string // jobs the in-process worker runs
+	fileJobs                                map[string]*jobs.Job
+	accepted                                []string // nil: any job
+}
+
+func printBanner(w io.Writer, b *banner) {
+	now := time.Now().UTC().Truncate(time.Minute).Format(time.RFC3339)
+	var s strings.Builder
+	fmt.Fprintf(&s, "\nrunonce is running in development mode (-dev): everything in this one process, auth off.\n\n")
+	fmt.Fprintf(&s, "  ingress   %s\n", b.base)
+	fmt.Fprintf(&s, "  ledger    %s   (kept across restarts)\n", ledger.Redact(b.ledgerURL))
+	fmt.Fprintf(&s, "  pubsub    PUBSUB_EMULATOR_HOST=%s   (in-process, lost on exit)\n", b.pubsubAddr)
+	fmt.Fprintf(&s, "            topic %s, subscription for other workers %s\n",
+		queue.Scheme+"://"+DevProject+"/"+DevTopic, queue.Scheme+"://"+DevProject+"/"+DevSubscription)
+	if b.concurrency > 0 {
+		fmt.Fprintf(&s, "  worker    in this process, %d jobs at once   (%s: /metrics, /readyz)\n", b.concurrency, b.workerAddr)
+	} else {
+		fmt.Fprintf(&s, "  worker    none in this process (-dev-concurrency 0): runs stay queued until a worker joins (below)\n")
+	}
+	fmt.Fprintf(&s, "  jobs\n")
+	here := map[string]bool{}
+	for _, n := range b.here {
+		here[n] = true
+	}
+	for _, name := range b.accepted {
+		fmt.Fprintf(&s, "    %-12s %s\n", name, b.describe(name, here[name]))
+	}
+	if b.accepted == nil {
+		fmt.Fprintf(&s, "    (any name: no jobs file, so every job is accepted and waits for a worker that runs it)\n")
+	}
+
+	job := DemoJob
+	if b.concurrency == 0 {
+		job = "JOB"
+		if len(b.accepted) > 0 {
+			job = b.accepted[0]
+		}
+	}
+	if strings.HasPrefix(b.ledgerURL, "memory:") {
+		fmt.Fprintf(&s, "\nNo other process can join: the ledger %s lives in this process (use the default, or -ledger sqlite:///PATH).\n", b.ledgerURL)
+	} else {
+		join := []string{"PUBSUB_EMULATOR_HOST=" + b.pubsubAddr, "go", "run", "./cmd/worker", "-auth", "none", "-addr", "127.0.0.1:0",
+			"-ledger", shellQuote(ledger.Redact(b.ledgerURL)), "-subscription", queue.Scheme + "://" + DevProject + "/" + DevSubscription,
+			"-topic", queue.Scheme + "://" + DevProject + "/" + DevTopic}
+		if b.jobsFile != "" {
+			abs, err := filepath.Abs(b.jobsFile)
+			if err != nil {
+				abs = b.jobsFile
+			}
+			join = append(join, "-jobs", shellQuote(abs))
+		}
+		who := "A worker in another process (cmd/worker, or your own binary with Go handlers, with the same flags)\nruns"
+		if b.concurrency > 0 {
+			who += " the jobs this process does not"
+			if len(b.accepted) == len(b.here) {
+				who += ` (name yours in a jobs file, {"jobs": {"mine": {}}}, and pass -jobs)`
+			}
+		} else {
+			who += " them"
+		}
+		fmt.Fprintf(&s, "\n%s. From a second shell in this repository:\n\n  %s \\\n    %s \\\n    %s\n",
+			who, strings.Join(join[:8], " "), strings.Join(join[8:10], " "), strings.Join(join[10:], " "))
+	}
+
+	if b.concurrency > 0 {
+		fmt.Fprintf(&s, "\nStart a run the way Cloud Scheduler does (post it twice: the second answer is a duplicate):\n\n")
+	} else {
+		fmt.Fprintf(&s, "\nStart a run the way Cloud Scheduler does (it stays queued until a worker that runs %s joins):\n\n", job)
+	}
+	fmt.Fprintf(&s, `  curl -i -X POST %s/v1/jobs/%s \
+    -H 'X-CloudScheduler-JobName: nightly-demo' \
+    -H 'X-CloudScheduler-ScheduleTime: %s' \
+    -d '{"hello":"world"}'
+
+Then follow it: curl %s/v1/runs/RUN_ID   (RUN_ID is in the answer)
+
+`, b.base, job, now, b.base)
+	io.WriteString(w, s.String())
+}
+
+// describe says in a few words what runs a job of the banner.
+func (b *banner) describe(name string, here bool) string {
+	switch {
+	case name == DemoJob && here:
+		return fmt.Sprintf(`Go job: works %s, then one effect; payload {"sleep":"10s"} works longer, {"fail":"permanent"} fails it`, b.demoDelay)
+	case name == DemoHTTPJob && here && b.fileJobs[name] != nil && b.fileJobs[name].URL.String() == b.base+"/dev/sink":
+		return "HTTP target: POSTs to " + b.base + "/dev/sink; GET it to see the calls per Idempotency-Key"
+	}
+	j := b.fileJobs[name]
+	switch {
+	case j == nil:
+		return "Go job"
+	case !j.HasTarget():
+		return "no target: a Go handler in a worker that joins runs it"
+	case j.Target != nil && here:
+		return "Google Cloud API target " + j.Kind + " " + j.Target.Resource
+	case j.Target != nil:
+		return "Google Cloud API target " + j.Kind + " " + j.Target.Resource + " (run by a worker that joins)"
+	case here:
+		return "HTTP target " + j.Method + " " + j.URL.Redacted()
+	}
+	return "HTTP target " + j.Method + " " + j.URL.Redacted() + " (run by a worker that joins)"
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/:._-+=@,%", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
