@@ -14,6 +14,13 @@ module "runonce" {
   ingress_image = var.ingress_image
   worker_image  = var.worker_image
 
+  # terraform destroy needs false here first (deploy/README.md, "Tear it down").
+  deletion_protection = var.deletion_protection
+
+  # The account deploy/README.md's operator impersonates to call the ingress (POST a run,
+  # GET /v1/runs/{id}): it gets RUNONCE_ALLOW and roles/run.invoker on the ingress.
+  extra_allowed_callers = var.operator_account == null ? [] : [var.operator_account]
+
   # The guarantees' settings, at their defaults, spelled out: records are kept 14 days,
   # longer than the subscription's 7 days + the scheduler's 24h + the longest job.
   retention_hours         = 336
