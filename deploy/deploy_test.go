@@ -99,6 +99,7 @@ var checks = map[string]check{
 	"ServiceAccountsOwn":    checkServiceAccounts,
 	"DeadLetterAgentIAM":    checkDeadLetterIAM,
 	"SchedulerUsesUnixCron": checkSchedulerCron,
+	"Monitoring":            checkMonitoring,
 }
 
 func runCheck(t *testing.T, name string) {

@@ -63,6 +63,24 @@ var breakages = []breakage{
 		"    RUNONCE_NAMESPACE = local.namespace\n", "    RUNONCE_NAMESPACE = local.namespace\n    RUNONCE_LEASE     = \"30s\"\n"},
 	{"a misspelt flag", "EnvNamesRealFlags", "modules/runonce/run.tf",
 		"RUNONCE_CONCURRENCY  = ", "RUNONCE_CONCURENCY   = "},
+	{"no leases-lost alert", "Monitoring", "modules/runonce/monitoring.tf",
+		"    leases_lost = {", "    leases_lost_removed = {"},
+	{"an alert on a metric the code does not emit", "Monitoring", "modules/runonce/monitoring.tf",
+		`"workload.googleapis.com/runonce.worker.rescues\" AND ${local.workload_filter.worker}"
+      aligner   = "ALIGN_DELTA"`, `"workload.googleapis.com/runonce.worker.rescued\" AND ${local.workload_filter.worker}"
+      aligner   = "ALIGN_DELTA"`},
+	{"runs-failed alert on an outcome the worker never records", "Monitoring", "modules/runonce/monitoring.tf",
+		`metric.label.outcome = \"failed\"`, `metric.label.outcome = \"fail\"`},
+	{"oldest-unacked threshold past the pickup timeout", "Monitoring", "modules/runonce/monitoring.tf",
+		"pickup_timeout_seconds = 300", "pickup_timeout_seconds = 600"},
+	{"an alert on the wrong subscription", "Monitoring", "modules/runonce/monitoring.tf",
+		`subscription_id = \"${local.dead_letter_subscription_name}\""`, `subscription_id = \"${local.worker_subscription_name}\""`},
+	{"dashboard without the rescues chart", "Monitoring", "modules/runonce/monitoring.tf",
+		`title = "Rescues (runs republished, per second)"
+      lines = [{ filter = "metric.type = \"workload.googleapis.com/runonce.worker.rescues\"`, `title = "Rescues (runs republished, per second)"
+      lines = [{ filter = "metric.type = \"workload.googleapis.com/runonce.worker.fenced_writes.refused\"`},
+	{"alerts that notify nobody", "Monitoring", "modules/runonce/monitoring.tf",
+		"notification_channels = var.notification_channels", "notification_channels = []"},
 }
 
 // TestChecksCatchBreakage breaks a copy of the Terraform, one way at a time, and expects

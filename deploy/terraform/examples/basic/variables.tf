@@ -35,3 +35,9 @@ variable "deletion_protection" {
   type        = bool
   default     = true
 }
+
+variable "alert_email" {
+  description = "An email address the runbook's alert policies notify; null: incidents open in the console only."
+  type        = string
+  default     = null
+}
