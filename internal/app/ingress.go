@@ -62,6 +62,7 @@ func RunIngress(ctx context.Context, args []string, getenv func(string) string, 
 	if err := config.Parse(fs, args, getenv); err != nil {
 		return err
 	}
+	f.identify("runonce-ingress", getenv)
 	log, err := f.logger(stderr)
 	if err != nil {
 		return err
@@ -106,7 +107,12 @@ func RunIngress(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	defer pub.Close()
-	h, err := newIngress(&f, led, pub, authn, jobNames, project, log)
+	metrics, err := obs.NewMetricsExport(ctx, f.export(project))
+	if err != nil {
+		return err
+	}
+	defer shutdownMetrics(metrics, log)
+	h, err := newIngress(&f, led, pub, authn, jobNames, project, metrics, log)
 	if err != nil {
 		return err
 	}
@@ -121,11 +127,7 @@ func RunIngress(ctx context.Context, args []string, getenv func(string) string, 
 	return err
 }
 
-func newIngress(f *IngressFlags, led ledger.Ledger, pub ingress.Publisher, authn auth.Authenticator, jobNames []string, project string, log *slog.Logger) (*ingress.Handler, error) {
-	metrics, err := obs.NewMetrics()
-	if err != nil {
-		return nil, err
-	}
+func newIngress(f *IngressFlags, led ledger.Ledger, pub ingress.Publisher, authn auth.Authenticator, jobNames []string, project string, metrics *obs.Metrics, log *slog.Logger) (*ingress.Handler, error) {
 	return ingress.New(ingress.Config{
 		Ledger: led, Publisher: pub, Namespace: f.Namespace, NamespaceHeader: f.NamespaceHeader,
 		MaxBody: f.MaxBody, MaxSkew: f.MaxSkew, Jobs: jobNames, Retention: f.Retention, Auth: authn,
@@ -200,7 +202,11 @@ func runDev(ctx context.Context, f *IngressFlags, addrGiven bool, log *slog.Logg
 
 	log.Warn("DEVELOPMENT MODE (-dev): authentication is OFF, Pub/Sub is in-process and lost on exit (the ledger is not), workers run in this process",
 		slog.String("ledger", ledger.Redact(ledgerURL)), slog.String("pubsub", ps.Addr()))
-	h, err := newIngress(f, led, pub, auth.None{}, mux.Jobs(), "", log)
+	metrics, err := obs.NewMetrics()
+	if err != nil {
+		return err
+	}
+	h, err := newIngress(f, led, pub, auth.None{}, mux.Jobs(), "", metrics, log)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -30,6 +31,12 @@ import (
 type ServerFlags struct {
 	Addr, Ledger, Auth, Audience, Allow, OIDCIssuer, OIDCJWKSURL, LogLevel string
 	Retention                                                              time.Duration
+	MetricsExport, TraceExport                                             string
+	// Service is the service's name in exported telemetry (not a flag): Cloud Run's
+	// K_SERVICE, or the binary's name.
+	Service string
+	// OnGoogleCloud is set where a metadata server answers (K_SERVICE is set).
+	OnGoogleCloud bool
 }
 
 // declare declares the shared flags; the usage strings name what differs.
@@ -43,6 +50,19 @@ func (s *ServerFlags) declare(fs *flag.FlagSet, addrUsage, ledgerUsage, retentio
 	fs.StringVar(&s.OIDCIssuer, "oidc-issuer", "", "accepted ID token issuers, comma-separated (default Google's)")
 	fs.StringVar(&s.OIDCJWKSURL, "oidc-jwks-url", "", "the issuer's key set URL (default Google's)")
 	fs.StringVar(&s.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&s.MetricsExport, "metrics-export", obs.ExportPrometheus, "where metrics go besides /metrics: prometheus (/metrics only) or gcp (also Cloud Monitoring, every minute)")
+}
+
+// identify sets Service (K_SERVICE, else name) and OnGoogleCloud from the environment.
+func (s *ServerFlags) identify(name string, getenv func(string) string) {
+	s.Service = cmp.Or(getenv("K_SERVICE"), name)
+	s.OnGoogleCloud = getenv("K_SERVICE") != ""
+}
+
+// export is where this process's telemetry goes; project is the Google Cloud project of
+// its topic or subscription ("": the credentials').
+func (s *ServerFlags) export(project string) obs.Export {
+	return obs.Export{Metrics: s.MetricsExport, Traces: s.TraceExport, Service: cmp.Or(s.Service, "runonce"), Project: project, OnGoogleCloud: s.OnGoogleCloud}
 }
 
 // logger returns the JSON logger at -log-level.
@@ -104,6 +124,7 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, _
 	if err := config.Parse(WorkerFlagSet(&f), args, getenv); err != nil {
 		return err
 	}
+	f.identify("runonce-worker", getenv)
 	log, err := f.logger(stderr)
 	if err != nil {
 		return err
@@ -168,10 +189,17 @@ type WorkerSetup struct {
 // shuts down within the grace.
 func ServeWorker(ctx context.Context, s *WorkerSetup) error {
 	f, log := s.Flags, s.Log
-	metrics, err := obs.NewMetrics()
+	project := ""
+	for _, u := range []string{f.Subscription, f.Topic} {
+		if p, _, err := queue.ParseURL(u); err == nil && project == "" {
+			project = p
+		}
+	}
+	metrics, err := obs.NewMetricsExport(ctx, f.export(project))
 	if err != nil {
 		return err
 	}
+	defer shutdownMetrics(metrics, log)
 	sub := s.Subscriber
 	if sub == nil && f.Subscription != "" {
 		sub, err = queue.OpenSubscriber(ctx, f.Subscription, &queue.SubscriberOptions{
@@ -291,5 +319,14 @@ func GoogleIDTokens() worker.TokenSource {
 			return "", err
 		}
 		return tok.AccessToken, nil
+	}
+}
+
+// shutdownMetrics exports the last points (Cloud Run leaves a few seconds after SIGTERM).
+func shutdownMetrics(m *obs.Metrics, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := m.Shutdown(ctx); err != nil {
+		log.Warn("metrics: the last export failed", slog.Any("error", err))
 	}
 }

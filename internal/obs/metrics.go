@@ -1,6 +1,7 @@
 package obs
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 
@@ -30,7 +31,10 @@ type Metrics struct {
 // NewMetrics returns a provider whose instruments appear on Handler, together with the
 // Go runtime and process collectors. Histograms whose name ends in "duration" use
 // LatencyBuckets.
-func NewMetrics() (*Metrics, error) {
+func NewMetrics() (*Metrics, error) { return newMetrics() }
+
+// newMetrics is NewMetrics with more provider options (another reader, a resource).
+func newMetrics(extra ...sdkmetric.Option) (*Metrics, error) {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, fmt.Errorf("obs: register Go collector: %w", err)
@@ -46,7 +50,7 @@ func NewMetrics() (*Metrics, error) {
 		sdkmetric.Instrument{Name: "*duration", Kind: sdkmetric.InstrumentKindHistogram},
 		sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: LatencyBuckets()}},
 	)
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithView(view))
+	mp := sdkmetric.NewMeterProvider(append([]sdkmetric.Option{sdkmetric.WithReader(exp), sdkmetric.WithView(view)}, extra...)...)
 	return &Metrics{
 		Provider: mp,
 		Registry: reg,
@@ -59,3 +63,12 @@ func (m *Metrics) Meter(name string) metric.Meter { return m.Provider.Meter(name
 
 // Handler serves the registry in the Prometheus text format (GET /metrics).
 func (m *Metrics) Handler() http.Handler { return m.handler }
+
+// Shutdown exports what an exporting reader still holds and stops it; /metrics then
+// serves nothing new.
+func (m *Metrics) Shutdown(ctx context.Context) error {
+	if err := m.Provider.Shutdown(ctx); err != nil {
+		return fmt.Errorf("obs: metrics shutdown: %w", err)
+	}
+	return nil
+}

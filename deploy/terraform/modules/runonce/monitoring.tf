@@ -1,7 +1,7 @@
 # Cloud Monitoring: a dashboard and the alert policies for what deploy/README.md's runbook
 # says to watch. The binaries export their OpenTelemetry instruments to Cloud Monitoring
 # as workload.googleapis.com/INSTRUMENT on the generic_task resource whose job label is
-# the Cloud Run service's name (internal/obs); Pub/Sub and
+# the Cloud Run service's name (RUNONCE_METRICS_EXPORT=gcp, internal/obs); Pub/Sub and
 # Cloud Run report their own metrics. deploy/monitoring_test.go checks that every alert
 # exists and that every workload metric named here is an instrument the code creates.
 

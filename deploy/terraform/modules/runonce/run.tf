@@ -12,6 +12,8 @@ locals {
     RUNONCE_AUDIENCE  = local.ingress_audience
     RUNONCE_ALLOW     = join(",", local.allowed_callers)
     RUNONCE_RETENTION = "${var.retention_hours}h"
+    # Metrics to Cloud Monitoring (monitoring.tf's dashboard and alerts read them).
+    RUNONCE_METRICS_EXPORT = var.monitoring ? "gcp" : "prometheus"
   }
 
   worker_env = merge(
@@ -28,6 +30,8 @@ locals {
       RUNONCE_GRACE        = "${var.grace_seconds}s"
       RUNONCE_CONCURRENCY  = tostring(var.worker_concurrency)
       RUNONCE_MAX_ATTEMPTS = tostring(var.max_attempts)
+      # Metrics to Cloud Monitoring (monitoring.tf's dashboard and alerts read them).
+      RUNONCE_METRICS_EXPORT = var.monitoring ? "gcp" : "prometheus"
     },
     var.delivery == "pull" ? { RUNONCE_SUBSCRIPTION = local.subscription_url } : {},
     local.has_jobs ? { RUNONCE_JOBS = local.jobs_path } : {},

@@ -1,0 +1,24 @@
+//lint:file-ignore SA1019 Google's exporters and propagator are deprecated in favour of OTLP to its Telemetry API and archived after 2027-01-01; they remain the documented way to reach Cloud Monitoring and Cloud Trace without a collector, and are all used here only.
+
+package obs
+
+import (
+	"fmt"
+
+	mexporter "github.com/GoogleCloudPlatform/opentelemetry-operations-go/exporter/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+)
+
+// gcpMetricExporter exports to Cloud Monitoring: workload.googleapis.com/INSTRUMENT,
+// the resource mapped to generic_task.
+func gcpMetricExporter(e Export) (sdkmetric.Exporter, error) {
+	opts := []mexporter.Option{mexporter.WithMonitoringClientOptions(e.ClientOptions...)}
+	if e.Project != "" {
+		opts = append(opts, mexporter.WithProjectID(e.Project))
+	}
+	exp, err := mexporter.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("obs: Cloud Monitoring exporter: %w", err)
+	}
+	return exp, nil
+}
