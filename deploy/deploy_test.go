@@ -646,8 +646,8 @@ func checkTimeouts(d *deployment) []error {
 // allowedRoles lists every role the deployment may grant and the only IAM resource type
 // it may be granted through: each on one resource, none project-wide except
 // datastore.user (Firestore has no per-database IAM resource; an IAM condition narrows
-// it) and monitoring.metricWriter (time series belong to the project; write-only). Why
-// each is there: modules/runonce/iam.tf.
+// it) and monitoring.metricWriter and cloudtrace.agent (time series and traces belong to
+// the project; write-only). Why each is there: modules/runonce/iam.tf.
 var allowedRoles = map[string]string{
 	"roles/pubsub.publisher":               "google_pubsub_topic_iam_member",                                       // ingress publishes; worker's rescuer republishes; Pub/Sub agent dead-letters
 	"roles/pubsub.subscriber":              "google_pubsub_subscription_iam_member",                                // worker pulls; Pub/Sub agent acks what it dead-letters
@@ -657,6 +657,7 @@ var allowedRoles = map[string]string{
 	"roles/iam.serviceAccountTokenCreator": "google_service_account_iam_member",                                    // Pub/Sub agent mints the push token
 	"roles/secretmanager.secretAccessor":   "google_secret_manager_secret_iam_member",                              // worker reads the jobs file
 	"roles/monitoring.metricWriter":        "google_project_iam_member",                                            // both export metrics (time series belong to the project)
+	"roles/cloudtrace.agent":               "google_project_iam_member",                                            // both export spans (traces belong to the project)
 }
 
 var iamType = regexp.MustCompile(`^google_.*_iam_(member|binding|policy|audit_config)$`)

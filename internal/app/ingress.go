@@ -112,7 +112,13 @@ func RunIngress(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	defer shutdownMetrics(metrics, log)
-	h, err := newIngress(&f, led, pub, authn, jobNames, project, metrics, log)
+	tracing, err := obs.NewTracing(ctx, f.export(project), nil)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tracing, log)
+	log = obs.WithTraceFields(log, project)
+	h, err := newIngress(&f, led, pub, authn, jobNames, project, metrics, tracing, log)
 	if err != nil {
 		return err
 	}
@@ -127,9 +133,16 @@ func RunIngress(ctx context.Context, args []string, getenv func(string) string, 
 	return err
 }
 
-func newIngress(f *IngressFlags, led ledger.Ledger, pub ingress.Publisher, authn auth.Authenticator, jobNames []string, project string, metrics *obs.Metrics, log *slog.Logger) (*ingress.Handler, error) {
+// newIngress builds the ingress handler; tracing (nil: none) spans each request, its
+// ledger calls and its publish.
+func newIngress(f *IngressFlags, led ledger.Ledger, pub ingress.Publisher, authn auth.Authenticator, jobNames []string, project string, metrics *obs.Metrics, tracing *obs.Tracing, log *slog.Logger) (*ingress.Handler, error) {
+	topic := f.Topic
+	if _, id, err := queue.ParseURL(f.Topic); err == nil {
+		topic = id
+	}
 	return ingress.New(ingress.Config{
-		Ledger: led, Publisher: pub, Namespace: f.Namespace, NamespaceHeader: f.NamespaceHeader,
+		Ledger: traceLedger(led, tracing), Publisher: &tracedPublisher{Publisher: pub, tracer: tracing.Tracer(tracerName), topic: topic},
+		TracerProvider: tracing.TracerProvider(), Namespace: f.Namespace, NamespaceHeader: f.NamespaceHeader,
 		MaxBody: f.MaxBody, MaxSkew: f.MaxSkew, Jobs: jobNames, Retention: f.Retention, Auth: authn,
 		TraceProject: project, Logger: log,
 		Meter: metrics.Meter("github.com/runonce/runonce/pkg/ingress"), Metrics: metrics.Handler(),
@@ -206,7 +219,7 @@ func runDev(ctx context.Context, f *IngressFlags, addrGiven bool, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	h, err := newIngress(f, led, pub, auth.None{}, mux.Jobs(), "", metrics, log)
+	h, err := newIngress(f, led, pub, auth.None{}, mux.Jobs(), "", metrics, nil, log)
 	if err != nil {
 		return err
 	}

@@ -50,6 +50,7 @@ func (s *ServerFlags) declare(fs *flag.FlagSet, addrUsage, ledgerUsage, retentio
 	fs.StringVar(&s.OIDCIssuer, "oidc-issuer", "", "accepted ID token issuers, comma-separated (default Google's)")
 	fs.StringVar(&s.OIDCJWKSURL, "oidc-jwks-url", "", "the issuer's key set URL (default Google's)")
 	fs.StringVar(&s.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&s.TraceExport, "trace-export", obs.ExportNone, "where traces go: none, gcp (Cloud Trace) or otlp (OTLP over HTTP to OTEL_EXPORTER_OTLP_ENDPOINT); the trace context is carried either way")
 	fs.StringVar(&s.MetricsExport, "metrics-export", obs.ExportPrometheus, "where metrics go besides /metrics: prometheus (/metrics only) or gcp (also Cloud Monitoring, every minute)")
 }
 
@@ -129,6 +130,7 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, _
 	if err != nil {
 		return err
 	}
+	log = obs.WithTraceFields(log, f.project())
 	switch {
 	case f.Ledger == "":
 		return errors.New("-ledger is required")
@@ -144,6 +146,11 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, _
 	if err != nil {
 		return err
 	}
+	tracing, err := obs.NewTracing(ctx, f.export(f.project()), nil)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tracing, log)
 	mux := worker.NewMux()
 	var longest time.Duration
 	if f.Jobs != "" {
@@ -154,14 +161,14 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, _
 		for _, j := range js {
 			longest = max(longest, j.Timeout)
 		}
-		worker.MuxFromJobs(mux, js, &worker.HTTPTargetOptions{Token: GoogleIDTokens()})
+		worker.MuxFromJobs(mux, js, &worker.HTTPTargetOptions{Token: GoogleIDTokens(), Client: &http.Client{Transport: tracing.Transport(nil)}})
 	}
 	led, err := ledger.Open(ctx, f.Ledger)
 	if err != nil {
 		return err
 	}
 	defer led.Close()
-	return ServeWorker(ctx, &WorkerSetup{Flags: f, Ledger: led, Handler: mux, LongestJob: longest, Auth: authn, Log: log})
+	return ServeWorker(ctx, &WorkerSetup{Flags: f, Ledger: led, Handler: mux, LongestJob: longest, Auth: authn, Log: log, Tracing: tracing})
 }
 
 // WorkerSetup is what ServeWorker runs: the parsed flags and the parts built from them.
@@ -182,6 +189,20 @@ type WorkerSetup struct {
 	Republish  worker.Publisher
 	// NackDelay is passed to the worker (the embedded mode's Pub/Sub has no retry policy).
 	NackDelay time.Duration
+	// Tracing spans each attempt and its ledger calls; nil: none (the trace context is
+	// still carried).
+	Tracing *obs.Tracing
+}
+
+// project is the Google Cloud project of the worker's subscription or topic ("" when
+// neither names one).
+func (f *WorkerFlags) project() string {
+	for _, u := range []string{f.Subscription, f.Topic} {
+		if p, _, err := queue.ParseURL(u); err == nil {
+			return p
+		}
+	}
+	return ""
 }
 
 // ServeWorker runs a worker: pull (when a subscription is given), push, the rescuer
@@ -189,13 +210,7 @@ type WorkerSetup struct {
 // shuts down within the grace.
 func ServeWorker(ctx context.Context, s *WorkerSetup) error {
 	f, log := s.Flags, s.Log
-	project := ""
-	for _, u := range []string{f.Subscription, f.Topic} {
-		if p, _, err := queue.ParseURL(u); err == nil && project == "" {
-			project = p
-		}
-	}
-	metrics, err := obs.NewMetricsExport(ctx, f.export(project))
+	metrics, err := obs.NewMetricsExport(ctx, f.export(f.project()))
 	if err != nil {
 		return err
 	}
@@ -238,7 +253,7 @@ func ServeWorker(ctx context.Context, s *WorkerSetup) error {
 		republish = pub
 	}
 	w, err := worker.New(&worker.Config{
-		Ledger: s.Ledger, Handler: s.Handler, Lease: f.Lease, MaxAttempts: f.MaxAttempts, Retention: f.Retention,
+		Ledger: traceLedger(s.Ledger, s.Tracing), TracerProvider: s.Tracing.TracerProvider(), Handler: s.Handler, Lease: f.Lease, MaxAttempts: f.MaxAttempts, Retention: f.Retention,
 		Republish: republish, RescueInterval: f.RescueInterval, NackDelay: s.NackDelay,
 		Logger: log, Meter: metrics.Meter("github.com/runonce/runonce/pkg/worker"),
 	})
@@ -319,6 +334,15 @@ func GoogleIDTokens() worker.TokenSource {
 			return "", err
 		}
 		return tok.AccessToken, nil
+	}
+}
+
+// shutdownTracing exports the spans still batched.
+func shutdownTracing(t *obs.Tracing, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		log.Warn("traces: the last export failed", slog.Any("error", err))
 	}
 }
 

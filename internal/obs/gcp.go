@@ -6,7 +6,11 @@ import (
 	"fmt"
 
 	mexporter "github.com/GoogleCloudPlatform/opentelemetry-operations-go/exporter/metric"
+	texporter "github.com/GoogleCloudPlatform/opentelemetry-operations-go/exporter/trace"
+	gcppropagator "github.com/GoogleCloudPlatform/opentelemetry-operations-go/propagator"
+	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // gcpMetricExporter exports to Cloud Monitoring: workload.googleapis.com/INSTRUMENT,
@@ -19,6 +23,23 @@ func gcpMetricExporter(e Export) (sdkmetric.Exporter, error) {
 	exp, err := mexporter.New(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("obs: Cloud Monitoring exporter: %w", err)
+	}
+	return exp, nil
+}
+
+// gcpPropagator reads Cloud Run's X-Cloud-Trace-Context (TRACE_ID/SPAN_ID;o=1) and
+// writes nothing: traces leave a process as W3C traceparent only.
+func gcpPropagator() propagation.TextMapPropagator { return gcppropagator.CloudTraceOneWayPropagator{} }
+
+// gcpSpanExporter exports spans to Cloud Trace.
+func gcpSpanExporter(e Export) (sdktrace.SpanExporter, error) {
+	opts := []texporter.Option{texporter.WithTraceClientOptions(e.ClientOptions)}
+	if e.Project != "" {
+		opts = append(opts, texporter.WithProjectID(e.Project))
+	}
+	exp, err := texporter.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("obs: Cloud Trace exporter: %w", err)
 	}
 	return exp, nil
 }

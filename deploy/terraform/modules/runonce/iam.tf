@@ -18,6 +18,7 @@
 #   roles/secretmanager.secretAccessor worker               jobs secret       read the jobs file (jobs_json set)
 #   roles/monitoring.metricWriter      ingress, worker      project           export metrics to Cloud Monitoring (no narrower
 #                                                                             resource exists; write-only)
+#   roles/cloudtrace.agent             ingress, worker      project           export spans to Cloud Trace (likewise)
 #
 # Cloud Scheduler's own service agent mints the scheduler's OIDC token with its built-in
 # role; nothing is granted for it here.
@@ -199,5 +200,17 @@ resource "google_project_iam_member" "metric_writer" {
 
   project = var.project_id
   role    = "roles/monitoring.metricWriter"
+  member  = each.value
+}
+
+# The binaries export their spans to Cloud Trace; traces, too, belong to the project.
+resource "google_project_iam_member" "trace_agent" {
+  for_each = var.tracing ? {
+    ingress = google_service_account.ingress.member
+    worker  = google_service_account.worker.member
+  } : {}
+
+  project = var.project_id
+  role    = "roles/cloudtrace.agent"
   member  = each.value
 }

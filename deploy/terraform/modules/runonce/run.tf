@@ -14,6 +14,8 @@ locals {
     RUNONCE_RETENTION = "${var.retention_hours}h"
     # Metrics to Cloud Monitoring (monitoring.tf's dashboard and alerts read them).
     RUNONCE_METRICS_EXPORT = var.monitoring ? "gcp" : "prometheus"
+    # Spans to Cloud Trace: the request, its ledger calls and the publish.
+    RUNONCE_TRACE_EXPORT = var.tracing ? "gcp" : "none"
   }
 
   worker_env = merge(
@@ -32,6 +34,8 @@ locals {
       RUNONCE_MAX_ATTEMPTS = tostring(var.max_attempts)
       # Metrics to Cloud Monitoring (monitoring.tf's dashboard and alerts read them).
       RUNONCE_METRICS_EXPORT = var.monitoring ? "gcp" : "prometheus"
+      # Spans to Cloud Trace: each attempt, its ledger calls and the call at the target.
+      RUNONCE_TRACE_EXPORT = var.tracing ? "gcp" : "none"
     },
     var.delivery == "pull" ? { RUNONCE_SUBSCRIPTION = local.subscription_url } : {},
     local.has_jobs ? { RUNONCE_JOBS = local.jobs_path } : {},

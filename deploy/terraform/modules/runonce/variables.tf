@@ -438,6 +438,12 @@ variable "monitoring" {
   default     = true
 }
 
+variable "tracing" {
+  description = "Export the binaries' traces to Cloud Trace (RUNONCE_TRACE_EXPORT=gcp): one trace per run across the ingress and the worker, linked from their log lines."
+  type        = bool
+  default     = true
+}
+
 variable "notification_channels" {
   description = "Notification channel IDs (projects/PROJECT/notificationChannels/ID) every alert policy notifies. Empty: incidents open in the console only."
   type        = list(string)
