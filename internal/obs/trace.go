@@ -33,7 +33,7 @@ type Tracing struct {
 
 // NewTracing returns e's tracing: spans batched to Cloud Trace ("gcp"), to an OTLP/HTTP
 // endpoint ("otlp", configured by the standard OTEL_EXPORTER_OTLP_* variables), or to
-// spans (tests), sampled as the caller asked (parent-based, new traces always).
+// spans (tests). Every request and attempt is sampled, whatever the caller's flag.
 func NewTracing(ctx context.Context, e Export, spans sdktrace.SpanExporter) (*Tracing, error) {
 	if err := e.Validate(); err != nil {
 		return nil, err
@@ -59,7 +59,10 @@ func NewTracing(ctx context.Context, e Export, spans sdktrace.SpanExporter) (*Tr
 	if err != nil {
 		return nil, err
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	// Every run is recorded, even under a caller that did not sample its request (Cloud
+	// Run samples few): runs are few and each is worth following.
+	sampler := sdktrace.ParentBased(sdktrace.AlwaysSample(), sdktrace.WithRemoteParentNotSampled(sdktrace.AlwaysSample()))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithSampler(sampler))
 	return &Tracing{Provider: tp, Propagator: Propagator(), shutdown: tp.Shutdown}, nil
 }
 
@@ -88,11 +91,19 @@ func (t *Tracing) TracerProvider() trace.TracerProvider { return t.orDefault().P
 func (t *Tracing) Tracer(name string) trace.Tracer { return t.orDefault().Provider.Tracer(name) }
 
 // Handler returns h with a server span per request (otelhttp), child of the caller's
-// trace context, named by the route pattern (e.g. "POST /v1/jobs/{job}").
+// trace context, named by the route pattern (e.g. "POST /v1/jobs/{job}"); probes and
+// /metrics get none.
 func (t *Tracing) Handler(h http.Handler) http.Handler {
 	t = t.orDefault()
 	return otelhttp.NewHandler(h, "http.server",
 		otelhttp.WithTracerProvider(t.Provider), otelhttp.WithPropagators(t.Propagator),
+		otelhttp.WithFilter(func(r *http.Request) bool { // no spans for probes and scrapes
+			switch r.URL.Path {
+			case "/healthz", "/readyz", "/metrics":
+				return false
+			}
+			return true
+		}),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 			if r.Pattern != "" {
 				return r.Pattern
