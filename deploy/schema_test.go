@@ -630,6 +630,8 @@ var schemaBreakages = []breakage{
 	{"a provider constraint the check does not cover", "", "modules/runonce/versions.tf", `version = "~> ` + GoogleProviderVersion[:strings.LastIndex(GoogleProviderVersion, ".")] + `.0"`, `version = "~> 6.0"`},
 	{"a provider constraint that excludes the checked version", "", "examples/basic/versions.tf", `version = "~> ` + GoogleProviderVersion[:strings.LastIndex(GoogleProviderVersion, ".")] + `.0"`, `version = "~> 5.40.0"`},
 	{"a misspelt provider argument", "", "examples/basic/main.tf", "  project = var.project_id", "  projects = var.project_id"},
+	{"a missing required block", "", "modules/runonce/run.tf", "  replication {\n    auto {}\n  }\n", ""},
+	{"a single block repeated", "", "modules/runonce/run.tf", "  replication {\n    auto {}\n  }\n", "  replication {\n    auto {}\n  }\n  replication {\n    auto {}\n  }\n"},
 }
 
 // TestProviderSchemaCatchesBreakage breaks a copy of the tree one way at a time and
