@@ -102,6 +102,7 @@ var checks = map[string]check{
 	"DeadLetterAgentIAM":    checkDeadLetterIAM,
 	"SchedulerUsesUnixCron": checkSchedulerCron,
 	"TargetIAM":             checkTargetIAM,
+	"Monitoring":            checkMonitoring,
 }
 
 func runCheck(t *testing.T, name string) {
@@ -650,7 +651,8 @@ func checkTimeouts(d *deployment) []error {
 // allowedRoles lists every role the deployment may grant and the only IAM resource type
 // it may be granted through: each on one resource, none project-wide except
 // datastore.user (Firestore has no per-database IAM resource; an IAM condition narrows
-// it). Why each is there: modules/runonce/iam.tf.
+// it) and monitoring.metricWriter and cloudtrace.agent (time series and traces belong to
+// the project; write-only). Why each is there: modules/runonce/iam.tf.
 var allowedRoles = map[string]string{
 	"roles/pubsub.publisher":               "google_pubsub_topic_iam_member",                                       // ingress publishes; worker's rescuer republishes; Pub/Sub agent dead-letters
 	"roles/pubsub.subscriber":              "google_pubsub_subscription_iam_member",                                // worker pulls; Pub/Sub agent acks what it dead-letters
@@ -663,6 +665,8 @@ var allowedRoles = map[string]string{
 	"roles/run.jobsExecutorWithOverrides":  "google_cloud_run_v2_job_iam_member",                                   // a cloudrun target, on its job: run it with overrides
 	"roles/run.viewer":                     "google_cloud_run_v2_job_iam_member",                                   // a cloudrun target, on its job: get and list its executions
 	"roles/cloudbuild.builds.editor":       "google_project_iam_member",                                            // a cloudbuild target (no IAM below the project; a condition narrows it)
+	"roles/monitoring.metricWriter":        "google_project_iam_member",                                            // both export metrics (time series belong to the project)
+	"roles/cloudtrace.agent":               "google_project_iam_member",                                            // both export spans (traces belong to the project)
 }
 
 var iamType = regexp.MustCompile(`^google_.*_iam_(member|binding|policy|audit_config)$`)

@@ -13,8 +13,14 @@
 //     index exists; the worker's CPU is always allocated with at least one instance and
 //     its grace fits Cloud Run's 10 s; no account gets a role outside a short list, on
 //     anything but the resource it needs; and every RUNONCE_* variable names a real
-//     flag of the binary it is given to. A self-test breaks a copy of the files in a
-//     temporary directory, one way per check, and expects each check to catch it.
+//     flag of the binary it is given to; every runbook alert and dashboard chart
+//     exists and reads a metric the services or the binaries really emit. A self-test
+//     breaks a copy of the files in a temporary directory, one way per check, and
+//     expects each check to catch it.
+//   - Every block is checked against the google provider's own schema, extracted from
+//     the npm package @cdktf/provider-google (generated from it) into testdata/:
+//     unknown arguments and blocks, arguments written as blocks, missing required
+//     ones, and a required_providers constraint that does not pin the version checked.
 //   - terraform fmt -check, tflint (built-in terraform ruleset only, no plugin
 //     downloads) and shellcheck run as subprocesses. Locally a missing tool skips its
 //     test; with CI=true it fails (deploy/tools.sh installs them).

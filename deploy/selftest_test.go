@@ -74,6 +74,24 @@ var breakages = []breakage{
 		"    for_each = []\n    content {\n      title      = \"runonce-${each.key}\"\n      expression = \"resource.name == \\\"${each.value}\\\""},
 	{"a target role for the ingress", "TargetIAM", "modules/runonce/targets.tf",
 		"  role    = \"roles/workflows.invoker\"\n  member  = google_service_account.worker.member", "  role    = \"roles/workflows.invoker\"\n  member  = google_service_account.ingress.member"},
+	{"no leases-lost alert", "Monitoring", "modules/runonce/monitoring.tf",
+		"    leases_lost = {", "    leases_lost_removed = {"},
+	{"an alert on a metric the code does not emit", "Monitoring", "modules/runonce/monitoring.tf",
+		`"workload.googleapis.com/runonce.worker.rescues\" AND ${local.workload_filter.worker}"
+      aligner   = "ALIGN_DELTA"`, `"workload.googleapis.com/runonce.worker.rescued\" AND ${local.workload_filter.worker}"
+      aligner   = "ALIGN_DELTA"`},
+	{"runs-failed alert on an outcome the worker never records", "Monitoring", "modules/runonce/monitoring.tf",
+		`metric.label.outcome = \"failed\"`, `metric.label.outcome = \"fail\"`},
+	{"oldest-unacked threshold past the pickup timeout", "Monitoring", "modules/runonce/monitoring.tf",
+		"pickup_timeout_seconds = 300", "pickup_timeout_seconds = 600"},
+	{"an alert on the wrong subscription", "Monitoring", "modules/runonce/monitoring.tf",
+		`subscription_id = \"${local.dead_letter_subscription_name}\""`, `subscription_id = \"${local.worker_subscription_name}\""`},
+	{"dashboard without the rescues chart", "Monitoring", "modules/runonce/monitoring.tf",
+		`title = "Rescues (runs republished, per second)"
+      lines = [{ filter = "metric.type = \"workload.googleapis.com/runonce.worker.rescues\"`, `title = "Rescues (runs republished, per second)"
+      lines = [{ filter = "metric.type = \"workload.googleapis.com/runonce.worker.fenced_writes.refused\"`},
+	{"alerts that notify nobody", "Monitoring", "modules/runonce/monitoring.tf",
+		"notification_channels = var.notification_channels", "notification_channels = []"},
 }
 
 // TestChecksCatchBreakage breaks a copy of the Terraform, one way at a time, and expects

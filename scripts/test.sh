@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's one test command (the README's and CI's): installs the pinned linters,
+# The project's one test command (the README's and CI's): installs the pinned linters and
+# fetches the google provider's schema (npm, cached; deploy/tools.sh),
 # starts every service the tests need (PostgreSQL, the Firestore and Pub/Sub emulators),
 # runs gofmt, go vet, staticcheck and the whole suite with -race, and stops what it
 # started, whatever happens. Extra arguments go to `go test` (e.g. -run Ledger).
@@ -16,7 +17,7 @@ if ! "$gobin/staticcheck" -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#
 	go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
 fi
 
-echo "test: tools for the deploy checks (tflint, shellcheck, terraform)" >&2
+echo "test: tools for the deploy checks (tflint, shellcheck, terraform, the google provider's schema)" >&2
 deploy/tools.sh
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/runonce-test.XXXXXX")

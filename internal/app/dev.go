@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/runonce/runonce/internal/config"
+	"github.com/runonce/runonce/internal/obs"
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/ledger"
@@ -143,7 +144,11 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 	} else if n > 0 {
 		log.Info("-dev: republished the runs left queued when -dev last stopped (their messages were lost with its Pub/Sub)", slog.Int("runs", n))
 	}
-	h, err := newIngress(f, led, pub, auth.None{}, accepted, "", log)
+	metrics, err := obs.NewServiceMetrics("ingress")
+	if err != nil {
+		return err
+	}
+	h, err := newIngress(f, led, pub, auth.None{}, accepted, "", metrics, nil, log)
 	if err != nil {
 		return err
 	}

@@ -60,6 +60,7 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 	if err != nil {
 		return err
 	}
+	f.identify("runonce-ingress", env.Get)
 	log, err := f.logger(stderr, f.Dev)
 	if err != nil {
 		return err
@@ -103,7 +104,18 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 		return err
 	}
 	defer pub.Close()
-	h, err := newIngress(&f, led, pub, authn, jobNames, project, log)
+	metrics, err := obs.NewMetricsExport(ctx, f.export(project))
+	if err != nil {
+		return err
+	}
+	defer shutdownMetrics(metrics, log)
+	tracing, err := obs.NewTracing(ctx, f.export(project), nil)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tracing, log)
+	log = obs.WithTraceFields(log, project)
+	h, err := newIngress(&f, led, pub, authn, jobNames, project, metrics, tracing, log)
 	if err != nil {
 		return err
 	}
@@ -118,13 +130,16 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 	return err
 }
 
-func newIngress(f *IngressFlags, led ledger.Ledger, pub ingress.Publisher, authn auth.Authenticator, jobNames []string, project string, log *slog.Logger) (*ingress.Handler, error) {
-	metrics, err := obs.NewServiceMetrics("ingress")
-	if err != nil {
-		return nil, err
+// newIngress builds the ingress handler; tracing (nil: none) spans each request, its
+// ledger calls and its publish.
+func newIngress(f *IngressFlags, led ledger.Ledger, pub ingress.Publisher, authn auth.Authenticator, jobNames []string, project string, metrics *obs.Metrics, tracing *obs.Tracing, log *slog.Logger) (*ingress.Handler, error) {
+	topic := f.Topic
+	if _, id, err := queue.ParseURL(f.Topic); err == nil {
+		topic = id
 	}
 	return ingress.New(ingress.Config{
-		Ledger: led, Publisher: pub, Namespace: f.Namespace, NamespaceHeader: f.NamespaceHeader,
+		Ledger: traceLedger(led, tracing), Publisher: &tracedPublisher{Publisher: pub, tracer: tracing.Tracer(tracerName), topic: topic},
+		TracerProvider: tracing.TracerProvider(), Namespace: f.Namespace, NamespaceHeader: f.NamespaceHeader,
 		MaxBody: f.MaxBody, MaxSkew: f.MaxSkew, Jobs: jobNames, Retention: f.Retention, Auth: authn,
 		TraceProject: project, Logger: log,
 		Meter: metrics.Meter("github.com/runonce/runonce/pkg/ingress"), Metrics: metrics.Handler(),

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -31,6 +32,12 @@ import (
 type ServerFlags struct {
 	Addr, Ledger, Auth, Audience, Allow, OIDCIssuer, OIDCJWKSURL, LogLevel string
 	Retention                                                              time.Duration
+	MetricsExport, TraceExport                                             string
+	// Service is the service's name in exported telemetry (not a flag): Cloud Run's
+	// K_SERVICE, or the binary's name.
+	Service string
+	// OnGoogleCloud is set where a metadata server answers (K_SERVICE is set).
+	OnGoogleCloud bool
 }
 
 // declare declares the shared flags; the usage strings name what differs.
@@ -44,6 +51,20 @@ func (s *ServerFlags) declare(fs *flag.FlagSet, addrUsage, ledgerUsage, retentio
 	fs.StringVar(&s.OIDCIssuer, "oidc-issuer", "", "accepted ID token issuers, comma-separated (default Google's)")
 	fs.StringVar(&s.OIDCJWKSURL, "oidc-jwks-url", "", "the issuer's key set URL (default Google's)")
 	fs.StringVar(&s.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&s.TraceExport, "trace-export", obs.ExportNone, "where traces go: none, gcp (Cloud Trace) or otlp (OTLP over HTTP to OTEL_EXPORTER_OTLP_ENDPOINT); the trace context is carried either way")
+	fs.StringVar(&s.MetricsExport, "metrics-export", obs.ExportPrometheus, "where metrics go besides /metrics: prometheus (/metrics only) or gcp (also Cloud Monitoring, every minute)")
+}
+
+// identify sets Service (K_SERVICE, else name) and OnGoogleCloud from the environment.
+func (s *ServerFlags) identify(name string, getenv func(string) string) {
+	s.Service = cmp.Or(getenv("K_SERVICE"), name)
+	s.OnGoogleCloud = getenv("K_SERVICE") != ""
+}
+
+// export is where this process's telemetry goes; project is the Google Cloud project of
+// its topic or subscription ("": the credentials').
+func (s *ServerFlags) export(project string) obs.Export {
+	return obs.Export{Metrics: s.MetricsExport, Traces: s.TraceExport, Service: cmp.Or(s.Service, "runonce"), Project: project, OnGoogleCloud: s.OnGoogleCloud}
 }
 
 // logger returns the logger at -log-level: JSON in Cloud Logging's format, or text when
@@ -127,11 +148,13 @@ func RunWorker(ctx context.Context, args []string, env config.Env, _, stderr io.
 	if err != nil {
 		return err
 	}
+	f.identify("runonce-worker", env.Get)
 	log, err := f.logger(stderr, false)
 	if err != nil {
 		return err
 	}
 	warnUnknown(log, "worker", parsed)
+	log = obs.WithTraceFields(log, f.project())
 	switch {
 	case f.Ledger == "":
 		return errors.New("-ledger is required")
@@ -152,6 +175,11 @@ func RunWorker(ctx context.Context, args []string, env config.Env, _, stderr io.
 	if err != nil {
 		return err
 	}
+	tracing, err := obs.NewTracing(ctx, f.export(f.project()), nil)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tracing, log)
 	mux := worker.NewMux()
 	var longest time.Duration
 	if f.Jobs != "" {
@@ -169,14 +197,14 @@ func RunWorker(ctx context.Context, args []string, env config.Env, _, stderr io.
 			return err
 		}
 		defer closeTargets()
-		worker.MuxFromJobs(mux, js, &worker.HTTPTargetOptions{Token: GoogleIDTokens()})
+		worker.MuxFromJobs(mux, js, &worker.HTTPTargetOptions{Token: GoogleIDTokens(), Client: &http.Client{Transport: tracing.Transport(nil)}})
 	}
 	led, err := ledger.Open(ctx, f.Ledger)
 	if err != nil {
 		return err
 	}
 	defer led.Close()
-	return ServeWorker(ctx, &WorkerSetup{Flags: f, Ledger: led, Handler: mux, LongestJob: longest, Auth: authn, Log: log})
+	return ServeWorker(ctx, &WorkerSetup{Flags: f, Ledger: led, Handler: mux, LongestJob: longest, Auth: authn, Log: log, Tracing: tracing})
 }
 
 // WorkerSetup is what ServeWorker runs: the parsed flags and the parts built from them.
@@ -197,6 +225,20 @@ type WorkerSetup struct {
 	Republish  worker.Publisher
 	// NackDelay is passed to the worker (the embedded mode's Pub/Sub has no retry policy).
 	NackDelay time.Duration
+	// Tracing spans each attempt and its ledger calls; nil: none (the trace context is
+	// still carried).
+	Tracing *obs.Tracing
+}
+
+// project is the Google Cloud project of the worker's subscription or topic ("" when
+// neither names one).
+func (f *WorkerFlags) project() string {
+	for _, u := range []string{f.Subscription, f.Topic} {
+		if p, _, err := queue.ParseURL(u); err == nil {
+			return p
+		}
+	}
+	return ""
 }
 
 // ServeWorker runs a worker: pull (when a subscription is given), push, the rescuer
@@ -204,10 +246,11 @@ type WorkerSetup struct {
 // shuts down within the grace.
 func ServeWorker(ctx context.Context, s *WorkerSetup) error {
 	f, log := s.Flags, s.Log.With(slog.String("component", "worker"))
-	metrics, err := obs.NewServiceMetrics("worker")
+	metrics, err := obs.NewMetricsExport(ctx, f.export(f.project()))
 	if err != nil {
 		return err
 	}
+	defer shutdownMetrics(metrics, log)
 	sub := s.Subscriber
 	if sub == nil && f.Subscription != "" {
 		sub, err = queue.OpenSubscriber(ctx, f.Subscription, &queue.SubscriberOptions{
@@ -246,7 +289,7 @@ func ServeWorker(ctx context.Context, s *WorkerSetup) error {
 		republish = pub
 	}
 	w, err := worker.New(&worker.Config{
-		Ledger: s.Ledger, Handler: s.Handler, Lease: f.Lease, MaxAttempts: f.MaxAttempts, Retention: f.Retention,
+		Ledger: traceLedger(s.Ledger, s.Tracing), TracerProvider: s.Tracing.TracerProvider(), Handler: s.Handler, Lease: f.Lease, MaxAttempts: f.MaxAttempts, Retention: f.Retention,
 		Republish: republish, RescueInterval: f.RescueInterval, NackDelay: s.NackDelay, PushConcurrency: f.Concurrency,
 		Logger: log, Meter: metrics.Meter("github.com/runonce/runonce/pkg/worker"),
 	})
@@ -347,5 +390,23 @@ func GoogleIDTokens() worker.TokenSource {
 			return "", err
 		}
 		return tok.AccessToken, nil
+	}
+}
+
+// shutdownTracing exports the spans still batched.
+func shutdownTracing(t *obs.Tracing, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		log.Warn("traces: the last export failed", slog.Any("error", err))
+	}
+}
+
+// shutdownMetrics exports the last points (Cloud Run leaves a few seconds after SIGTERM).
+func shutdownMetrics(m *obs.Metrics, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := m.Shutdown(ctx); err != nil {
+		log.Warn("metrics: the last export failed", slog.Any("error", err))
 	}
 }

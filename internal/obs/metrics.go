@@ -1,6 +1,7 @@
 package obs
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"runtime/debug"
@@ -39,6 +40,16 @@ func NewMetrics() (*Metrics, error) { return NewServiceMetrics("runonce") }
 // "devel" for a build from a checkout). Histograms whose name ends in "duration" use
 // LatencyBuckets.
 func NewServiceMetrics(service string) (*Metrics, error) {
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", service)))
+	if err != nil {
+		return nil, fmt.Errorf("obs: metrics resource: %w", err)
+	}
+	return newMetrics(res)
+}
+
+// newMetrics is NewServiceMetrics for the resource res (to which it adds the service's
+// version) with more provider options (another reader).
+func newMetrics(res *resource.Resource, extra ...sdkmetric.Option) (*Metrics, error) {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, fmt.Errorf("obs: register Go collector: %w", err)
@@ -54,12 +65,11 @@ func NewServiceMetrics(service string) (*Metrics, error) {
 		sdkmetric.Instrument{Name: "*duration", Kind: sdkmetric.InstrumentKindHistogram},
 		sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: LatencyBuckets()}},
 	)
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
-		attribute.String("service.name", service), attribute.String("service.version", Version())))
+	res, err = resource.Merge(res, resource.NewSchemaless(attribute.String("service.version", Version())))
 	if err != nil {
 		return nil, fmt.Errorf("obs: metrics resource: %w", err)
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithView(view), sdkmetric.WithResource(res))
+	mp := sdkmetric.NewMeterProvider(append([]sdkmetric.Option{sdkmetric.WithReader(exp), sdkmetric.WithView(view), sdkmetric.WithResource(res)}, extra...)...)
 	return &Metrics{
 		Provider: mp,
 		Registry: reg,
@@ -90,4 +100,13 @@ func Version() string {
 		}
 	}
 	return v
+}
+
+// Shutdown exports what an exporting reader still holds and stops it; /metrics then
+// serves nothing new.
+func (m *Metrics) Shutdown(ctx context.Context) error {
+	if err := m.Provider.Shutdown(ctx); err != nil {
+		return fmt.Errorf("obs: metrics shutdown: %w", err)
+	}
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runonce/runonce/internal/obs"
 	"github.com/runonce/runonce/pkg/auth"
@@ -80,6 +81,10 @@ type Config struct {
 	// TraceProject is the Google Cloud project of the request traces, for the logs'
 	// trace field. Empty: no trace field.
 	TraceProject string
+	// TracerProvider records a server span per request (the caller's trace context,
+	// traceparent or X-Cloud-Trace-Context, is its parent). Defaults to a no-op provider
+	// (the trace context is still carried to the logs and the published message).
+	TracerProvider trace.TracerProvider
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Meter defaults to a no-op meter.
@@ -167,7 +172,7 @@ func New(cfg Config) (*Handler, error) {
 			r.Method, obs.Clean(r.URL.Path)))
 	})
 	h.mux = mux
-	h.handler = obs.WithTrace(cfg.TraceProject, mux)
+	h.handler = (&obs.Tracing{Provider: cfg.TracerProvider, Propagator: obs.Propagator()}).Handler(obs.WithTrace(cfg.TraceProject, mux))
 	return h, nil
 }
 

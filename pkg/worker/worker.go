@@ -13,6 +13,7 @@ import (
 	"github.com/sethvargo/go-retry"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
@@ -72,6 +73,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Meter records metrics. Defaults to a no-op meter.
 	Meter metric.Meter
+	// TracerProvider records a span per attempt, child of the message's traceparent.
+	// Defaults to a no-op provider (the trace context is still carried to the job).
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults of Config's zero fields.
@@ -200,7 +204,9 @@ const (
 // whether to ack. It blocks while the job runs. The job runs under the worker's own
 // context, not ctx: a delivery's context ends when its receiver stops, while a job gets
 // the shutdown grace (see CancelJobs).
-func (w *Worker) Process(ctx context.Context, d *Delivery) Verdict {
+func (w *Worker) Process(ctx context.Context, d *Delivery) (v Verdict) {
+	ctx, end := w.traceAttempt(ctx, d)
+	defer func() { end(v) }()
 	m := d.Message
 	log := w.cfg.Logger.With(slog.String("run_id", m.Identity.RunID), slog.String("job", m.Identity.Job))
 	attemptID, err := uuid.NewV7()
@@ -289,6 +295,7 @@ func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimSt
 	}
 
 	log = log.With(slog.Int64("attempt", run.Attempt), slog.String("attempt_id", run.AttemptID))
+	traceRun(dctx, run)
 	fence := ledger.Fence{RunID: run.ID, Attempt: run.Attempt, AttemptID: run.AttemptID}
 	limit := w.maxAttempts(run.Job)
 	if run.Attempt > int64(limit) {

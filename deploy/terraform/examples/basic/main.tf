@@ -14,6 +14,16 @@ module "runonce" {
   ingress_image = var.ingress_image
   worker_image  = var.worker_image
 
+  # terraform destroy needs false here first (deploy/README.md, "Tear it down").
+  deletion_protection = var.deletion_protection
+
+  # The account deploy/README.md's operator impersonates to call the ingress (POST a run,
+  # GET /v1/runs/{id}): it gets RUNONCE_ALLOW and roles/run.invoker on the ingress.
+  extra_allowed_callers = var.operator_account == null ? [] : [var.operator_account]
+
+  # Every alert policy of the runbook notifies these (deploy/README.md, "Alerts").
+  notification_channels = google_monitoring_notification_channel.email[*].id
+
   # The guarantees' settings, at their defaults, spelled out: records are kept 14 days,
   # longer than the subscription's 7 days + the scheduler's 24h + the longest job.
   retention_hours         = 336
@@ -43,5 +53,16 @@ module "runonce" {
       time_zone = "Europe/Berlin"
       body      = jsonencode({ report = "daily" })
     }
+  }
+}
+
+# Where the runbook's alerts go: an email channel, when alert_email is set.
+resource "google_monitoring_notification_channel" "email" {
+  count        = var.alert_email == null ? 0 : 1
+  project      = var.project_id
+  display_name = "runonce alerts"
+  type         = "email"
+  labels = {
+    email_address = var.alert_email
   }
 }

@@ -22,3 +22,8 @@ output "dead_letter_subscription" {
   description = "Watch its backlog (deploy/README.md, runbook)."
   value       = module.runonce.dead_letter_subscription
 }
+
+output "dashboard" {
+  description = "The Cloud Monitoring dashboard (Monitoring → Dashboards → runonce runonce)."
+  value       = module.runonce.dashboard
+}

@@ -23,3 +23,21 @@ variable "report_url" {
   description = "The HTTP endpoint the example job calls once per tick (it receives Idempotency-Key and X-Runonce-* headers)."
   type        = string
 }
+
+variable "operator_account" {
+  description = "A service account email the operator impersonates to call the ingress (deploy/README.md, step 6); null: none."
+  type        = string
+  default     = null
+}
+
+variable "deletion_protection" {
+  description = "Protect the Cloud Run services and the Firestore database from terraform destroy."
+  type        = bool
+  default     = true
+}
+
+variable "alert_email" {
+  description = "An email address the runbook's alert policies notify; null: incidents open in the console only."
+  type        = string
+  default     = null
+}

@@ -16,6 +16,9 @@
 #   roles/run.invoker                  push account         worker service    push delivery (delivery = "push")
 #   roles/iam.serviceAccountTokenCreator Pub/Sub agent      push account      mint the push OIDC token (delivery = "push")
 #   roles/secretmanager.secretAccessor worker               jobs secret       read the jobs file (jobs_json set)
+#   roles/monitoring.metricWriter      ingress, worker      project           export metrics to Cloud Monitoring (no narrower
+#                                                                             resource exists; write-only)
+#   roles/cloudtrace.agent             ingress, worker      project           export spans to Cloud Trace (likewise)
 #
 # The jobs file's Google Cloud API targets get their grants in targets.tf.
 #
@@ -186,4 +189,30 @@ resource "google_service_account_iam_member" "push_token_creator_pubsub_agent" {
   service_account_id = google_service_account.push.name
   role               = "roles/iam.serviceAccountTokenCreator"
   member             = local.pubsub_service_agent
+}
+
+# The binaries export their OpenTelemetry metrics to Cloud Monitoring (monitoring.tf).
+# Time series belong to the project: there is no narrower resource to grant on, and
+# the role only writes.
+resource "google_project_iam_member" "metric_writer" {
+  for_each = var.monitoring ? {
+    ingress = google_service_account.ingress.member
+    worker  = google_service_account.worker.member
+  } : {}
+
+  project = var.project_id
+  role    = "roles/monitoring.metricWriter"
+  member  = each.value
+}
+
+# The binaries export their spans to Cloud Trace; traces, too, belong to the project.
+resource "google_project_iam_member" "trace_agent" {
+  for_each = var.tracing ? {
+    ingress = google_service_account.ingress.member
+    worker  = google_service_account.worker.member
+  } : {}
+
+  project = var.project_id
+  role    = "roles/cloudtrace.agent"
+  member  = each.value
 }

@@ -6,6 +6,7 @@
 #   run.tf        the ingress and worker services and the RUNONCE_* environment
 #   iam.tf        one service account per role, and every grant (nothing else grants)
 #   scheduler.tf  Cloud Scheduler jobs calling the ingress
+#   monitoring.tf the dashboard and the runbook's alert policies
 #   outputs.tf    URLs, names and accounts to wire into the rest of a deployment
 
 data "google_project" "this" {

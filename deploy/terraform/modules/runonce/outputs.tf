@@ -57,3 +57,13 @@ output "scheduler_jobs" {
   description = "The Cloud Scheduler jobs, by ID."
   value       = { for k, j in google_cloud_scheduler_job.run : k => j.id }
 }
+
+output "dashboard" {
+  description = "The Cloud Monitoring dashboard's ID (null with monitoring = false)."
+  value       = var.monitoring ? google_monitoring_dashboard.runonce[0].id : null
+}
+
+output "alert_policies" {
+  description = "The runbook's alert policies, by signal."
+  value       = { for k, p in google_monitoring_alert_policy.runbook : k => p.name }
+}

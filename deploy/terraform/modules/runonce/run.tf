@@ -12,6 +12,10 @@ locals {
     RUNONCE_AUDIENCE  = local.ingress_audience
     RUNONCE_ALLOW     = join(",", local.allowed_callers)
     RUNONCE_RETENTION = "${var.retention_hours}h"
+    # Metrics to Cloud Monitoring (monitoring.tf's dashboard and alerts read them).
+    RUNONCE_METRICS_EXPORT = var.monitoring ? "gcp" : "prometheus"
+    # Spans to Cloud Trace: the request, its ledger calls and the publish.
+    RUNONCE_TRACE_EXPORT = var.tracing ? "gcp" : "none"
   }
 
   worker_env = merge(
@@ -29,6 +33,10 @@ locals {
       RUNONCE_GRACE        = "${var.grace_seconds}s"
       RUNONCE_CONCURRENCY  = tostring(var.worker_concurrency)
       RUNONCE_MAX_ATTEMPTS = tostring(var.max_attempts)
+      # Metrics to Cloud Monitoring (monitoring.tf's dashboard and alerts read them).
+      RUNONCE_METRICS_EXPORT = var.monitoring ? "gcp" : "prometheus"
+      # Spans to Cloud Trace: each attempt, its ledger calls and the call at the target.
+      RUNONCE_TRACE_EXPORT = var.tracing ? "gcp" : "none"
     },
     var.delivery == "pull" ? { RUNONCE_SUBSCRIPTION = local.subscription_url } : { RUNONCE_PUSH = "true" },
     local.has_jobs ? { RUNONCE_JOBS = local.jobs_path } : {},

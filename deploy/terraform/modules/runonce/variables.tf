@@ -433,3 +433,53 @@ variable "scheduler_retry" {
     error_message = "scheduler_retry.max_retry_duration_seconds must be from 1 to 86400: the retention rule counts on a retry window of at most 24h."
   }
 }
+
+# ---------------------------------------------------------------------------------------
+# Cloud Monitoring
+# ---------------------------------------------------------------------------------------
+
+variable "monitoring" {
+  description = "Create the Cloud Monitoring dashboard and the alert policies of deploy/README.md's runbook (monitoring.tf)."
+  type        = bool
+  default     = true
+}
+
+variable "tracing" {
+  description = "Export the binaries' traces to Cloud Trace (RUNONCE_TRACE_EXPORT=gcp): one trace per run across the ingress and the worker, linked from their log lines."
+  type        = bool
+  default     = true
+}
+
+variable "notification_channels" {
+  description = "Notification channel IDs (projects/PROJECT/notificationChannels/ID) every alert policy notifies. Empty: incidents open in the console only."
+  type        = list(string)
+  default     = []
+}
+
+variable "alert_thresholds" {
+  description = <<-EOT
+    When each alert policy fires (deploy/README.md, "Alerts"); each is "more than N in the window":
+      dead_letter_messages     messages waiting in the dead-letter subscription (any: 0)
+      runs_failed              runs failed for good in 10 minutes
+      leases_lost              attempts that lost their lease in 10 minutes
+      rescues                  runs the rescuer republished in an hour
+      ingress_5xx              5xx answers of the ingress in 10 minutes
+      oldest_unacked_seconds   age of the oldest unacked message; null: the ledger's pickup timeout (300 s)
+  EOT
+  type = object({
+    dead_letter_messages   = optional(number, 0)
+    runs_failed            = optional(number, 0)
+    leases_lost            = optional(number, 0)
+    rescues                = optional(number, 5)
+    ingress_5xx            = optional(number, 3)
+    oldest_unacked_seconds = optional(number)
+  })
+  default = {
+    dead_letter_messages   = 0
+    runs_failed            = 0
+    leases_lost            = 0
+    rescues                = 5
+    ingress_5xx            = 3
+    oldest_unacked_seconds = null
+  }
+}
