@@ -1,0 +1,89 @@
+// Package redisledger is the ledger backend on Redis 7 (or Valkey, or Google Cloud
+// Memorystore), for the lowest claim latency. It passes the ledgertest conformance suite
+// against a real redis-server.
+//
+// # Opening
+//
+// Open it by URL with ledger.Open("redis://[USER:PASSWORD@]HOST:PORT/DB?prefix=P") or
+// rediss:// for TLS (the package registers both schemes in init; link it in with a blank
+// import), or wrap a client of your own with New. The parameters prefix (Options.Prefix),
+// persistence (require, warn or ignore), wait and wait_timeout (Options.WaitReplicas and
+// WaitTimeout) and grace (Options.Grace) are runonce's; every other one is go-redis's
+// (dial_timeout, pool_size, …), and one neither knows is an error that names it.
+//
+// The client is github.com/redis/go-redis/v9: Redis's own client, which parses both URL
+// schemes, runs a script with EVALSHA and falls back to EVAL when the server lost its
+// script cache (a restart, a failover), and has a Sentinel client for failover setups.
+// valkey-go is faster under heavy pipelining, but every transition here is one script
+// call whose latency is the round trip, where the two clients do alike.
+//
+// # Records
+//
+// A run is a hash PREFIX+"run:"+RUNID with one field per Run field (times as decimal
+// microseconds since the epoch, "" for zero); an effect is a hash
+// PREFIX+"eff:"+EFFECTKEY. Two sorted sets index them: PREFIX+"rescue" holds the live
+// (queued or running) runs scored by deadline, for ListRescue; PREFIX+"expire" holds
+// every record scored by expire_at, for Sweep. Every script touches a record and these
+// indexes together, so the backend needs one primary (a standalone server, a
+// primary-with-replicas instance, Sentinel): Redis Cluster, and Memorystore's cluster
+// mode, are not supported.
+//
+// # What each operation costs, and how it is fenced
+//
+// Every transition is one Lua script, loaded once when the ledger opens (SCRIPT LOAD) and
+// called with EVALSHA: one round trip, atomic on the server. The ingress claim's script
+// creates the record when absent and otherwise answers it as it stands, so a duplicate
+// costs the same one round trip and is read on the primary, after every write it
+// acknowledged. Every later transition's script checks the fence (status running, attempt
+// number and attempt ID) and writes only when it holds. When a script wrote nothing it
+// answers the record as it stands with the server's time, and the verdict (an idempotent
+// repeat, ErrLeaseLost with what the record holds, Held until …, Terminal) is taken by the
+// pure rules of package ledger over that record, so the two cannot disagree. Get and
+// GetEffect are one HGETALL.
+//
+// Time is the server's: every script reads TIME, so leases, deadlines and expiry are
+// judged by the Redis server's clock, never the caller's; a params' Now replaces it (for
+// tests).
+//
+// # Retention
+//
+// Every write sets the record's key to expire (PEXPIREAT) at its ExpireAt plus
+// Options.Grace (1h by default), so Redis deletes old records by itself: no sweeper is
+// needed. Sweep deletes records past ExpireAt sooner, through the expiry index, and
+// drops index entries whose key Redis already expired; the worker's periodic sweep keeps
+// that index from growing with records Redis expired. A record past ExpireAt still
+// deduplicates until one of the two deletes it.
+//
+// # Durability: what is guaranteed, under which settings
+//
+// A claim is only as durable as the server that acknowledged it. A server that forgets
+// an acknowledged claim (no persistence, a restart between snapshots, a failover to a
+// replica that had not received it) answers the scheduler's retry as a new run, and the
+// job runs twice; a forgotten effect record lets a retry redo the effect.
+//
+//   - appendonly yes, appendfsync always (the documented configuration; scripts/services.sh
+//     runs the tests' server so): the server fsyncs the append-only file before it
+//     answers, so an acknowledged write survives a crash of the process or the machine.
+//     The tests kill such a server with SIGKILL and find every record after the restart.
+//   - appendonly yes, appendfsync everysec (Memorystore for Valkey's default AOF setting):
+//     a crash of the process loses nothing (the write reached the kernel before the
+//     answer), a crash of the machine loses up to about a second of acknowledged writes.
+//     Open logs a warning.
+//   - RDB snapshots only (Memorystore for Redis offers nothing else): a restart loses every
+//     write since the last snapshot (at least an hour on Memorystore). No persistence at
+//     all: a restart loses everything (the tests show a duplicate then created anew). Open
+//     refuses both (ErrNotDurable) unless persistence=warn (log and open) or
+//     persistence=ignore.
+//   - Replicas are asynchronous: a failover can promote a replica that had not received
+//     the last writes, whatever the persistence. wait=N makes every write also WAIT for N
+//     replicas (pipelined with the script: no extra round trip, but the replicas' latency)
+//     and answers ledger.ErrUnavailable when fewer acknowledged it in wait_timeout (the
+//     write stands on the primary; a retry is safe). WAIT narrows the window, it does not
+//     make replication synchronous: Redis may still promote a replica that missed a write.
+//
+// On Google Cloud, use Memorystore for Valkey with cluster mode disabled, AOF persistence
+// with appendfsync always, and a replica (high availability) with wait=1; Open reads
+// INFO persistence (allowed there) and, where CONFIG GET is allowed, appendfsync. Where a
+// duplicate run after a rare failover is unacceptable, use Spanner, Firestore or
+// PostgreSQL.
+package redisledger

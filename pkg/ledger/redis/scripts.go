@@ -1,0 +1,304 @@
+package redisledger
+
+import "github.com/redis/go-redis/v9"
+
+// The Lua scripts, one per transition. Each runs atomically on the server, reads the
+// server's clock with TIME (or takes the caller's Now, for tests), and answers
+//
+//	{written (0 or 1), now (µs since the epoch), run fields (HGETALL), …}
+//
+// so that when it wrote nothing the Go side can let the state machine of package ledger
+// say why (an idempotent repeat, a lost lease, held until …). Times are stored as decimal
+// microseconds since the Unix epoch, "" for zero; Lua's numbers are doubles, exact for
+// integers below 2^53 (year 2255 in microseconds).
+//
+// Keys: KEYS[1] is the run's hash, KEYS[2] the rescue index (a sorted set of live run IDs
+// scored by deadline), KEYS[3] the expiry index (a sorted set of "r:RUNID" and
+// "e:EFFECTKEY" scored by expire_at); the effect scripts add KEYS[4], the effect's hash.
+const prelude = `
+local function now_us(arg)
+  if arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function fmt(n) return string.format('%d', n) end
+local function num(s)
+  if s == false or s == nil or s == '' then return 0 end
+  return tonumber(s)
+end
+local function floordiv(a, b) return math.floor(a / b) end
+
+-- rfc3339 formats µs since the epoch as Go's time.RFC3339Nano does in UTC.
+local function rfc3339(us)
+  local secs = floordiv(us, 1000000)
+  local frac = us - secs * 1000000
+  local days = floordiv(secs, 86400)
+  local rem = secs - days * 86400
+  -- civil from days (H. Hinnant)
+  local z = days + 719468
+  local era = floordiv(z, 146097)
+  local doe = z - era * 146097
+  local yoe = floordiv(doe - floordiv(doe, 1460) + floordiv(doe, 36524) - floordiv(doe, 146096), 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + floordiv(yoe, 4) - floordiv(yoe, 100))
+  local mp = floordiv(5 * doy + 2, 153)
+  local d = doy - floordiv(153 * mp + 2, 5) + 1
+  local m = mp + 3
+  if m > 12 then m = m - 12 end
+  if m <= 2 then y = y + 1 end
+  local s = string.format('%04d-%02d-%02dT%02d:%02d:%02d', y, m, d,
+    floordiv(rem, 3600), floordiv(rem % 3600, 60), rem % 60)
+  if frac > 0 then
+    local f = string.format('%06d', frac):gsub('0+$', '')
+    s = s .. '.' .. f
+  end
+  return s .. 'Z'
+end
+
+-- keep sets the key's expiry to expire_at plus the grace (ms); never in the past of the
+-- server's real clock, so that a record written with a caller's Now in the past lives the
+-- grace too.
+local function keep(key, expire_us, grace_ms)
+  local t = redis.call('TIME')
+  local at = math.max(floordiv(expire_us, 1000) + 1, tonumber(t[1]) * 1000 + floordiv(tonumber(t[2]), 1000))
+  redis.call('PEXPIREAT', key, at + tonumber(grace_ms))
+end
+
+-- index_run files a written run in the rescue and expiry indexes and sets its key's expiry.
+local function index_run(id, status, deadline, expire_us, grace_ms)
+  if status == 'queued' or status == 'running' then
+    redis.call('ZADD', KEYS[2], deadline, id)
+  else
+    redis.call('ZREM', KEYS[2], id)
+  end
+  redis.call('ZADD', KEYS[3], expire_us, 'r:' .. id)
+  keep(KEYS[1], expire_us, grace_ms)
+end
+
+local function held(st, attempt, aid)
+  return st[1] == 'running' and st[2] == attempt and st[3] == aid
+end
+`
+
+// claim: ARGV now, id, namespace, job, key, schedule_time, payload_hash, payload,
+// attempt_id, pickup (µs), retention (µs), grace (ms).
+var claimScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
+local deadline = now + tonumber(ARGV[10])
+local exp = now + tonumber(ARGV[11])
+redis.call('HSET', KEYS[1], 'id', ARGV[2], 'namespace', ARGV[3], 'job', ARGV[4], 'key', ARGV[5],
+  'schedule_time', ARGV[6], 'payload_hash', ARGV[7], 'payload', ARGV[8], 'status', 'queued',
+  'attempt', '0', 'attempt_id', ARGV[9], 'deadline', fmt(deadline), 'not_before', '',
+  'attempts_made', '0', 'last_error', '', 'created_at', fmt(now), 'updated_at', fmt(now),
+  'completed_at', '', 'expire_at', fmt(exp))
+index_run(ARGV[2], 'queued', deadline, exp, ARGV[12])
+return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+`)
+
+// unclaim: ARGV id, attempt_id.
+var unclaimScript = redis.NewScript(prelude + `
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id')
+if st[1] == 'queued' and st[2] == '0' and st[3] == ARGV[2] then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZREM', KEYS[3], 'r:' .. ARGV[1])
+  return {1, '', {}}
+end
+return {0, '', redis.call('HGETALL', KEYS[1])}
+`)
+
+// acquire: ARGV now, id, namespace, job, key, schedule_time, payload_hash, payload,
+// attempt_id, lease (µs), retention (µs), grace (ms).
+var acquireScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'status', 'not_before', 'deadline', 'attempt', 'attempts_made')
+local status = st[1]
+local deadline = now + tonumber(ARGV[10])
+local exp = now + tonumber(ARGV[11])
+if not status then
+  redis.call('HSET', KEYS[1], 'id', ARGV[2], 'namespace', ARGV[3], 'job', ARGV[4], 'key', ARGV[5],
+    'schedule_time', ARGV[6], 'payload_hash', ARGV[7], 'payload', ARGV[8], 'status', 'running',
+    'attempt', '1', 'attempt_id', ARGV[9], 'deadline', fmt(deadline), 'not_before', '',
+    'attempts_made', '0', 'last_error', '', 'created_at', fmt(now), 'updated_at', fmt(now),
+    'completed_at', '', 'expire_at', fmt(exp))
+  index_run(ARGV[2], 'running', deadline, exp, ARGV[12])
+  return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
+if status == 'completed' or status == 'failed'
+  or (status == 'queued' and num(st[2]) > now)
+  or (status == 'running' and num(st[3]) >= now) then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
+local attempt = num(st[4])
+if status == 'running' then
+  redis.call('HSET', KEYS[1], 'attempts_made', fmt(num(st[5]) + 1),
+    'last_error', 'attempt ' .. fmt(attempt) .. ' lost its lease at ' .. rfc3339(num(st[3])))
+end
+redis.call('HSET', KEYS[1], 'status', 'running', 'attempt', fmt(attempt + 1), 'attempt_id', ARGV[9],
+  'not_before', '', 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
+index_run(ARGV[2], 'running', deadline, exp, ARGV[12])
+return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+`)
+
+// renew: ARGV now, id, attempt, attempt_id, lease (µs), grace (ms).
+var renewScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'expire_at')
+if not held(st, ARGV[3], ARGV[4]) then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
+local deadline = now + tonumber(ARGV[5])
+local exp = num(st[4])
+if exp < deadline then exp = deadline end
+redis.call('HSET', KEYS[1], 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
+index_run(ARGV[2], 'running', deadline, exp, ARGV[6])
+return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+`)
+
+// finish (complete, fail): ARGV now, id, attempt, attempt_id, status, error, retention
+// (µs), grace (ms).
+var finishScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'attempts_made')
+if not held(st, ARGV[3], ARGV[4]) then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
+local exp = now + tonumber(ARGV[7])
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'last_error', ARGV[6]) end
+redis.call('HSET', KEYS[1], 'status', ARGV[5], 'attempts_made', fmt(num(st[4]) + 1), 'deadline', '',
+  'not_before', '', 'completed_at', fmt(now), 'updated_at', fmt(now), 'expire_at', fmt(exp))
+index_run(ARGV[2], ARGV[5], 0, exp, ARGV[8])
+return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+`)
+
+// release: ARGV now, id, attempt, attempt_id, error, retry after (µs, ≥ 0), pickup (µs),
+// retention (µs), grace (ms).
+var releaseScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'attempts_made')
+if not held(st, ARGV[3], ARGV[4]) then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
+local retry = tonumber(ARGV[6])
+local nb = ''
+if retry > 0 then nb = fmt(now + retry) end
+local deadline = now + retry + tonumber(ARGV[7])
+local exp = now + tonumber(ARGV[8])
+redis.call('HSET', KEYS[1], 'status', 'queued', 'attempts_made', fmt(num(st[4]) + 1), 'last_error', ARGV[5],
+  'not_before', nb, 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
+index_run(ARGV[2], 'queued', deadline, exp, ARGV[9])
+return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+`)
+
+// rescue: ARGV now, id, status, attempt, deadline (µs), pickup (µs), retention (µs),
+// lost-lease error, grace (ms).
+var rescueScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'deadline', 'attempts_made')
+if st[1] ~= ARGV[3] or st[2] ~= ARGV[4] or st[3] ~= ARGV[5]
+  or (st[1] ~= 'queued' and st[1] ~= 'running') or num(st[3]) >= now then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
+if st[1] == 'running' then
+  redis.call('HSET', KEYS[1], 'attempts_made', fmt(num(st[4]) + 1), 'last_error', ARGV[8],
+    'attempt_id', '', 'status', 'queued')
+end
+local deadline = now + tonumber(ARGV[6])
+local exp = now + tonumber(ARGV[7])
+redis.call('HSET', KEYS[1], 'not_before', '', 'deadline', fmt(deadline), 'updated_at', fmt(now),
+  'expire_at', fmt(exp))
+index_run(ARGV[2], 'queued', deadline, exp, ARGV[9])
+return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+`)
+
+// begin_effect: KEYS[4] the effect; ARGV now, run id, attempt, attempt_id, name, effect
+// key, retention (µs), grace (ms). Answers {written, now, run, effect, previous attempt}.
+var beginEffectScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id')
+local es = redis.call('HMGET', KEYS[4], 'status', 'attempt')
+if not held(st, ARGV[3], ARGV[4]) or es[1] == 'done' then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[4]), '0'}
+end
+local prev = '0'
+if es[1] then
+  prev = es[2]
+else
+  redis.call('HSET', KEYS[4], 'key', ARGV[6], 'run_id', ARGV[2], 'name', ARGV[5], 'created_at', fmt(now),
+    'done_at', '')
+end
+local exp = now + tonumber(ARGV[7])
+redis.call('HSET', KEYS[4], 'status', 'pending', 'attempt', ARGV[3], 'updated_at', fmt(now),
+  'expire_at', fmt(exp))
+redis.call('ZADD', KEYS[3], exp, 'e:' .. ARGV[6])
+keep(KEYS[4], exp, ARGV[8])
+return {1, fmt(now), {}, redis.call('HGETALL', KEYS[4]), prev}
+`)
+
+// complete_effect: KEYS[4] the effect; ARGV now, run id, attempt, attempt_id, effect key,
+// retention (µs), grace (ms). Answers {written, now, run, effect}.
+var completeEffectScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id')
+local es = redis.call('HMGET', KEYS[4], 'status', 'attempt')
+if not held(st, ARGV[3], ARGV[4]) or es[1] ~= 'pending' or es[2] ~= ARGV[3] then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[4])}
+end
+local exp = now + tonumber(ARGV[6])
+redis.call('HSET', KEYS[4], 'status', 'done', 'done_at', fmt(now), 'updated_at', fmt(now),
+  'expire_at', fmt(exp))
+redis.call('ZADD', KEYS[3], exp, 'e:' .. ARGV[5])
+keep(KEYS[4], exp, ARGV[7])
+return {1, fmt(now), {}, redis.call('HGETALL', KEYS[4])}
+`)
+
+// list_rescue: KEYS[1] the rescue index; ARGV now, limit, run key prefix. Answers
+// {now, {run fields, …}} for live runs past their deadline, oldest deadline first; index
+// entries whose run is gone are dropped.
+var listRescueScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now), 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for _, id in ipairs(ids) do
+  local h = redis.call('HGETALL', ARGV[3] .. id)
+  if #h == 0 then
+    redis.call('ZREM', KEYS[1], id)
+  else
+    table.insert(out, h)
+  end
+end
+return {fmt(now), out}
+`)
+
+// sweep: KEYS[1] the expiry index, KEYS[2] the rescue index; ARGV now, limit, run key
+// prefix, effect key prefix. Deletes records past expire_at (at most limit index entries)
+// and answers how many records it deleted; entries whose key Redis already expired are
+// dropped without counting.
+var sweepScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now), 'LIMIT', 0, tonumber(ARGV[2]))
+local n = 0
+for _, m in ipairs(items) do
+  local kind, id = string.sub(m, 1, 2), string.sub(m, 3)
+  local key = ARGV[3] .. id
+  if kind == 'e:' then key = ARGV[4] .. id end
+  local e = redis.call('HGET', key, 'expire_at')
+  if e and num(e) < now then
+    redis.call('DEL', key)
+    if kind == 'r:' then redis.call('ZREM', KEYS[2], id) end
+    n = n + 1
+  end
+  if not e or num(e) < now then redis.call('ZREM', KEYS[1], m) end
+end
+return n
+`)
+
+// scripts are loaded once when the ledger opens (SCRIPT LOAD) and run with EVALSHA; a
+// server that lost its script cache (a restart, a failover) gets them again through EVAL.
+var scripts = []*redis.Script{
+	claimScript, unclaimScript, acquireScript, renewScript, finishScript, releaseScript, rescueScript,
+	beginEffectScript, completeEffectScript, listRescueScript, sweepScript,
+}
