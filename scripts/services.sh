@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts the real services the tests use — PostgreSQL 15, Redis 7 (persistence on: an
-# append-only file fsynced on every write), the official Firestore emulator and the official
-# Pub/Sub emulator — each on a free loopback port, waits for each with a bound, and prints
+# append-only file fsynced on every write), and the official Firestore, Pub/Sub and Cloud
+# Spanner emulators — each on a free loopback port, waits for each with a bound, and prints
 # the environment that points the tests at them.
 #
 #   eval "$(scripts/services.sh start DIR)"   # start; DIR holds data, logs and pids
@@ -76,6 +76,23 @@ start_emulator() { # NAME PORTVAR ARGS...
 	echo "127.0.0.1:$port"
 }
 
+# start_spanner runs the Cloud Spanner emulator (the gcloud component cloud-spanner-emulator)
+# and waits for its REST port; the tests create their instance and databases themselves.
+start_spanner() {
+	local port rest
+	if [ ! -x "$(dirname "$(readlink -f "$(command -v gcloud)")")/cloud_spanner_emulator/emulator_main" ]; then
+		log "the Cloud Spanner emulator is not installed: gcloud components install cloud-spanner-emulator"
+		return 1
+	fi
+	port=$(free_port)
+	rest=$(free_port)
+	CLOUDSDK_CORE_DISABLE_PROMPTS=1 setsid gcloud emulators spanner start --host-port="127.0.0.1:$port" \
+		--rest-port="$rest" >"$dir/spanner.log" 2>&1 </dev/null &
+	echo $! >"$dir/spanner.pid"
+	wait_for spanner 60 curl -s -o /dev/null "http://127.0.0.1:$rest/v1/projects/p/instances"
+	echo "export SPANNER_EMULATOR_HOST=127.0.0.1:$port"
+}
+
 case "$cmd" in
 start)
 	mkdir -p "$dir"
@@ -86,9 +103,10 @@ start)
 	mkdir -p "$dir/pubsub-data"
 	ps=$(start_emulator pubsub beta emulators pubsub start --data-dir="$dir/pubsub-data")
 	echo "export PUBSUB_EMULATOR_HOST=$ps"
+	start_spanner
 	;;
 stop)
-	for name in firestore pubsub redis; do
+	for name in firestore pubsub redis spanner; do
 		if [ -f "$dir/$name.pid" ]; then
 			pgid=$(cat "$dir/$name.pid")
 			kill -TERM -- "-$pgid" 2>/dev/null || true

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's one test command (the README's and CI's): installs the pinned linters,
 # installs redis-server when missing, starts every service the tests need (PostgreSQL,
-# Redis, the Firestore and Pub/Sub emulators),
+# Redis, the Firestore, Pub/Sub and Spanner emulators),
 # runs gofmt, go vet, staticcheck and the whole suite with -race, and stops what it
 # started, whatever happens. Extra arguments go to `go test` (e.g. -run Ledger).
 set -euo pipefail
