@@ -51,8 +51,8 @@ var breakages = []breakage{
 	{"ingress timeout over half the attempt deadline", "Timeouts", "modules/runonce/variables.tf",
 		"  type        = number\n  default     = 180\n", "  type        = number\n  default     = 45\n"},
 	{"project-wide publisher", "IAMRoles", "modules/runonce/iam.tf",
-		"resource \"google_project_iam_member\" \"datastore_user_ingress\" {\n  project = var.project_id\n  role    = \"roles/datastore.user\"",
-		"resource \"google_project_iam_member\" \"datastore_user_ingress\" {\n  project = var.project_id\n  role    = \"roles/pubsub.publisher\""},
+		"resource \"google_project_iam_member\" \"datastore_user_ingress\" {\n  count = local.firestore ? 1 : 0\n\n  project = var.project_id\n  role    = \"roles/datastore.user\"",
+		"resource \"google_project_iam_member\" \"datastore_user_ingress\" {\n  count = local.firestore ? 1 : 0\n\n  project = var.project_id\n  role    = \"roles/pubsub.publisher\""},
 	{"an editor role", "IAMRoles", "modules/runonce/iam.tf",
 		"role    = \"roles/datastore.user\"\n  member  = google_service_account.worker.member", "role    = \"roles/editor\"\n  member  = google_service_account.worker.member"},
 	{"authoritative binding", "IAMRoles", "modules/runonce/iam.tf",
@@ -63,6 +63,10 @@ var breakages = []breakage{
 		"    RUNONCE_NAMESPACE = local.namespace\n", "    RUNONCE_NAMESPACE = local.namespace\n    RUNONCE_LEASE     = \"30s\"\n"},
 	{"a misspelt flag", "EnvNamesRealFlags", "modules/runonce/run.tf",
 		"RUNONCE_CONCURRENCY  = ", "RUNONCE_CONCURENCY   = "},
+	{"the Spanner DDL without the runs' row deletion policy", "SpannerSchemaIAM", "modules/runonce/spanner.tf",
+		"PRIMARY KEY (run_id), ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))", "PRIMARY KEY (run_id)"},
+	{"the worker without its Spanner grant", "SpannerSchemaIAM", "modules/runonce/spanner.tf",
+		"    worker  = google_service_account.worker.member\n", ""},
 }
 
 // TestChecksCatchBreakage breaks a copy of the Terraform, one way at a time, and expects

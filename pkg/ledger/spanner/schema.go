@@ -30,7 +30,7 @@ var Schema = []string{
 		created_at TIMESTAMP NOT NULL,
 		updated_at TIMESTAMP NOT NULL,
 		completed_at TIMESTAMP,
-		expire_at TIMESTAMP NOT NULL,
+		expire_at TIMESTAMP NOT NULL
 	) PRIMARY KEY (run_id),
 	ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))`,
 	// Live runs only: a terminal run's deadline is NULL.
@@ -45,7 +45,7 @@ var Schema = []string{
 		created_at TIMESTAMP NOT NULL,
 		updated_at TIMESTAMP NOT NULL,
 		done_at TIMESTAMP,
-		expire_at TIMESTAMP NOT NULL,
+		expire_at TIMESTAMP NOT NULL
 	) PRIMARY KEY (run_id, name),
 	INTERLEAVE IN PARENT runs ON DELETE CASCADE,
 	ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))`,
