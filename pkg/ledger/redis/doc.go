@@ -81,6 +81,20 @@
 //     write stands on the primary; a retry is safe). WAIT narrows the window, it does not
 //     make replication synchronous: Redis may still promote a replica that missed a write.
 //
+// # Speed
+//
+// On the project's 2-core machine against a local redis-server 7.0 with appendfsync
+// always (so every write waits for an fsync), with
+//
+//	go test -run '^$' -bench 'BenchmarkClaimVsRaw|BenchmarkLedger' -benchtime=4000x ./pkg/ledger/redis
+//
+// a new run's claim ran at 2,263, 7,080 and 17,942 claims/s at 1, 8 and 32 goroutines,
+// 0.75, 0.68 and 0.57 of one raw HSET of the same fields measured in alternating rounds
+// in the same run (3,025, 10,408 and 31,553/s): the script also files the run in both
+// indexes and sets its expiry. Claim p50 0.27 ms at one goroutine; a duplicate, which
+// writes nothing and waits for no fsync, p50 0.08 ms; acquire, renew and complete p50
+// 0.26 to 0.30 ms. Over a network add one round trip to each.
+//
 // On Google Cloud, use Memorystore for Valkey with cluster mode disabled, AOF persistence
 // with appendfsync always, and a replica (high availability) with wait=1; Open reads
 // INFO persistence (allowed there) and, where CONFIG GET is allowed, appendfsync. Where a

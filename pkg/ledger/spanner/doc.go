@@ -83,4 +83,17 @@
 // found, an invalid transaction ID); the ledger retries those a bounded number of times.
 // Its figures say what the client and the schema cost, not what Spanner's commit latency
 // (a Paxos round across replicas, 5 to 10 ms in one region) or throughput will be.
+//
+// On the project's 2-core machine, with
+//
+//	go test -run '^$' -bench 'BenchmarkClaimVsRaw|BenchmarkLedger' -benchtime=400x ./pkg/ledger/spanner
+//
+// a new run's claim ran at 2,069 and 2,258 claims/s at 1 and 8 goroutines, 1.12 and 1.02
+// of the raw insert mutation applied the same way in alternating rounds of the same run
+// (1,855 and 2,206/s): the claim is that insert, plus nothing. Claim p50 0.35 ms at one
+// goroutine. A duplicate's strong read takes p50 15 to 24 ms on the emulator, which holds
+// a strong read until its commit timestamps, placed about 20 ms ahead, have passed: on
+// Spanner a strong read in one region takes a few milliseconds. Acquire, renew and
+// complete (one read-write transaction each) took p50 3 to 5 ms, the emulator running one
+// transaction at a time.
 package spannerledger

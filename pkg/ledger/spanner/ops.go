@@ -92,25 +92,31 @@ func transact[T any](ctx context.Context, l *Ledger, op string, sql string, para
 }
 
 // readWrite runs f in a read-write transaction. The client retries a transaction Spanner
-// aborted; readWrite also retries, a bounded number of times, one whose transaction
-// vanished before it committed (Transaction not found, an invalid transaction ID): the
-// emulator, which runs one read-write transaction at a time, answers so to the losers
-// of concurrent transactions, and nothing was committed.
+// aborted; readWrite also retries, for at most retryFor, one whose transaction vanished
+// before it committed (Transaction not found, an invalid transaction ID): the emulator,
+// which runs one read-write transaction at a time, answers so to the losers of concurrent
+// transactions, and nothing was committed. After that the answer is ErrContended.
 func (l *Ledger) readWrite(ctx context.Context, f func(context.Context, *spanner.ReadWriteTransaction) error) (time.Time, error) {
-	for try := 1; ; try++ {
+	give := time.Now().Add(retryFor)
+	for try := 0; ; try++ {
 		ts, err := l.client.ReadWriteTransaction(ctx, f)
-		if err == nil || try == maxTries || !vanished(err) {
+		if err == nil || !vanished(err) || time.Now().After(give) {
 			return ts, err
 		}
+		backoff := min(maxBackoff, time.Millisecond<<min(try, 10))
 		select {
 		case <-ctx.Done():
 			return ts, err
-		case <-time.After(time.Duration(rand.Int64N(int64(try) * int64(5*time.Millisecond)))):
+		case <-time.After(backoff/2 + time.Duration(rand.Int64N(int64(backoff)))):
 		}
 	}
 }
 
-const maxTries = 20
+// How long readWrite retries a vanished transaction, and its longest pause between tries.
+const (
+	retryFor   = 20 * time.Second
+	maxBackoff = 100 * time.Millisecond
+)
 
 // vanished reports whether err says the transaction was gone before it committed.
 func vanished(err error) bool {

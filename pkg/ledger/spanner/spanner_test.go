@@ -337,3 +337,24 @@ func TestInterpretError(t *testing.T) {
 		t.Errorf("interpretError(InvalidArgument) = %v, want no retryable sentinel", got)
 	}
 }
+
+// TestReplayedClaimFindsItsOwnRecord: an insert applied at least once that the client
+// replays after its first try committed fails with AlreadyExists; the read finds the
+// claim's own attempt ID, and the claim is answered as created, not as a duplicate.
+func TestReplayedClaimFindsItsOwnRecord(t *testing.T) {
+	t.Parallel()
+	l := openTest(t, nil)
+	p := &ledger.ClaimParams{Identity: benchIdentity(), AttemptID: uuid.NewString()}
+	first, err := l.Claim(t.Context(), p)
+	if err != nil || !first.Created {
+		t.Fatalf("first claim = %+v, %v", first, err)
+	}
+	again, err := l.Claim(t.Context(), p)
+	if err != nil || !again.Created || again.PayloadMismatch || !again.Run.CreatedAt.Equal(first.Run.CreatedAt) {
+		t.Fatalf("the replayed claim = %+v, %v; want created, the first try's record", again, err)
+	}
+	other, err := l.Claim(t.Context(), &ledger.ClaimParams{Identity: p.Identity, AttemptID: uuid.NewString()})
+	if err != nil || other.Created {
+		t.Fatalf("another claim of the run = %+v, %v; want a duplicate", other, err)
+	}
+}
