@@ -178,9 +178,11 @@ func TestURL(t *testing.T) {
 		})
 	}
 	t.Run("Unreachable", func(t *testing.T) {
-		_, err := Open(ctx, "redis://127.0.0.1:1/0?dial_timeout=1s&max_retries=-1", nil)
-		if !errors.Is(err, ledger.ErrUnavailable) {
-			t.Fatalf("Open of an unreachable server = %v, want ledger.ErrUnavailable", err)
+		for _, scheme := range []string{"redis", "rediss"} {
+			_, err := ledger.Open(ctx, scheme+"://127.0.0.1:1/0?dial_timeout=1s&max_retries=-1")
+			if !errors.Is(err, ledger.ErrUnavailable) {
+				t.Fatalf("Open of an unreachable %s:// server = %v, want ledger.ErrUnavailable", scheme, err)
+			}
 		}
 	})
 }

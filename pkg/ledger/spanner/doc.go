@@ -80,7 +80,11 @@
 //
 // The emulator is a single process that runs one read-write transaction at a time and
 // answers the losers of concurrent ones with a vanished transaction (Transaction not
-// found, an invalid transaction ID); the ledger retries those a bounded number of times.
+// found, an invalid transaction ID); the ledger retries those for a while. Its strong
+// reads' CURRENT_TIMESTAMP() is their read timestamp, which it places after its latest
+// commit timestamp: ListRescue may list a run some milliseconds before its deadline by
+// the transactions' clock, and the Rescue that follows refuses it (ErrConflict) until the
+// deadline has passed.
 // Its figures say what the client and the schema cost, not what Spanner's commit latency
 // (a Paxos round across replicas, 5 to 10 ms in one region) or throughput will be.
 //
