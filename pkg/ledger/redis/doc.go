@@ -21,7 +21,10 @@
 //
 // A run is a hash PREFIX+"run:"+RUNID with one field per Run field (times as decimal
 // microseconds since the epoch, "" for zero); an effect is a hash
-// PREFIX+"eff:"+EFFECTKEY. Two sorted sets index them: PREFIX+"rescue" holds the live
+// PREFIX+"eff:"+EFFECTKEY, whose key the run's hash lists in its field effects. Every
+// write of a run also keeps each of its effects at least as long as the run (their
+// expire_at and key expiry), so that a done effect never expires before the run whose
+// retry it makes skip the effect. Two sorted sets index them: PREFIX+"rescue" holds the live
 // (queued or running) runs scored by deadline, for ListRescue; PREFIX+"expire" holds
 // every record scored by expire_at, for Sweep. Every script touches a record and these
 // indexes together, so the backend needs one primary (a standalone server, a

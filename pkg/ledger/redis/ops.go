@@ -23,6 +23,7 @@ func retention(d time.Duration) time.Duration { return cmp.Or(d, ledger.DefaultR
 
 func (l *Ledger) runKey(id string) string     { return l.o.Prefix + "run:" + id }
 func (l *Ledger) effectKey(key string) string { return l.o.Prefix + "eff:" + key }
+func (l *Ledger) effectPrefix() string        { return l.o.Prefix + "eff:" }
 func (l *Ledger) grace() string               { return strconv.FormatInt(l.o.Grace.Milliseconds(), 10) }
 
 // answer is a script's reply: whether it wrote, the server's time it used, the run and
@@ -121,7 +122,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	a, err := l.call(ctx, "claim run "+p.RunID, claimScript, l.runKeys(p.RunID),
 		timeArg(p.Now), p.RunID, p.Namespace, p.Job, p.Key, timeArg(ledger.Truncate(p.ScheduleTime)), p.PayloadHash,
 		p.Payload, p.AttemptID, micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)),
-		micros(retention(p.Retention)), l.grace())
+		micros(retention(p.Retention)), l.grace(), l.effectPrefix())
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +160,8 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	}
 	a, err := l.call(ctx, "acquire run "+p.RunID, acquireScript, l.runKeys(p.RunID),
 		timeArg(p.Now), p.RunID, p.Namespace, p.Job, p.Key, timeArg(ledger.Truncate(p.ScheduleTime)), p.PayloadHash,
-		p.Payload, p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), l.grace())
+		p.Payload, p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), l.grace(),
+		l.effectPrefix())
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +211,7 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 		return nil, err
 	}
 	return l.fenced(ctx, "renew", p.RunID, renewScript,
-		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)), l.grace()},
+		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)), l.grace(), l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			next, err := ledger.ApplyRenew(cur, p, now)
 			return next, next, err
@@ -223,7 +225,7 @@ func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledge
 	}
 	return l.fenced(ctx, "complete", p.RunID, finishScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, string(ledger.StatusCompleted), "",
-			micros(retention(p.Retention)), l.grace()},
+			micros(retention(p.Retention)), l.grace(), l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return ledger.ApplyComplete(cur, p, now)
 		})
@@ -236,7 +238,7 @@ func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, e
 	}
 	return l.fenced(ctx, "fail", p.RunID, finishScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, string(ledger.StatusFailed), p.Error,
-			micros(retention(p.Retention)), l.grace()},
+			micros(retention(p.Retention)), l.grace(), l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return ledger.ApplyFail(cur, p, now)
 		})
@@ -249,7 +251,7 @@ func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.
 	}
 	return l.fenced(ctx, "release", p.RunID, releaseScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, p.Error, micros(max(p.RetryAfter, 0)),
-			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), l.grace()},
+			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), l.grace(), l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return ledger.ApplyRelease(cur, p, now)
 		})
@@ -264,7 +266,8 @@ func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Ru
 	lost := fmt.Sprintf("attempt %d lost its lease at %s", p.Attempt, deadline.Format(time.RFC3339Nano))
 	return l.fenced(ctx, "rescue", p.RunID, rescueScript,
 		[]any{timeArg(p.Now), p.RunID, string(p.Status), strconv.FormatInt(p.Attempt, 10), timeArg(deadline),
-			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), lost, l.grace()},
+			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), lost, l.grace(),
+			l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			next, err := ledger.ApplyRescue(cur, p, now)
 			return next, next, err
@@ -397,7 +400,7 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 // record by itself Options.Grace after its ExpireAt; Sweep deletes it sooner.
 func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
 	v, err := l.run(ctx, "sweep", sweepScript, []string{l.expireKey, l.rescueKey},
-		timeArg(p.Now), cmp.Or(p.Limit, defaultSweepLimit), l.o.Prefix+"run:", l.o.Prefix+"eff:")
+		timeArg(p.Now), cmp.Or(p.Limit, defaultSweepLimit), l.o.Prefix+"run:", l.effectPrefix())
 	if err != nil {
 		return 0, err
 	}

@@ -536,3 +536,42 @@ func TestInterpretError(t *testing.T) {
 		t.Errorf("interpretError(ERR syntax) = %v, want no retryable sentinel", got)
 	}
 }
+
+// TestEffectsLiveAsLongAsTheirRun: a run write that keeps the run longer than one of its
+// effects keeps the effect as long too (its expire_at, its index entry and its key's
+// expiry), so that a done effect never expires before the run that skips it.
+func TestEffectsLiveAsLongAsTheirRun(t *testing.T) {
+	t.Parallel()
+	l := openTest(t, nil)
+	ctx := t.Context()
+	id := ledger.KeyedRunID("effects", "job", uuid.NewString())
+	a, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id}, AttemptID: "w", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := ledger.Fence{RunID: id, Attempt: a.Run.Attempt, AttemptID: a.Run.AttemptID}
+	for _, name := range []string{"short", "long"} {
+		keep := time.Hour
+		if name == "long" {
+			keep = 30 * 24 * time.Hour
+		}
+		if _, err := l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: name, Retention: keep}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f, Retention: 48 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := l.GetEffect(ctx, &ledger.GetEffectParams{RunID: id, Name: "short"})
+	if err != nil || short.ExpireAt.Before(done.ExpireAt) {
+		t.Fatalf("effect kept 1h, run then kept 48h: effect ExpireAt %v, run %v (%v); want the effect at least as long", short.ExpireAt, done.ExpireAt, err)
+	}
+	long, err := l.GetEffect(ctx, &ledger.GetEffectParams{RunID: id, Name: "long"})
+	if err != nil || !long.ExpireAt.After(done.ExpireAt) {
+		t.Fatalf("an effect kept longer than the run was shortened: %v, run %v (%v)", long.ExpireAt, done.ExpireAt, err)
+	}
+	if ttl, err := l.rdb.PTTL(ctx, l.effectKey(short.Key)).Result(); err != nil || ttl < 48*time.Hour {
+		t.Fatalf("the short effect's key expires in %v (%v), want at least the run's 48h", ttl, err)
+	}
+}

@@ -64,7 +64,9 @@ local function keep(key, expire_us, grace_ms)
   redis.call('PEXPIREAT', key, at + tonumber(grace_ms))
 end
 
--- index_run files a written run in the rescue and expiry indexes and sets its key's expiry.
+-- index_run files a written run in the rescue and expiry indexes, sets its key's expiry,
+-- and keeps each of its effects (the run's 'effects' field lists their keys) at least as
+-- long as the run. The script's last ARGV is the effect key prefix.
 local function index_run(id, status, deadline, expire_us, grace_ms)
   if status == 'queued' or status == 'running' then
     redis.call('ZADD', KEYS[2], deadline, id)
@@ -73,6 +75,18 @@ local function index_run(id, status, deadline, expire_us, grace_ms)
   end
   redis.call('ZADD', KEYS[3], expire_us, 'r:' .. id)
   keep(KEYS[1], expire_us, grace_ms)
+  local effects = redis.call('HGET', KEYS[1], 'effects')
+  if effects then
+    for ekey in string.gmatch(effects, '%S+') do
+      local key = ARGV[#ARGV] .. ekey
+      local e = redis.call('HGET', key, 'expire_at')
+      if e and num(e) < expire_us then
+        redis.call('HSET', key, 'expire_at', fmt(expire_us))
+        redis.call('ZADD', KEYS[3], expire_us, 'e:' .. ekey)
+        keep(key, expire_us, grace_ms)
+      end
+    end
+  end
 end
 
 local function held(st, attempt, aid)
@@ -81,7 +95,7 @@ end
 `
 
 // claim: ARGV now, id, namespace, job, key, schedule_time, payload_hash, payload,
-// attempt_id, pickup (µs), retention (µs), grace (ms).
+// attempt_id, pickup (µs), retention (µs), grace (ms), effect key prefix.
 var claimScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -111,7 +125,7 @@ return {0, '', redis.call('HGETALL', KEYS[1])}
 `)
 
 // acquire: ARGV now, id, namespace, job, key, schedule_time, payload_hash, payload,
-// attempt_id, lease (µs), retention (µs), grace (ms).
+// attempt_id, lease (µs), retention (µs), grace (ms), effect key prefix.
 var acquireScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'not_before', 'deadline', 'attempt', 'attempts_made')
@@ -143,7 +157,7 @@ index_run(ARGV[2], 'running', deadline, exp, ARGV[12])
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
-// renew: ARGV now, id, attempt, attempt_id, lease (µs), grace (ms).
+// renew: ARGV now, id, attempt, attempt_id, lease (µs), grace (ms), effect key prefix.
 var renewScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'expire_at')
@@ -159,7 +173,7 @@ return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
 // finish (complete, fail): ARGV now, id, attempt, attempt_id, status, error, retention
-// (µs), grace (ms).
+// (µs), grace (ms), effect key prefix.
 var finishScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'attempts_made')
@@ -175,7 +189,7 @@ return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
 // release: ARGV now, id, attempt, attempt_id, error, retry after (µs, ≥ 0), pickup (µs),
-// retention (µs), grace (ms).
+// retention (µs), grace (ms), effect key prefix.
 var releaseScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'attempts_made')
@@ -194,7 +208,7 @@ return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
 // rescue: ARGV now, id, status, attempt, deadline (µs), pickup (µs), retention (µs),
-// lost-lease error, grace (ms).
+// lost-lease error, grace (ms), effect key prefix.
 var rescueScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'deadline', 'attempts_made')
@@ -229,6 +243,9 @@ if es[1] then
 else
   redis.call('HSET', KEYS[4], 'key', ARGV[6], 'run_id', ARGV[2], 'name', ARGV[5], 'created_at', fmt(now),
     'done_at', '')
+  local effects = redis.call('HGET', KEYS[1], 'effects')
+  if not effects then effects = ARGV[6] else effects = effects .. ' ' .. ARGV[6] end
+  redis.call('HSET', KEYS[1], 'effects', effects)
 end
 local exp = now + tonumber(ARGV[7])
 redis.call('HSET', KEYS[4], 'status', 'pending', 'attempt', ARGV[3], 'updated_at', fmt(now),
