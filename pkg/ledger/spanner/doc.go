@@ -34,6 +34,10 @@
 // by itself, typically within three days, so no sweeper is needed; Sweep deletes expired
 // records sooner (at most Limit in one transaction). Effects are interleaved in their run:
 // they sit beside it in storage, are read with it in one query, and go when it goes. The
+// query that opens a run's transition also reads its effects' expiry, and every write of
+// the run lifts an effect kept shorter than the run to the run's expire_at (no extra
+// round trip), so that a done effect never expires before the run whose retry it makes
+// skip the effect. The
 // two timestamp indexes take every write at the current time; at very high write rates
 // they are the hot spot to shard (prefix the key with a hash bucket).
 //

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +28,13 @@ type readRow struct {
 	now time.Time
 	r   runRow
 	e   effectRow
+	// effects are the run's effects (name and expiry), read by readRunSQL only.
+	effects []*effectExpiry
+}
+
+type effectExpiry struct {
+	Name     string    `spanner:"name"`
+	ExpireAt time.Time `spanner:"expire_at"`
 }
 
 func (row *readRow) run() *ledger.Run       { return row.r.run() }
@@ -39,13 +47,20 @@ func (row *readRow) decode(r *spanner.Row) error {
 	if err := r.ToStructLenient(&row.r); err != nil {
 		return err
 	}
-	return r.ToStructLenient(&row.e)
+	if err := r.ToStructLenient(&row.e); err != nil {
+		return err
+	}
+	if slices.Contains(r.ColumnNames(), "effects") {
+		return r.ColumnByName("effects", &row.effects)
+	}
+	return nil
 }
 
 // The queries that open a transition. They LEFT JOIN the records to a one-row table, so
 // that Spanner's time comes back when a record is absent too.
 const (
-	readRunSQL = `SELECT CURRENT_TIMESTAMP() AS now, ` + selectRun + `
+	readRunSQL = `SELECT CURRENT_TIMESTAMP() AS now, ` + selectRun + `,
+		ARRAY(SELECT AS STRUCT e.name, e.expire_at FROM effects AS e WHERE e.run_id = @id) AS effects
 		FROM UNNEST([1]) AS one LEFT JOIN runs AS r ON r.run_id = @id`
 	readEffectSQL = `SELECT CURRENT_TIMESTAMP() AS now, ` + selectRun + `, ` + selectEffect + `
 		FROM UNNEST([1]) AS one LEFT JOIN runs AS r ON r.run_id = @id
@@ -144,11 +159,20 @@ func isVerdict(err error) bool {
 
 func runParams(id string) map[string]any { return map[string]any{"id": id} }
 
-func writeRun(r *ledger.Run) []*spanner.Mutation {
+// writeRun returns the mutations that write r (nil: nothing) and keep each of its effects
+// at least as long as the run, so that a done effect never expires before the run whose
+// retry it makes skip the effect.
+func writeRun(r *ledger.Run, effects []*effectExpiry) []*spanner.Mutation {
 	if r == nil {
 		return nil
 	}
-	return []*spanner.Mutation{spanner.InsertOrUpdate("runs", runColumns, runValues(r))}
+	ms := []*spanner.Mutation{spanner.InsertOrUpdate("runs", runColumns, runValues(r))}
+	for _, e := range effects {
+		if e.ExpireAt.Before(r.ExpireAt) {
+			ms = append(ms, spanner.Update("effects", []string{"run_id", "name", "expire_at"}, []any{r.ID, e.Name, r.ExpireAt}))
+		}
+	}
+	return ms
 }
 
 // Claim implements ledger.Ledger. A new run costs one RPC: a Commit of an insert mutation
@@ -217,7 +241,7 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	return transact(ctx, l, "acquire run "+p.RunID, readRunSQL, runParams(p.RunID), p.Now,
 		func(row *readRow, now time.Time) ([]*spanner.Mutation, *ledger.AcquireResult, error) {
 			next, res, err := ledger.ApplyAcquire(row.run(), p, now)
-			return writeRun(next), res, err
+			return writeRun(next, row.effects), res, err
 		})
 }
 
@@ -228,7 +252,7 @@ func (l *Ledger) runTransition(ctx context.Context, op, runID string, override t
 	return transact(ctx, l, op+" run "+runID, readRunSQL, runParams(runID), override,
 		func(row *readRow, now time.Time) ([]*spanner.Mutation, *ledger.Run, error) {
 			next, answer, err := rule(row.run(), now)
-			return writeRun(next), answer, err
+			return writeRun(next, row.effects), answer, err
 		})
 }
 

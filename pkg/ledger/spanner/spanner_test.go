@@ -358,3 +358,35 @@ func TestReplayedClaimFindsItsOwnRecord(t *testing.T) {
 		t.Fatalf("another claim of the run = %+v, %v; want a duplicate", other, err)
 	}
 }
+
+// TestEffectsLiveAsLongAsTheirRun: a run write that keeps the run longer than one of its
+// effects keeps the effect as long too, so that a done effect never expires before the
+// run that skips it.
+func TestEffectsLiveAsLongAsTheirRun(t *testing.T) {
+	t.Parallel()
+	l := openTest(t, nil)
+	ctx := t.Context()
+	id := benchIdentity()
+	a, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: id, AttemptID: "w", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := ledger.Fence{RunID: id.RunID, Attempt: a.Run.Attempt, AttemptID: a.Run.AttemptID}
+	for name, keep := range map[string]time.Duration{"short": time.Hour, "long": 30 * 24 * time.Hour} {
+		if _, err := l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: name, Retention: keep}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f, Retention: 48 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := l.GetEffect(ctx, &ledger.GetEffectParams{RunID: id.RunID, Name: "short"})
+	if err != nil || short.ExpireAt.Before(done.ExpireAt) {
+		t.Fatalf("effect kept 1h, run then kept 48h: effect ExpireAt %v, run %v (%v); want the effect at least as long", short.ExpireAt, done.ExpireAt, err)
+	}
+	long, err := l.GetEffect(ctx, &ledger.GetEffectParams{RunID: id.RunID, Name: "long"})
+	if err != nil || !long.ExpireAt.After(done.ExpireAt) {
+		t.Fatalf("an effect kept longer than the run was shortened: %v, run %v (%v)", long.ExpireAt, done.ExpireAt, err)
+	}
+}
