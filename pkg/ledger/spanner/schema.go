@@ -57,24 +57,38 @@ var Schema = []string{
 // client, and reports whether it did. The database must exist (Terraform creates it).
 // Teams that manage the schema in a pipeline apply Schema there and open with
 // migrate=false.
+//
+// Instances that start together may both find the tables missing: the loser's DDL fails
+// (the names exist), and Migrate then finds the winner's tables and reports success.
 func Migrate(ctx context.Context, admin *database.DatabaseAdminClient, db string) (bool, error) {
+	exists, err := hasLedgerTables(ctx, admin, db)
+	if err != nil || exists {
+		return false, err
+	}
+	op, err := admin.UpdateDatabaseDdl(ctx, &databasepb.UpdateDatabaseDdlRequest{Database: db, Statements: Schema})
+	if err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		if exists, again := hasLedgerTables(ctx, admin, db); again == nil && exists {
+			return false, nil
+		}
+		return false, fmt.Errorf("spannerledger: create the ledger's tables in %s: %w", db, err)
+	}
+	return true, nil
+}
+
+func hasLedgerTables(ctx context.Context, admin *database.DatabaseAdminClient, db string) (bool, error) {
 	ddl, err := admin.GetDatabaseDdl(ctx, &databasepb.GetDatabaseDdlRequest{Database: db})
 	if err != nil {
 		return false, interpretError("read the schema of "+db, err)
 	}
 	for _, s := range ddl.Statements {
 		if hasTable(s, "runs") {
-			return false, nil
+			return true, nil
 		}
 	}
-	op, err := admin.UpdateDatabaseDdl(ctx, &databasepb.UpdateDatabaseDdlRequest{Database: db, Statements: Schema})
-	if err != nil {
-		return false, interpretError("create the ledger's tables in "+db, err)
-	}
-	if err := op.Wait(ctx); err != nil {
-		return false, fmt.Errorf("spannerledger: create the ledger's tables in %s: %w", db, err)
-	}
-	return true, nil
+	return false, nil
 }
 
 func hasTable(ddl, table string) bool {

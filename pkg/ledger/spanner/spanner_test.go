@@ -390,3 +390,29 @@ func TestEffectsLiveAsLongAsTheirRun(t *testing.T) {
 		t.Fatalf("an effect kept longer than the run was shortened: %v, run %v (%v)", long.ExpireAt, done.ExpireAt, err)
 	}
 }
+
+// TestConcurrentOpenMigrates opens one empty database from several ledgers at once: one
+// creates the tables, the others find them, and all of them open.
+func TestConcurrentOpenMigrates(t *testing.T) {
+	t.Parallel()
+	db := newDatabase(t, true)
+	const n = 4
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			l, err := Open(t.Context(), db, nil)
+			if err == nil {
+				_, err = l.Claim(t.Context(), &ledger.ClaimParams{Identity: benchIdentity(), AttemptID: "a"})
+				_ = l.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("open %d of %d: %v", i, n, err)
+		}
+	}
+}
