@@ -96,12 +96,13 @@
 //
 //	go test -run '^$' -bench 'BenchmarkClaimVsRaw|BenchmarkLedger' -benchtime=400x ./pkg/ledger/spanner
 //
-// a new run's claim ran at 2,069 and 2,258 claims/s at 1 and 8 goroutines, 1.12 and 1.02
-// of the raw insert mutation applied the same way in alternating rounds of the same run
-// (1,855 and 2,206/s): the claim is that insert, plus nothing. Claim p50 0.35 ms at one
-// goroutine. A duplicate's strong read takes p50 15 to 24 ms on the emulator, which holds
-// a strong read until its commit timestamps, placed about 20 ms ahead, have passed: on
+// a new run's claim ran at 2,993 and 4,094 claims/s at 1 and 8 goroutines, 1.06 and 1.65
+// times the raw insert mutation applied the same way in alternating rounds of the same
+// run (2,815 and 2,482/s; an earlier run: 1.12 and 1.02): the claim is that insert and
+// nothing more, and the spread is the shared machine's noise. Claim p50 0.30 ms at one
+// goroutine. A duplicate's strong read took p50 15 to 53 ms: the emulator holds a strong
+// read until its commit timestamps, placed tens of milliseconds ahead, have passed; on
 // Spanner a strong read in one region takes a few milliseconds. Acquire, renew and
-// complete (one read-write transaction each) took p50 3 to 5 ms, the emulator running one
-// transaction at a time.
+// complete (one read-write transaction each) took p50 2.8 to 5.1 ms, the emulator
+// running one transaction at a time.
 package spannerledger
