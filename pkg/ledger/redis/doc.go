@@ -52,9 +52,9 @@
 //
 // Every write sets the record's key to expire (PEXPIREAT) at its ExpireAt plus
 // Options.Grace (1h by default), so Redis deletes old records by itself: no sweeper is
-// needed. Sweep deletes records past ExpireAt sooner, through the expiry index, and
-// drops index entries whose key Redis already expired; the worker's periodic sweep keeps
-// that index from growing with records Redis expired. A record past ExpireAt still
+// needed. Each new run's claim also drops up to ten expiry-index entries older than the
+// grace (their keys have expired), so the index does not grow either. Sweep deletes
+// records past ExpireAt sooner, through the expiry index. A record past ExpireAt still
 // deduplicates until one of the two deletes it.
 //
 // # Durability: what is guaranteed, under which settings

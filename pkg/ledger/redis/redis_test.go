@@ -575,3 +575,24 @@ func TestEffectsLiveAsLongAsTheirRun(t *testing.T) {
 		t.Fatalf("the short effect's key expires in %v (%v), want at least the run's 48h", ttl, err)
 	}
 }
+
+// TestClaimsTrimTheExpiryIndex: entries of records whose keys Redis expired leave the
+// expiry index with the next claims, without a sweep.
+func TestClaimsTrimTheExpiryIndex(t *testing.T) {
+	t.Parallel()
+	l := openTest(t, &Options{Grace: time.Millisecond})
+	ctx := t.Context()
+	for range 3 {
+		if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: ledger.KeyedRunID("trim", "job", uuid.NewString())},
+			AttemptID: "a", Retention: time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: ledger.KeyedRunID("trim", "job", uuid.NewString())}, AttemptID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := l.rdb.ZCard(ctx, l.expireKey).Result(); err != nil || n != 1 {
+		t.Fatalf("expiry index holds %d entries (%v), want 1: the last claim's", n, err)
+	}
+}

@@ -89,6 +89,16 @@ local function index_run(id, status, deadline, expire_us, grace_ms)
   end
 end
 
+-- trim drops up to 10 expiry-index entries older than the grace by the server's real
+-- clock: their keys have expired in Redis (a rewritten record's entry carries its new
+-- expire_at), so the index needs no sweeper either.
+local function trim(grace_ms)
+  local t = redis.call('TIME')
+  local before = (tonumber(t[1]) * 1000 + floordiv(tonumber(t[2]), 1000) - tonumber(grace_ms)) * 1000
+  local stale = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. fmt(before), 'LIMIT', 0, 10)
+  if #stale > 0 then redis.call('ZREM', KEYS[3], unpack(stale)) end
+end
+
 local function held(st, attempt, aid)
   return st[1] == 'running' and st[2] == attempt and st[3] == aid
 end
@@ -109,6 +119,7 @@ redis.call('HSET', KEYS[1], 'id', ARGV[2], 'namespace', ARGV[3], 'job', ARGV[4],
   'attempts_made', '0', 'last_error', '', 'created_at', fmt(now), 'updated_at', fmt(now),
   'completed_at', '', 'expire_at', fmt(exp))
 index_run(ARGV[2], 'queued', deadline, exp, ARGV[12])
+trim(ARGV[12])
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
