@@ -9,7 +9,10 @@
 // import), or wrap a client of your own with New. The parameters prefix (Options.Prefix),
 // persistence (require, warn or ignore), wait and wait_timeout (Options.WaitReplicas and
 // WaitTimeout) and grace (Options.Grace) are runonce's; every other one is go-redis's
-// (dial_timeout, pool_size, …), and one neither knows is an error that names it.
+// (dial_timeout, pool_size, …), and one neither knows is an error that names it. A
+// rediss:// URL verifies the server against the system's roots; Memorystore's in-transit
+// encryption uses the instance's own CA, so build a redis.Client whose TLSConfig trusts
+// it and call New.
 //
 // The client is github.com/redis/go-redis/v9: Redis's own client, which parses both URL
 // schemes, runs a script with EVALSHA and falls back to EVAL when the server lost its
