@@ -3,9 +3,13 @@ module github.com/runonce/runonce
 go 1.26.0
 
 require (
+	cloud.google.com/go/cloudbuild v1.37.0
 	cloud.google.com/go/firestore v1.29.2
+	cloud.google.com/go/longrunning v1.5.0
 	cloud.google.com/go/pubsub/v2 v2.9.0
+	cloud.google.com/go/run v1.25.0
 	cloud.google.com/go/spanner v1.96.1
+	cloud.google.com/go/workflows v1.22.1
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/chainguard-dev/clog v1.8.0
 	github.com/coreos/go-oidc/v3 v3.21.0
@@ -41,7 +45,6 @@ require (
 	cloud.google.com/go/auth/oauth2adapt v0.3.0 // indirect
 	cloud.google.com/go/compute/metadata v0.10.0 // indirect
 	cloud.google.com/go/iam v1.14.0 // indirect
-	cloud.google.com/go/longrunning v1.3.0 // indirect
 	cloud.google.com/go/monitoring v1.30.0 // indirect
 	github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp v1.6.0 // indirect
 	github.com/GoogleCloudPlatform/opentelemetry-operations-go/detectors/gcp v1.35.0 // indirect

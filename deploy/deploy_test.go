@@ -1,9 +1,11 @@
 package deploy
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,6 +103,7 @@ var checks = map[string]check{
 	"DeadLetterAgentIAM":    checkDeadLetterIAM,
 	"SchedulerUsesUnixCron": checkSchedulerCron,
 	"SpannerSchemaIAM":      checkSpanner,
+	"TargetIAM":             checkTargetIAM,
 }
 
 func runCheck(t *testing.T, name string) {
@@ -128,6 +131,7 @@ func TestIAMRoles(t *testing.T)              { runCheck(t, "IAMRoles") }
 func TestServiceAccountsOwn(t *testing.T)    { runCheck(t, "ServiceAccountsOwn") }
 func TestEnvNamesRealFlags(t *testing.T)     { runCheck(t, "EnvNamesRealFlags") }
 func TestSpannerSchemaIAM(t *testing.T)      { runCheck(t, "SpannerSchemaIAM") }
+func TestTargetIAM(t *testing.T)             { runCheck(t, "TargetIAM") }
 
 // --- Cloud Scheduler -------------------------------------------------------------------
 
@@ -494,10 +498,11 @@ func checkFirestore(d *deployment) []error {
 			ttl[c] = true
 		}
 	}
-	for _, c := range []string{"runs", "effects"} {
-		if !ttl[prefix+c] {
-			errs = append(errs, fmt.Errorf("no google_firestore_field with ttl_config on expire_at for collection %q: records would never be deleted", prefix+c))
-		}
+	if !ttl[prefix+"runs"] {
+		errs = append(errs, fmt.Errorf("no google_firestore_field with ttl_config on expire_at for collection %q: runs would never be deleted", prefix+"runs"))
+	}
+	if ttl[prefix+"effects"] {
+		errs = append(errs, fmt.Errorf("a TTL policy on %q: Firestore would delete the effects of a live run, and a later attempt would redo them (the worker's sweep deletes an effect only after its run)", prefix+"effects"))
 	}
 	found := false
 	for _, ix := range d.mod.resourcesOf("google_firestore_index") {
@@ -742,6 +747,10 @@ var allowedRoles = map[string]string{
 	"roles/run.invoker":                    "google_cloud_run_v2_service_iam_member",                               // scheduler → ingress, push → worker
 	"roles/iam.serviceAccountTokenCreator": "google_service_account_iam_member",                                    // Pub/Sub agent mints the push token
 	"roles/secretmanager.secretAccessor":   "google_secret_manager_secret_iam_member",                              // worker reads the jobs file
+	"roles/workflows.invoker":              "google_project_iam_member",                                            // a workflows target (no IAM below the project; a condition narrows it)
+	"roles/run.jobsExecutorWithOverrides":  "google_cloud_run_v2_job_iam_member",                                   // a cloudrun target, on its job: run it with overrides
+	"roles/run.viewer":                     "google_cloud_run_v2_job_iam_member",                                   // a cloudrun target, on its job: get and list its executions
+	"roles/cloudbuild.builds.editor":       "google_project_iam_member",                                            // a cloudbuild target (no IAM below the project; a condition narrows it)
 }
 
 var iamType = regexp.MustCompile(`^google_.*_iam_(member|binding|policy|audit_config)$`)
@@ -786,6 +795,154 @@ func checkIAM(d *deployment) []error {
 		errs = append(errs, errors.New("no IAM grants at all: the services could not reach Pub/Sub or Firestore"))
 	}
 	return errs
+}
+
+// targetGrants are the grants each Google Cloud API target kind needs (targets.tf): the
+// kind, the role, the IAM resource type, the local that lists the targets of the kind,
+// and whether the grant is project-level (then narrowed by an IAM condition).
+type targetGrant struct {
+	kind, role, typ, local string
+	projectLevel           bool
+}
+
+var targetGrants = []targetGrant{
+	{"workflows", "roles/workflows.invoker", "google_project_iam_member", "local.workflow_targets", true},
+	{"cloudrun", "roles/run.jobsExecutorWithOverrides", "google_cloud_run_v2_job_iam_member", "local.cloudrun_targets", false},
+	{"cloudrun", "roles/run.viewer", "google_cloud_run_v2_job_iam_member", "local.cloudrun_targets", false},
+	{"cloudbuild", "roles/cloudbuild.builds.editor", "google_project_iam_member", "local.cloudbuild_targets", true},
+}
+
+// targetKind reports whether kind is a Google Cloud API target's.
+func targetKind(kind string) bool {
+	return slices.ContainsFunc(targetGrants, func(g targetGrant) bool { return g.kind == kind })
+}
+
+// jobsTargets returns the Google Cloud API targets of the deployment's jobs file: name →
+// kind and resource.
+func jobsTargets(d *deployment) (map[string][2]string, error) {
+	v := d.mod.ctx.Variables["var"].GetAttr("jobs_json")
+	if v.IsNull() {
+		return nil, nil
+	}
+	if !v.IsWhollyKnown() || !v.Type().Equals(cty.String) {
+		return nil, errors.New("jobs_json is not known from the variables: cannot check the targets' grants")
+	}
+	var f struct {
+		Jobs map[string]struct{ Kind, Resource string }
+	}
+	if err := json.Unmarshal([]byte(v.AsString()), &f); err != nil {
+		return nil, fmt.Errorf("jobs_json: %v", err)
+	}
+	out := map[string][2]string{}
+	for name, j := range f.Jobs {
+		if targetKind(j.Kind) {
+			out[name] = [2]string{j.Kind, j.Resource}
+		}
+	}
+	return out, nil
+}
+
+// Every Google Cloud API target of the jobs file gets its kind's one role, for the
+// worker's account, on its own resource (project-level grants carry an IAM condition on
+// it), and no target role is granted for a target the jobs file does not name.
+func checkTargetIAM(d *deployment) []error {
+	targets, err := jobsTargets(d)
+	if err != nil {
+		return []error{err}
+	}
+	var errs []error
+	for _, g := range targetGrants {
+		kind := g.kind
+		want := map[string]string{}
+		for name, t := range targets {
+			if t[0] == kind {
+				want[name] = t[1]
+			}
+		}
+		var grants []*tfBlock
+		for _, r := range d.mod.resources {
+			if e := attr(r.body, "role"); e != nil {
+				if role, err := d.mod.evalString(e, nil); err == nil && role == g.role {
+					grants = append(grants, r)
+				}
+			}
+		}
+		if len(grants) != 1 {
+			errs = append(errs, fmt.Errorf("%s targets: %d resources grant %s, want one (for_each over %s)", kind, len(grants), g.role, g.local))
+			continue
+		}
+		r := grants[0]
+		fe := attr(r.body, "for_each")
+		if r.typ() != g.typ || fe == nil || !references(fe, g.local) {
+			errs = append(errs, fmt.Errorf("%s: %s must be a %s with for_each = %s", r, g.role, g.typ, g.local))
+			continue
+		}
+		if m := attr(r.body, "member"); m == nil || !references(m, "google_service_account.worker") {
+			errs = append(errs, fmt.Errorf("%s: %s must go to the worker's service account", r, g.role))
+		}
+		got, err := d.mod.eval(fe, nil)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: for_each: %v", r, err))
+			continue
+		}
+		have := map[string]string{}
+		for it := got.ElementIterator(); it.Next(); {
+			k, v := it.Element()
+			if v.Type().Equals(cty.String) {
+				have[k.AsString()] = v.AsString()
+			}
+		}
+		if !maps.Equal(have, want) {
+			errs = append(errs, fmt.Errorf("%s: grants %s for %v, want exactly the jobs file's %s targets %v", r, g.role, have, kind, want))
+		}
+		for name, res := range want {
+			each := cty.StringVal(res)
+			parts := strings.Split(res, "/")
+			if p, err := d.mod.evalString(attr(r.body, "project"), &each); err != nil || len(parts) < 6 || p != parts[1] {
+				errs = append(errs, fmt.Errorf("%s: target %s (%s) is granted in project %q, not its own", r, name, res, p))
+			}
+			if g.projectLevel {
+				if err := conditionNames(d, r, each); err != nil {
+					errs = append(errs, fmt.Errorf("%s: target %s: a project-level %s grant needs an IAM condition on its resource.name: %v", r, name, g.role, err))
+				}
+			} else {
+				n, err := d.mod.evalString(attr(r.body, "name"), &each)
+				l, lerr := d.mod.evalString(attr(r.body, "location"), &each)
+				if err != nil || lerr != nil || n != parts[5] || l != parts[3] {
+					errs = append(errs, fmt.Errorf("%s: target %s (%s) is granted on %s/%s, not on its own resource", r, name, res, l, n))
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// conditionNames checks that r's one dynamic condition block is on (its for_each is not
+// empty with the deployment's variables) and that its expression names the resource.
+func conditionNames(d *deployment, r *tfBlock, each cty.Value) error {
+	dyn := dynamicBlocks(r.body, "condition")
+	if len(dyn) != 1 {
+		return fmt.Errorf("%d dynamic condition blocks, want 1", len(dyn))
+	}
+	on, err := d.mod.eval(attr(dyn[0].Body, "for_each"), nil)
+	if err != nil {
+		return err
+	}
+	if on.LengthInt() == 0 {
+		return errors.New("the condition is off")
+	}
+	content := blocks(dyn[0].Body, "content")
+	if len(content) != 1 {
+		return errors.New("the condition has no content")
+	}
+	expr, err := d.mod.evalString(attr(content[0], "expression"), &each)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(expr, `resource.name == "`+each.AsString()+`"`) {
+		return fmt.Errorf("the condition %q does not name %s", expr, each.AsString())
+	}
+	return nil
 }
 
 // Each binary runs as its own service account, not the default compute one.

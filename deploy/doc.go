@@ -8,7 +8,8 @@
 //     audience; every subscription has a retry policy and a dead-letter policy (except
 //     the one that keeps the dead letters); the subscription's message retention, the
 //     scheduler's retry window and the longest lease fit inside the ledger's retention;
-//     the TTL policy is set on expire_at for runs and effects, and the rescue query's
+//     the TTL policy is set on expire_at for runs and not for effects (an effect must
+//     outlive its run; the sweep deletes it after its run), and the rescue query's
 //     index exists; the worker's CPU is always allocated with at least one instance and
 //     its grace fits Cloud Run's 10 s; no account gets a role outside a short list, on
 //     anything but the resource it needs; and every RUNONCE_* variable names a real

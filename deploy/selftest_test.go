@@ -37,7 +37,7 @@ var breakages = []breakage{
 		"retention_hours         = 336", "retention_hours         = 168"},
 	{"no TTL on expire_at", "FirestoreTTLIndex", "modules/runonce/firestore.tf", "  ttl_config {}\n", ""},
 	{"TTL on the wrong field", "FirestoreTTLIndex", "modules/runonce/firestore.tf", `field      = "expire_at"`, `field      = "expires_at"`},
-	{"TTL on runs only", "FirestoreTTLIndex", "modules/runonce/firestore.tf", `toset(["runs", "effects"])`, `toset(["runs"])`},
+	{"TTL on effects too", "FirestoreTTLIndex", "modules/runonce/firestore.tf", `toset(["runs"])`, `toset(["runs", "effects"])`},
 	{"rescue index in the wrong order", "FirestoreTTLIndex", "modules/runonce/firestore.tf",
 		"    field_path = \"deadline\"\n    order      = \"ASCENDING\"", "    field_path = \"deadline\"\n    order      = \"DESCENDING\""},
 	{"worker with request-based CPU", "WorkerAlwaysOn", "modules/runonce/run.tf",
@@ -67,6 +67,17 @@ var breakages = []breakage{
 		"PRIMARY KEY (run_id), ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))", "PRIMARY KEY (run_id)"},
 	{"the worker without its Spanner grant", "SpannerSchemaIAM", "modules/runonce/spanner.tf",
 		"    worker  = google_service_account.worker.member\n", ""},
+	{"a workflows target without its grant", "TargetIAM", "modules/runonce/targets.tf",
+		`if t.kind == "workflows"`, `if t.kind == "workflow"`},
+	{"a Cloud Run job's grant on the project", "TargetIAM", "modules/runonce/targets.tf",
+		`resource "google_cloud_run_v2_job_iam_member" "jobs_executor_worker"`, `resource "google_project_iam_member" "jobs_executor_worker"`},
+	{"a Cloud Run job's grant on another job", "TargetIAM", "modules/runonce/targets.tf",
+		`name     = split("/", each.value)[5]`, `name     = split("/", each.value)[3]`},
+	{"a project-wide workflows invoker", "TargetIAM", "modules/runonce/targets.tf",
+		"    for_each = var.restrict_target_grants_to_resource ? [1] : []\n    content {\n      title      = \"runonce-${each.key}\"\n      expression = \"resource.name == \\\"${each.value}\\\"",
+		"    for_each = []\n    content {\n      title      = \"runonce-${each.key}\"\n      expression = \"resource.name == \\\"${each.value}\\\""},
+	{"a target role for the ingress", "TargetIAM", "modules/runonce/targets.tf",
+		"  role    = \"roles/workflows.invoker\"\n  member  = google_service_account.worker.member", "  role    = \"roles/workflows.invoker\"\n  member  = google_service_account.ingress.member"},
 }
 
 // TestChecksCatchBreakage breaks a copy of the Terraform, one way at a time, and expects

@@ -100,6 +100,11 @@ func (m *tfModule) evalContext(overrides map[string]cty.Value) *hcl.EvalContext 
 	vars := map[string]cty.Value{}
 	for name, b := range m.vars {
 		vars[name] = cty.DynamicVal
+		// A required string (a project ID, an image) stands for itself, so that values
+		// built from it (resource names in a jobs file) are known.
+		if t, ok := b.Body.Attributes["type"]; ok && hcl.ExprAsKeyword(t.Expr) == "string" {
+			vars[name] = cty.StringVal("VAR_" + name)
+		}
 		if a, ok := b.Body.Attributes["default"]; ok {
 			if v, diags := a.Expr.Value(nil); !diags.HasErrors() {
 				vars[name] = v
@@ -364,6 +369,7 @@ func tfFunctions() map[string]function.Function {
 		"jsonencode":   stdlib.JSONEncodeFunc,
 		"keys":         stdlib.KeysFunc,
 		"length":       stdlib.LengthFunc,
+		"lookup":       stdlib.LookupFunc,
 		"lower":        stdlib.LowerFunc,
 		"max":          stdlib.MaxFunc,
 		"merge":        stdlib.MergeFunc,

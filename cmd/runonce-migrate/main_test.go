@@ -35,7 +35,7 @@ func TestMigrate(t *testing.T) {
 		}
 	})
 	env := map[string]string{"RUNONCE_LEDGER": dsn}
-	for i, want := range []string{"applied [1]; now at version 1", "up to date at version 1"} {
+	for i, want := range []string{"applied [1 2]; now at version 2", "up to date at version 2"} {
 		var out bytes.Buffer
 		if err := run(t.Context(), []string{"-schema", schema}, func(k string) string { return env[k] }, &out); err != nil {
 			t.Fatalf("run %d: %v", i, err)

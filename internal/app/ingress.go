@@ -24,6 +24,7 @@ import (
 	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/targets"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -47,7 +48,7 @@ func IngressFlagSet(f *IngressFlags) *flag.FlagSet {
 	fs.StringVar(&f.NamespaceHeader, "namespace-header", "", "a request header that, when sent, replaces -namespace for that request (only with authenticated callers)")
 	fs.Int64Var(&f.MaxBody, "max-body", ingress.DefaultMaxBody, "largest accepted payload in bytes")
 	fs.DurationVar(&f.MaxSkew, "max-skew", ingress.DefaultMaxSkew, "how far in the future a schedule time may be before it is refused as a forced run")
-	fs.StringVar(&f.Jobs, "jobs", "", "optional jobs file: a job it does not name gets 404 (-dev: its HTTP targets run in-process too)")
+	fs.StringVar(&f.Jobs, "jobs", "", "optional jobs file: a job it does not name gets 404 (-dev: its targets run in-process too)")
 	fs.BoolVar(&f.Dev, "dev", false, "the embedded all-in-one: embedded ledger, in-process Pub/Sub and workers, demo jobs, auth off")
 	fs.DurationVar(&f.DemoDelay, "demo-delay", 2*time.Second, "how long the -dev demo job works before its effect")
 	fs.IntVar(&f.DevConcurrency, "dev-concurrency", 8, "jobs the -dev in-process worker runs at once; 0 runs none (start cmd/worker processes against the printed Pub/Sub address instead)")
@@ -196,6 +197,11 @@ func runDev(ctx context.Context, f *IngressFlags, addrGiven bool, log *slog.Logg
 		}
 		js[DemoHTTPJob] = &jobs.Job{Name: DemoHTTPJob, URL: u, Method: http.MethodPost, Timeout: 30 * time.Second, Auth: jobs.AuthNone}
 	}
+	closeTargets, err := targets.HandleJobs(ctx, mux, js, nil)
+	if err != nil {
+		return err
+	}
+	defer closeTargets()
 	worker.MuxFromJobs(mux, js, &worker.HTTPTargetOptions{Token: GoogleIDTokens()})
 
 	log.Warn("DEVELOPMENT MODE (-dev): authentication is OFF, Pub/Sub is in-process and lost on exit (the ledger is not), workers run in this process",

@@ -22,6 +22,7 @@ import (
 	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/targets"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -71,7 +72,7 @@ func WorkerFlagSet(f *WorkerFlags) *flag.FlagSet {
 		"push caller", "push caller authentication: oidc or none (required)")
 	fs.StringVar(&f.Subscription, "subscription", "", "pubsub://PROJECT/SUBSCRIPTION to pull from (pull mode); empty: push only")
 	fs.StringVar(&f.Topic, "topic", "", "pubsub://PROJECT/TOPIC where the rescuer republishes lost runs; empty: no rescuer")
-	fs.StringVar(&f.Jobs, "jobs", "", "jobs file: the HTTP targets this worker runs")
+	fs.StringVar(&f.Jobs, "jobs", "", "jobs file: the HTTP and Google Cloud API targets this worker runs")
 	fs.IntVar(&f.Concurrency, "concurrency", 8, "jobs run at once by this process")
 	fs.DurationVar(&f.Lease, "lease", 30*time.Second, "lease length; renewed every third of it")
 	fs.DurationVar(&f.Grace, "grace", 8*time.Second, "shutdown grace before running jobs are cancelled and released")
@@ -131,8 +132,15 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, _
 			return err
 		}
 		for _, j := range js {
-			longest = max(longest, j.Timeout)
+			if j.Target == nil {
+				longest = max(longest, j.Timeout)
+			}
 		}
+		closeTargets, err := targets.HandleJobs(ctx, mux, js, nil)
+		if err != nil {
+			return err
+		}
+		defer closeTargets()
 		worker.MuxFromJobs(mux, js, &worker.HTTPTargetOptions{Token: GoogleIDTokens()})
 	}
 	led, err := ledger.Open(ctx, f.Ledger)

@@ -13,7 +13,7 @@
 //	  job not in the jobs file            404
 //	  body over MaxBody                   413
 //	  same key, other payload             422
-//	  ledger or Pub/Sub unavailable       503 + Retry-After (a new claim is released first)
+//	  ledger or Pub/Sub unavailable       503 + Retry-After (a claim already written is kept, due now)
 //	GET /v1/runs/{run_id}   the record (never the payload)
 //	GET /healthz            the process is up
 //	GET /readyz             the ledger and the topic answer
@@ -21,13 +21,19 @@
 //
 // # Guarantees
 //
-// A 202 for a new run means the run is durably claimed and its message stored by
-// Pub/Sub: the handler waits for the publish result. If the publish fails, the claim is
-// released (ledger.Unclaim with the claim's own attempt ID) before the 503 is written,
-// so that the scheduler's retry claims and publishes the run anew. A new run costs one
+// Any 2xx answer for a run, new or duplicate, means the run will reach completed or
+// failed without the caller doing anything more; a non-2xx answer means a retry is safe
+// and needed. A 202 for a new run means the run is durably claimed and its message
+// stored by Pub/Sub: the handler waits for the publish result. A claim is never deleted,
+// because a concurrent duplicate may already have been answered 202 for it: if the
+// publish fails (or the claim call fails after it may have landed), the claim is kept
+// and made due now (ledger.Expedite, fenced by the claim's own attempt ID) before the
+// 503 is written, so that the scheduler's retry, any other duplicate, or else the
+// rescuer republishes it. A new run costs one
 // ledger round trip (Claim) and one publish; a duplicate costs one Claim, which writes
-// nothing, plus a publish only when its message may have been lost (a queued run older
-// than RepublishAfter, or a running run whose lease expired; the worker deduplicates).
+// nothing, plus a publish only when its message may have been lost (a queued run past
+// its pickup deadline or older than RepublishAfter, or a running run whose lease
+// expired; the worker deduplicates). A failed publish costs one more ledger write.
 // Nothing is started after the answer is written.
 //
 // The key (DeriveKey) follows DESIGN.md: Cloud Scheduler's job name and strict RFC 3339

@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"net/http"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +12,12 @@ import (
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
+// strictRFC3339 is RFC 3339 §5.6's date-time with its ranges: what the ingress accepts.
+var strictRFC3339 = regexp.MustCompile(`^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])[Tt]([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$`)
+
 // FuzzDeriveKey feeds arbitrary scheduler headers, Idempotency-Keys and bodies to the key
-// derivation. It must never panic; an accepted request must yield a valid run ID that is
+// derivation. It must never panic; an accepted schedule time must be strict RFC 3339;
+// an accepted request must yield a valid run ID that is
 // deterministic, names a UTC schedule time no further than the skew ahead, and is the
 // same for the same instant written at another UTC offset and in another header case.
 func FuzzDeriveKey(f *testing.F) {
@@ -36,6 +41,9 @@ func FuzzDeriveKey(f *testing.F) {
 		{"a b", "2026-11-01T12:00:00Z", "", ""},
 		{"", "", "", `{"job_key":""}`},
 		{"j", "", "forced-1", ""},
+		{"daily-report", "2026-11-01T12:00:00,5Z", "", ""},
+		{"daily-report", "2026-11-01T1:00:00Z", "", ""},
+		{"daily-report", "2026-11-01T12:00:00+24:01", "", ""},
 	} {
 		f.Add(s.name, s.ts, s.idem, s.body)
 	}
@@ -70,6 +78,9 @@ func FuzzDeriveKey(f *testing.F) {
 		}
 		switch k.Source {
 		case ingress.SourceScheduler:
+			if !strictRFC3339.MatchString(ts) {
+				t.Fatalf("schedule time %q accepted, but it is not RFC 3339 §5.6", ts)
+			}
 			if id.ScheduleTime.Location() != time.UTC || id.ScheduleTime.After(now.Add(time.Minute)) {
 				t.Fatalf("schedule time %v", id.ScheduleTime)
 			}

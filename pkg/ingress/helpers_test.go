@@ -50,9 +50,9 @@ var backends = []struct {
 // countingLedger counts the ledger calls the ingress makes and can fail them.
 type countingLedger struct {
 	ledger.Ledger
-	claims, unclaims, gets atomic.Int64
-	created                atomic.Int64
-	failClaim              atomic.Pointer[error]
+	claims, expedites, gets atomic.Int64
+	created                 atomic.Int64
+	failClaim               atomic.Pointer[error]
 }
 
 func (c *countingLedger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
@@ -67,9 +67,9 @@ func (c *countingLedger) Claim(ctx context.Context, p *ledger.ClaimParams) (*led
 	return r, err
 }
 
-func (c *countingLedger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
-	c.unclaims.Add(1)
-	return c.Ledger.Unclaim(ctx, p)
+func (c *countingLedger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
+	c.expedites.Add(1)
+	return c.Ledger.Expedite(ctx, p)
 }
 
 func (c *countingLedger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
@@ -89,12 +89,17 @@ type flakyPublisher struct {
 	ingress.Publisher
 	publishes atomic.Int64
 	fail      atomic.Bool
-	mu        sync.Mutex
-	msgs      []*queue.Message
+	// gate, when set, runs before each publish (and may block it).
+	gate func()
+	mu   sync.Mutex
+	msgs []*queue.Message
 }
 
 func (f *flakyPublisher) Publish(ctx context.Context, m *queue.Message) (string, error) {
 	f.publishes.Add(1)
+	if f.gate != nil {
+		f.gate()
+	}
 	if f.fail.Load() {
 		return "", errors.Join(queue.ErrUnavailable, errors.New("injected publish failure"))
 	}

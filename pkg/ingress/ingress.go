@@ -70,7 +70,7 @@ type Config struct {
 	// RepublishAfter: a duplicate of a queued run last written longer ago than this is
 	// republished (its message may be lost); a younger one is presumed still being
 	// published by the request that claimed it. Default LedgerTimeout+PublishTimeout,
-	// the longest a claiming request takes to publish or release its claim.
+	// the longest a claiming request takes to publish or expedite its claim.
 	RepublishAfter time.Duration
 	// RetryAfter is sent with 503. Default DefaultRetryAfter.
 	RetryAfter time.Duration
@@ -268,7 +268,7 @@ func fail(status int, outcome, msg string, err error) answer {
 // claim claims the run and publishes it when new (or when a duplicate's message may be
 // lost). Everything happens before the answer is written.
 //
-// Once begun, the claim, its publish and the release of a failed claim are finished even
+// Once begun, the claim, its publish and the expedite of a failed one are finished even
 // if the caller goes away (a lost response, a client timeout): a claim cut short after the
 // ledger wrote it would leave a queued run without a message, which the caller's retries
 // see as a fresh duplicate and do not republish, until the rescuer's pickup deadline.
@@ -301,11 +301,11 @@ func (h *Handler) claim(ctx context.Context, key *Key, body []byte) answer {
 		}
 		// Retryable (contended, unavailable) or an error we cannot classify: retrying
 		// is safe either way. The claim may have been written before the error (a
-		// timeout): release it if so, so that the retry claims and publishes it anew.
-		if uerr := h.unclaim(ctx, id.RunID, attempt.String()); uerr != nil && !errors.Is(uerr, ledger.ErrNotFound) && !errors.Is(uerr, ledger.ErrLeaseLost) {
-			err = errors.Join(err, uerr)
+		// timeout): if so it stays, made due now, so that the retry republishes it.
+		if eerr := h.expedite(ctx, id.RunID, attempt.String()); eerr != nil && !errors.Is(eerr, ledger.ErrNotFound) && !errors.Is(eerr, ledger.ErrLeaseLost) {
+			err = errors.Join(err, eerr)
 		}
-		return h.unavailable(id.RunID, "the ledger is unavailable; retry later", err)
+		return h.unavailable(id.RunID, "the ledger is unavailable; retry later (if this request's claim was written, it is kept and republished)", err)
 	}
 	run := res.Run
 	if res.PayloadMismatch {
@@ -320,8 +320,8 @@ func (h *Handler) claim(ctx context.Context, key *Key, body []byte) answer {
 	msg := &queue.Message{Identity: msgID, EnqueuedAt: run.CreatedAt, Traceparent: obs.Traceparent(ctx), Payload: body}
 	if res.Created {
 		if err := h.publish(ctx, msg); err != nil {
-			uerr := h.unclaim(ctx, id.RunID, attempt.String())
-			return h.unavailable(id.RunID, "Pub/Sub is unavailable, the claim was released; retry later", errors.Join(err, uerr))
+			eerr := h.expedite(ctx, id.RunID, attempt.String())
+			return h.unavailable(id.RunID, "Pub/Sub is unavailable; the run is claimed and will be republished: retry later", errors.Join(err, eerr))
 		}
 		return answer{status: http.StatusAccepted, outcome: OutcomeNew, resp: Response{RunID: run.ID, Status: ledger.StatusQueued}}
 	}
@@ -339,13 +339,15 @@ func (h *Handler) claim(ctx context.Context, key *Key, body []byte) answer {
 	return a
 }
 
-// needsRepublish: a queued run not written for RepublishAfter (its message may be lost),
-// or a running run whose lease expired. The worker deduplicates an extra message.
+// needsRepublish: a queued run past its pickup deadline (an expedited claim whose
+// publish failed, or a message nobody picked up) or not written for RepublishAfter (its
+// message may be lost), or a running run whose lease expired. The worker deduplicates an
+// extra message.
 func (h *Handler) needsRepublish(run *ledger.Run) bool {
 	now := h.cfg.Now()
 	switch run.Status {
 	case ledger.StatusQueued:
-		return now.Sub(run.UpdatedAt) >= h.cfg.RepublishAfter
+		return !run.Deadline.After(now) || now.Sub(run.UpdatedAt) >= h.cfg.RepublishAfter
 	case ledger.StatusRunning:
 		return run.Deadline.Before(now)
 	}
@@ -365,13 +367,16 @@ func (h *Handler) publish(ctx context.Context, m *queue.Message) error {
 	return err
 }
 
-// unclaim releases a claim whose publish failed, so that the caller's retry claims the
-// run anew. It runs even if the request was cancelled.
-func (h *Handler) unclaim(ctx context.Context, runID, attemptID string) error {
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.LedgerTimeout)
+// expedite makes a claim this request could not publish due now, so that the caller's
+// retry (or any duplicate) republishes it and the rescuer does not wait for its pickup
+// deadline. The claim is never deleted: a concurrent duplicate may already have been
+// answered 2xx for it, and that answer promises the run. It runs even if the request
+// was cancelled.
+func (h *Handler) expedite(ctx context.Context, runID, attemptID string) error {
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.LedgerTimeout)
 	defer cancel()
-	if err := h.cfg.Ledger.Unclaim(uctx, &ledger.UnclaimParams{RunID: runID, AttemptID: attemptID}); err != nil {
-		return fmt.Errorf("release the claim (a retry will republish it after %s): %w", h.cfg.RepublishAfter, err)
+	if _, err := h.cfg.Ledger.Expedite(ectx, &ledger.ExpediteParams{RunID: runID, AttemptID: attemptID, Retention: h.cfg.Retention}); err != nil {
+		return fmt.Errorf("make the claim due now (the rescuer republishes it after its pickup deadline): %w", err)
 	}
 	return nil
 }

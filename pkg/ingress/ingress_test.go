@@ -2,7 +2,6 @@ package ingress_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -40,8 +39,12 @@ func tick() time.Time { return time.Now().UTC().Truncate(time.Minute).Add(-time.
 
 func acquire(tb testing.TB, l ledger.Ledger, runID string, lease time.Duration) *ledger.Run {
 	tb.Helper()
+	id := ledger.Identity{RunID: runID}
+	if r, err := l.Get(context.Background(), &ledger.GetParams{RunID: runID}); err == nil {
+		id.PayloadHash = r.PayloadHash // a worker claims with the payload the run was accepted with
+	}
 	res, err := l.Acquire(context.Background(), &ledger.AcquireParams{
-		Identity: ledger.Identity{RunID: runID}, AttemptID: uuid.NewString(), Lease: lease})
+		Identity: id, AttemptID: uuid.NewString(), Lease: lease})
 	if err != nil || res.Outcome != ledger.Acquired {
 		tb.Fatalf("acquire %s: %v %+v", runID, err, res)
 	}
@@ -196,6 +199,21 @@ func TestContract(t *testing.T) {
 			wantStatus: 400, wantBody: map[string]any{"error": "is not an RFC 3339 time"},
 		},
 		{
+			name: "schedule time with a comma fraction is refused (Go's UnmarshalText accepts it)", method: "POST", path: "/v1/jobs/daily-report",
+			hdr:        map[string]string{ingress.HeaderSchedulerJobName: "j", ingress.HeaderSchedulerScheduleTime: "2026-10-16T12:00:00,5Z"},
+			wantStatus: 400, wantBody: map[string]any{"error": "is not an RFC 3339 time"},
+		},
+		{
+			name: "schedule time with a one-digit hour is refused", method: "POST", path: "/v1/jobs/daily-report",
+			hdr:        map[string]string{ingress.HeaderSchedulerJobName: "j", ingress.HeaderSchedulerScheduleTime: "2026-10-16T1:00:00Z"},
+			wantStatus: 400, wantBody: map[string]any{"error": "is not an RFC 3339 time"},
+		},
+		{
+			name: "schedule time with an offset past 23:59 is refused", method: "POST", path: "/v1/jobs/daily-report",
+			hdr:        map[string]string{ingress.HeaderSchedulerJobName: "j", ingress.HeaderSchedulerScheduleTime: "2026-10-16T12:00:00+24:01"},
+			wantStatus: 400, wantBody: map[string]any{"error": "is not an RFC 3339 time"},
+		},
+		{
 			name: "schedule time beyond the skew is a forced run", method: "POST", path: "/v1/jobs/daily-report",
 			hdr:        schedHeaders("daily-report-job", time.Now().Add(10*time.Minute).UTC().Truncate(time.Minute)),
 			wantStatus: 400, wantBody: map[string]any{"error": "looks like a forced run"},
@@ -267,7 +285,7 @@ func TestContract(t *testing.T) {
 			name:   "Pub/Sub unavailable",
 			before: func(t *testing.T, b *bundle) { b.pub.fail.Store(true) },
 			method: "POST", path: "/v1/jobs/daily-report", hdr: schedHeaders("daily-report-job", st), body: payload,
-			wantStatus: 503, wantBody: map[string]any{"error": "Pub/Sub is unavailable, the claim was released"},
+			wantStatus: 503, wantBody: map[string]any{"error": "Pub/Sub is unavailable; the run is claimed and will be republished"},
 			wantHeader: map[string]string{"Retry-After": "5"},
 		},
 		{
@@ -446,9 +464,9 @@ func TestConcurrentIdentical(t *testing.T) {
 	}
 }
 
-// TestPublishFailureReleasesClaim: a failed publish answers 503 after releasing the
-// claim, so the scheduler's retry claims and publishes the run.
-func TestPublishFailureReleasesClaim(t *testing.T) {
+// TestPublishFailureKeepsClaim: a failed publish answers 503 and keeps the claim, made
+// due now, so that the scheduler's retry republishes it at once.
+func TestPublishFailureKeepsClaim(t *testing.T) {
 	t.Parallel()
 	for bi, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
@@ -461,19 +479,84 @@ func TestPublishFailureReleasesClaim(t *testing.T) {
 				t.Fatalf("%d %v %v", r.status, r.header, r.body)
 			}
 			id, _ := r.body["run_id"].(string)
-			if _, err := b.led.Ledger.Get(context.Background(), &ledger.GetParams{RunID: id}); !errors.Is(err, ledger.ErrNotFound) {
-				t.Fatalf("the claim was not released: %v", err)
+			run, err := b.led.Ledger.Get(context.Background(), &ledger.GetParams{RunID: id})
+			if err != nil {
+				t.Fatalf("the claim was not kept: %v", err)
 			}
-			if b.led.unclaims.Load() != 1 {
-				t.Errorf("%d unclaims", b.led.unclaims.Load())
+			if run.Status != ledger.StatusQueued || run.Deadline.After(time.Now()) {
+				t.Fatalf("kept claim = %s with deadline %v, want queued and due now", run.Status, run.Deadline)
+			}
+			if b.led.expedites.Load() != 1 {
+				t.Errorf("%d expedites, want 1", b.led.expedites.Load())
 			}
 			b.pub.fail.Store(false)
 			r = b.do(t, "POST", "/v1/jobs/report", hdr, payload)
-			if r.status != 202 || r.body["duplicate"] != nil || r.body["run_id"] != id {
-				t.Fatalf("retry: %d %v", r.status, r.body)
+			if r.status != 202 || r.body["duplicate"] != true || r.body["run_id"] != id {
+				t.Fatalf("retry: %d %v, want 202 duplicate of %s", r.status, r.body, id)
 			}
 			if b.published() != 1 {
-				t.Errorf("%d published", b.published())
+				t.Errorf("%d published after the retry, want 1 (the retry republishes the due claim)", b.published())
+			}
+		})
+	}
+}
+
+// TestDuplicateDuringFailedPublishKeepsItsPromise: request A claims a new run and is
+// publishing; duplicate B arrives and is answered 202 (without a publish, the run is
+// young); then A's publish fails and A answers 503. B's caller stops retrying, so the run
+// must still be there, and due for republishing: before, A deleted its claim and the run
+// was lost with nothing left for any rescuer to find.
+func TestDuplicateDuringFailedPublishKeepsItsPromise(t *testing.T) {
+	t.Parallel()
+	type target struct {
+		name string
+		opts setupOpts
+	}
+	var targets []target
+	for bi, be := range backends {
+		targets = append(targets, target{be.name, setupOpts{backend: bi}})
+	}
+	for _, sb := range serviceBackends() {
+		targets = append(targets, target{sb.name, setupOpts{open: sb.open, namespace: "promise/" + strings.ReplaceAll(randomSuffix(), ".", "")}})
+	}
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, tg.opts)
+			publishing, bAnswered := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			b.pub.gate = func() {
+				once.Do(func() { // only A's publish waits, then fails
+					close(publishing)
+					<-bAnswered
+					b.pub.fail.Store(true)
+				})
+			}
+			hdr := map[string]string{"Idempotency-Key": "promise-" + randomSuffix()}
+			aDone := make(chan reply, 1)
+			go func() { aDone <- b.do(t, "POST", "/v1/jobs/report", hdr, payload) }()
+			<-publishing // A's claim landed; B is a duplicate that arrives while A publishes
+			rb := b.do(t, "POST", "/v1/jobs/report", hdr, payload)
+			close(bAnswered)
+			ra := <-aDone
+			if rb.status != 202 || rb.body["duplicate"] != true {
+				t.Fatalf("B = %d %v, want 202 duplicate", rb.status, rb.body)
+			}
+			if ra.status != 503 {
+				t.Fatalf("A = %d %v, want 503 (its publish failed)", ra.status, ra.body)
+			}
+			id := rb.body["run_id"].(string)
+			run, err := b.led.Ledger.Get(context.Background(), &ledger.GetParams{RunID: id})
+			if err != nil {
+				t.Fatalf("B was answered 202 for run %s, but the run is gone: %v", id, err)
+			}
+			if run.Status != ledger.StatusQueued || run.Deadline.After(time.Now()) {
+				t.Fatalf("run = %s with deadline %v, want queued and due now for the rescuer", run.Status, run.Deadline)
+			}
+			// The retry A's caller makes republishes it at once.
+			b.pub.fail.Store(false)
+			if r := b.do(t, "POST", "/v1/jobs/report", hdr, payload); r.status != 202 || b.published() != 1 {
+				t.Fatalf("A's retry = %d %v with %d messages, want 202 and one message", r.status, r.body, b.published())
 			}
 		})
 	}
@@ -488,8 +571,8 @@ func TestPublishFailureOfRealServer(t *testing.T) {
 	if r.status != 503 {
 		t.Fatalf("%d %v", r.status, r.body)
 	}
-	if b.led.unclaims.Load() != 1 {
-		t.Errorf("%d unclaims", b.led.unclaims.Load())
+	if b.led.expedites.Load() != 1 {
+		t.Errorf("%d expedites, want 1", b.led.expedites.Load())
 	}
 }
 
@@ -500,7 +583,7 @@ func TestCosts(t *testing.T) {
 	b := setup(t, setupOpts{})
 	hdr := map[string]string{"Idempotency-Key": "cost"}
 	r := b.do(t, "POST", "/v1/jobs/report", hdr, payload)
-	got := [3]int64{b.led.claims.Load(), b.led.gets.Load() + b.led.unclaims.Load(), b.pub.publishes.Load()}
+	got := [3]int64{b.led.claims.Load(), b.led.gets.Load() + b.led.expedites.Load(), b.pub.publishes.Load()}
 	if r.status != 202 || got != [3]int64{1, 0, 1} {
 		t.Fatalf("new run: %d; claims, other ledger calls, publishes = %v, want [1 0 1]", r.status, got)
 	}
@@ -514,7 +597,7 @@ func TestCosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = b.do(t, "POST", "/v1/jobs/report", hdr, payload)
-	got = [3]int64{b.led.claims.Load(), b.led.gets.Load() + b.led.unclaims.Load(), b.pub.publishes.Load()}
+	got = [3]int64{b.led.claims.Load(), b.led.gets.Load() + b.led.expedites.Load(), b.pub.publishes.Load()}
 	if r.status != 200 || got != [3]int64{2, 0, 1} {
 		t.Fatalf("duplicate: %d; claims, other ledger calls, publishes = %v, want [2 0 1]", r.status, got)
 	}

@@ -145,9 +145,9 @@ func parseScheduler(name, ts string, now time.Time, maxSkew time.Duration) (stri
 				HeaderSchedulerJobName, quoted(name), c, i)
 		}
 	}
-	var t time.Time
-	if err := t.UnmarshalText([]byte(ts)); err != nil {
-		return "", time.Time{}, badKey("%s %s is not an RFC 3339 time (e.g. 2026-10-16T12:00:00Z)", HeaderSchedulerScheduleTime, quoted(ts))
+	t, err := ParseRFC3339(ts)
+	if err != nil {
+		return "", time.Time{}, badKey("%s %s is not an RFC 3339 time (e.g. 2026-10-16T12:00:00Z): %v", HeaderSchedulerScheduleTime, quoted(ts), err)
 	}
 	t = t.UTC()
 	if limit := now.Add(maxSkew); t.After(limit) {

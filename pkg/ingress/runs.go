@@ -33,6 +33,9 @@ type RunJSON struct {
 	UpdatedAt    time.Time     `json:"updated_at"`
 	CompletedAt  time.Time     `json:"completed_at,omitzero"`
 	ExpireAt     time.Time     `json:"expire_at"`
+	// Execution names what a Google Cloud API target started for the run (a Workflows
+	// execution, a Cloud Run execution, a build), once recorded.
+	Execution string `json:"execution,omitempty"`
 }
 
 // NewRunJSON returns the JSON form of r.
@@ -44,6 +47,9 @@ func NewRunJSON(r *ledger.Run) *RunJSON {
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, CompletedAt: r.CompletedAt, ExpireAt: r.ExpireAt,
 	}
 }
+
+// runEffect is worker.RunEffect, the effect a target's start is recorded under.
+const runEffect = "run"
 
 func (h *Handler) getRun(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
@@ -71,7 +77,13 @@ func (h *Handler) getRun(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", strconv.Itoa(int(h.cfg.RetryAfter/time.Second)))
 		writeError(w, http.StatusServiceUnavailable, "the ledger is unavailable; retry later")
 	default:
-		writeJSON(w, http.StatusOK, NewRunJSON(run))
+		out := NewRunJSON(run)
+		// The start a Google Cloud API target recorded under the run's effect
+		// (worker.RunEffect); a run without one shows none.
+		if out.Execution, err = ledger.FindRef(gctx, h.cfg.Ledger, id, runEffect); err != nil {
+			h.log.WarnContext(ctx, "get run: the execution's name could not be read", "run_id", id, "error", obs.Clean(err.Error()))
+		}
+		writeJSON(w, http.StatusOK, out)
 	}
 }
 

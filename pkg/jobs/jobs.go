@@ -62,6 +62,11 @@ type Job struct {
 	Auth string
 	// MaxAttempts bounds the attempts of a run; zero means the worker's default.
 	MaxAttempts int
+	// Kind is KindHTTP (the default: URL is called) or a Google Cloud API target's kind,
+	// which Target then configures.
+	Kind string
+	// Target is the Google Cloud API target of a job whose Kind is not KindHTTP.
+	Target *Target
 }
 
 // reservedHeaders are set by the worker on every call; a jobs file may not set them.
@@ -81,6 +86,7 @@ type jobJSON struct {
 	Headers     map[string]string `json:"headers"`
 	Auth        string            `json:"auth"`
 	MaxAttempts int               `json:"max_attempts"`
+	targetJSON
 }
 
 // Load reads and validates the jobs file at path.
@@ -133,6 +139,12 @@ func validate(name string, in *jobJSON) (*Job, error) {
 	if in == nil {
 		return nil, fmt.Errorf("job %q: is null, want an object with a url", name)
 	}
+	if in.Kind != "" && in.Kind != KindHTTP {
+		return validateTarget(name, in)
+	}
+	if err := in.targetJSON.httpOnly(); err != nil {
+		return nil, fmt.Errorf("job %q: %w", name, err)
+	}
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("job %q: %s", name, fmt.Sprintf(format, args...))
 	}
@@ -145,7 +157,7 @@ func validate(name string, in *jobJSON) (*Job, error) {
 	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
 		return nil, fail("url %q is not an absolute http or https URL", in.URL)
 	}
-	j := &Job{Name: name, URL: u, Method: http.MethodPost, Auth: AuthNone, MaxAttempts: in.MaxAttempts}
+	j := &Job{Name: name, Kind: KindHTTP, URL: u, Method: http.MethodPost, Auth: AuthNone, MaxAttempts: in.MaxAttempts}
 	if in.Method != "" {
 		j.Method = strings.ToUpper(in.Method)
 		if !slices.Contains([]string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodGet, http.MethodDelete}, j.Method) {

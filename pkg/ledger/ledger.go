@@ -76,8 +76,9 @@ type Run struct {
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 	CompletedAt time.Time
-	// ExpireAt is when the record may be deleted: the last write's time plus the
-	// retention. A record past ExpireAt that still exists still deduplicates.
+	// ExpireAt is when the record may be deleted: the retention after the latest of the
+	// last write, Deadline and NotBefore (ExpiryOf). A record past ExpireAt that still
+	// exists still deduplicates.
 	ExpireAt time.Time
 }
 
@@ -98,7 +99,10 @@ type Effect struct {
 	Name   string
 	Status EffectStatus
 	// Attempt is the attempt that began the effect (pending) or did it (done).
-	Attempt   int64
+	Attempt int64
+	// Ref is what the effect made, recorded when it was marked done (e.g. the name of
+	// a started Workflows execution); empty when the effect recorded none.
+	Ref       string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	DoneAt    time.Time
@@ -121,7 +125,7 @@ type Identity struct {
 // ClaimParams are the parameters of the ingress claim.
 type ClaimParams struct {
 	Identity
-	// AttemptID identifies this claim, so that Unclaim removes only the run it created.
+	// AttemptID identifies this claim, so that Expedite touches only the run it created.
 	AttemptID string
 	// PickupTimeout sets the queued run's Deadline. Zero means DefaultPickupTimeout.
 	PickupTimeout time.Duration
@@ -141,10 +145,13 @@ type ClaimResult struct {
 	PayloadMismatch bool
 }
 
-// UnclaimParams identify an ingress claim to undo.
-type UnclaimParams struct {
+// ExpediteParams identify an ingress claim whose publish failed, or whose claim call
+// failed after it may have been written.
+type ExpediteParams struct {
 	RunID     string
 	AttemptID string
+	Retention time.Duration
+	Now       time.Time
 }
 
 // AcquireParams are the parameters of the worker claim.
@@ -154,6 +161,10 @@ type AcquireParams struct {
 	Identity
 	// AttemptID is the new attempt's ID (a UUIDv7).
 	AttemptID string
+	// MustExist refuses to create an absent run: the claim answers ErrNotFound instead.
+	// A worker sets it for a message that may have outlived its run's record (older
+	// than the retention): running it could run a finished run twice.
+	MustExist bool
 	// Lease sets the lease expiry. Zero means DefaultLease.
 	Lease     time.Duration
 	Retention time.Duration
@@ -172,6 +183,11 @@ const (
 	Held
 	// Terminal: the run is completed or failed; nothing to do.
 	Terminal
+	// PayloadMismatch: the run exists with another payload hash than the claim's
+	// (Identity.PayloadHash, which the worker computes from the message's data): the
+	// message is not the one the run was accepted with, and must never run. The run is
+	// untouched.
+	PayloadMismatch
 )
 
 func (o AcquireOutcome) String() string {
@@ -182,6 +198,8 @@ func (o AcquireOutcome) String() string {
 		return "held"
 	case Terminal:
 		return "terminal"
+	case PayloadMismatch:
+		return "payload_mismatch"
 	}
 	return "unknown"
 }
@@ -205,7 +223,10 @@ type Fence struct {
 type RenewParams struct {
 	Fence
 	Lease time.Duration
-	Now   time.Time
+	// Retention keeps ExpireAt at least this long after the new lease expiry. Zero
+	// means DefaultRetention.
+	Retention time.Duration
+	Now       time.Time
 }
 
 // CompleteParams complete the caller's attempt.
@@ -220,7 +241,8 @@ type ReleaseParams struct {
 	Fence
 	// Error is kept as the run's LastError.
 	Error string
-	// RetryAfter delays the next claim (NotBefore = now + RetryAfter).
+	// RetryAfter delays the next claim (NotBefore = now + RetryAfter). It must not be
+	// negative nor longer than the retention (ErrInvalid).
 	RetryAfter time.Duration
 	// PickupTimeout sets the pickup deadline after NotBefore. Zero means the default.
 	PickupTimeout time.Duration
@@ -263,10 +285,15 @@ type BeginEffectResult struct {
 // CompleteEffectParams mark an effect done.
 type CompleteEffectParams struct {
 	Fence
-	Name      string
+	Name string
+	// Ref, when set, is recorded as the effect's Ref (at most MaxEffectRef bytes).
+	Ref       string
 	Retention time.Duration
 	Now       time.Time
 }
+
+// MaxEffectRef is the longest Ref an effect records.
+const MaxEffectRef = 1024
 
 // GetEffectParams name an effect.
 type GetEffectParams struct {
@@ -308,10 +335,14 @@ type Ledger interface {
 	// Claim is the ingress claim: it creates the run as queued, or returns the existing
 	// one (reporting a payload mismatch).
 	Claim(ctx context.Context, p *ClaimParams) (*ClaimResult, error)
-	// Unclaim deletes a run its ingress claim created when nothing else touched it yet
-	// (still queued, attempt 0, same AttemptID), so that the caller's retry claims it
-	// anew. It returns ErrLeaseLost when the run moved on and ErrNotFound when absent.
-	Unclaim(ctx context.Context, p *UnclaimParams) error
+	// Expedite makes a run its ingress claim created, and that nothing touched since
+	// (still queued, attempt 0, same AttemptID), due now: its pickup deadline becomes the
+	// ledger's now, so that the rescuer and the next duplicate republish it at once. The
+	// ingress calls it when it could not publish a claim. It never deletes the record:
+	// a concurrent duplicate may already have been answered 2xx for it. It returns
+	// ErrLeaseLost when the run moved on (a worker has it) and ErrNotFound when absent
+	// (the claim never landed).
+	Expedite(ctx context.Context, p *ExpediteParams) (*Run, error)
 	// Acquire is the worker claim.
 	Acquire(ctx context.Context, p *AcquireParams) (*AcquireResult, error)
 	// Renew extends the caller's lease. ErrLeaseLost when fenced out.

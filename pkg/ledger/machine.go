@@ -94,9 +94,36 @@ func sameAttempt(r *Run, f *Fence) bool {
 	return r != nil && r.Attempt == f.Attempt && r.AttemptID == f.AttemptID
 }
 
+// touch stamps a written run: UpdatedAt is now, and ExpireAt is the retention after the
+// last moment anything is due on the run (now, its deadline, its not-before), so that
+// a sweeper can never delete a run before its retry or its rescue is due, nor sooner
+// than a retention after either.
 func touch(r *Run, now time.Time, keep time.Duration) {
 	r.UpdatedAt = now
-	r.ExpireAt = Truncate(now.Add(retention(keep)))
+	r.ExpireAt = ExpiryOf(r, now, keep)
+}
+
+// ExpiryOf is the ExpireAt a run written at now with retention keep must carry: the
+// retention after the latest of now, its Deadline and its NotBefore. Every backend keeps
+// ExpireAt ≥ max(Deadline, NotBefore) + retention on every write (the conformance suite
+// checks it after every transition).
+func ExpiryOf(r *Run, now time.Time, keep time.Duration) time.Time {
+	last := now
+	for _, t := range []time.Time{r.Deadline, r.NotBefore} {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return Truncate(last.Add(retention(keep)))
+}
+
+// ValidateRetryAfter checks a release's delay: not negative, and no longer than the
+// retention, so that Deadline and NotBefore stay far inside what a time can hold.
+func ValidateRetryAfter(runID string, d, keep time.Duration) error {
+	if d < 0 || d > retention(keep) {
+		return Invalidf("run %s: retry after %s is negative or longer than the retention (%s); bound it (worker.Config.MaxRetryAfter)", runID, d, retention(keep))
+	}
+	return nil
 }
 
 // ApplyClaim is the ingress claim.
@@ -119,18 +146,30 @@ func ApplyClaim(cur *Run, p *ClaimParams, now time.Time) (*Run, *ClaimResult, er
 	return r, &ClaimResult{Run: r, Created: true}, nil
 }
 
-// CheckUnclaim says whether an ingress claim may be undone (the record deleted).
-func CheckUnclaim(cur *Run, p *UnclaimParams) error {
+// ValidateExpedite checks the parameters of Expedite.
+func ValidateExpedite(p *ExpediteParams) error {
 	if !ValidRunID(p.RunID) || p.AttemptID == "" {
-		return Invalidf("unclaim needs a run ID and the claim's attempt ID (got %q, %q)", p.RunID, p.AttemptID)
-	}
-	if cur == nil {
-		return fmt.Errorf("%w: run %s", ErrNotFound, p.RunID)
-	}
-	if cur.Status != StatusQueued || cur.Attempt != 0 || cur.AttemptID != p.AttemptID {
-		return leaseLost(Fence{RunID: p.RunID, AttemptID: p.AttemptID}, cur)
+		return Invalidf("expedite needs a run ID and the ingress claim's attempt ID (got %q, %q)", p.RunID, p.AttemptID)
 	}
 	return nil
+}
+
+// ApplyExpedite makes an untouched ingress claim due now (see Ledger.Expedite).
+func ApplyExpedite(cur *Run, p *ExpediteParams, now time.Time) (*Run, error) {
+	now = Truncate(now)
+	if err := ValidateExpedite(p); err != nil {
+		return nil, err
+	}
+	if cur == nil {
+		return nil, fmt.Errorf("%w: run %s", ErrNotFound, p.RunID)
+	}
+	if cur.Status != StatusQueued || cur.Attempt != 0 || cur.AttemptID != p.AttemptID {
+		return nil, leaseLost(Fence{RunID: p.RunID, AttemptID: p.AttemptID}, cur)
+	}
+	r := *cur
+	r.Deadline = now
+	touch(&r, now, p.Retention)
+	return &r, nil
 }
 
 // ApplyAcquire is the worker claim.
@@ -141,6 +180,10 @@ func ApplyAcquire(cur *Run, p *AcquireParams, now time.Time) (*Run, *AcquireResu
 	}
 	var r Run
 	switch {
+	case cur == nil && p.MustExist:
+		return nil, nil, fmt.Errorf("%w: run %s (the claim may not create it)", ErrNotFound, p.RunID)
+	case cur != nil && cur.PayloadHash != p.PayloadHash:
+		return nil, &AcquireResult{Outcome: PayloadMismatch, Run: cur}, nil
 	case cur == nil:
 		r = Run{
 			ID: p.RunID, Namespace: p.Namespace, Job: p.Job, Key: p.Key,
@@ -181,8 +224,8 @@ func ApplyRenew(cur *Run, p *RenewParams, now time.Time) (*Run, error) {
 	r := *cur
 	r.Deadline = Truncate(now.Add(cmp.Or(p.Lease, DefaultLease)))
 	r.UpdatedAt = now
-	if r.ExpireAt.Before(r.Deadline) {
-		r.ExpireAt = r.Deadline
+	if exp := ExpiryOf(&r, now, p.Retention); r.ExpireAt.Before(exp) {
+		r.ExpireAt = exp
 	}
 	return &r, nil
 }
@@ -230,6 +273,9 @@ func ApplyRelease(cur *Run, p *ReleaseParams, now time.Time) (*Run, *Run, error)
 	if err := ValidateFence(&p.Fence); err != nil {
 		return nil, nil, err
 	}
+	if err := ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
+		return nil, nil, err
+	}
 	if cur != nil && cur.Status == StatusQueued && sameAttempt(cur, &p.Fence) {
 		return nil, cur, nil
 	}
@@ -244,7 +290,7 @@ func ApplyRelease(cur *Run, p *ReleaseParams, now time.Time) (*Run, *Run, error)
 	if p.RetryAfter > 0 {
 		r.NotBefore = Truncate(now.Add(p.RetryAfter))
 	}
-	r.Deadline = Truncate(now.Add(max(p.RetryAfter, 0) + cmp.Or(p.PickupTimeout, DefaultPickupTimeout)))
+	r.Deadline = Truncate(now.Add(p.RetryAfter + cmp.Or(p.PickupTimeout, DefaultPickupTimeout)))
 	touch(&r, now, p.Retention)
 	return &r, &r, nil
 }
@@ -325,11 +371,15 @@ func ApplyCompleteEffect(run *Run, cur *Effect, p *CompleteEffectParams, now tim
 	if cur.Attempt != p.Attempt {
 		return nil, nil, Invalidf("effect %q of run %s was begun by attempt %d, not %d: begin it first", p.Name, p.RunID, cur.Attempt, p.Attempt)
 	}
+	if len(p.Ref) > MaxEffectRef {
+		return nil, nil, Invalidf("effect %q of run %s: ref is %d bytes, the limit is %d", p.Name, p.RunID, len(p.Ref), MaxEffectRef)
+	}
 	if cur.Status == EffectDone {
 		return nil, cur, nil
 	}
 	e := *cur
 	e.Status = EffectDone
+	e.Ref = p.Ref
 	e.DoneAt = now
 	e.UpdatedAt = now
 	e.ExpireAt = Truncate(now.Add(retention(p.Retention)))

@@ -20,6 +20,9 @@
 //     pass downstream as Idempotency-Key, so an effect retried after a crash is
 //     deduplicated downstream. AtMostOnce is the variant for downstreams that take no
 //     key: an effect an earlier attempt began and did not finish is skipped and reported.
+//     StartEffect records the start of an execution elsewhere with its name, so that a
+//     later attempt follows that execution instead of starting another (package targets
+//     starts Workflows executions, Cloud Run jobs and builds with it).
 //   - A handler's error decides the run: nil completes it; Permanent(err) fails it; any
 //     other error, a RetryAfter or a panic releases it for a retry, until the job's
 //     attempts are exhausted, when it fails.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -108,12 +109,17 @@ func statusError(j *jobs.Job, method string, resp *http.Response, body []byte) e
 	}
 }
 
-// retryAfter parses a Retry-After header: delay-seconds or an HTTP date.
+// retryAfter parses a Retry-After header: delay-seconds or an HTTP date. A delay too
+// long for a time.Duration (over ~292 years) is the longest one; the worker cuts it to
+// its MaxRetryAfter.
 func retryAfter(v string) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+	if s, err := strconv.ParseUint(v, 10, 64); err == nil {
+		if s > uint64(math.MaxInt64/int64(time.Second)) {
+			return time.Duration(math.MaxInt64), true
+		}
 		return time.Duration(s) * time.Second, true
 	}
 	if t, err := http.ParseTime(v); err == nil {

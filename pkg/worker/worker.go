@@ -42,6 +42,11 @@ type Config struct {
 	// FinishTimeout bounds the retries of the write that completes, releases or fails a
 	// run after its job returned. Defaults to 10s.
 	FinishTimeout time.Duration
+	// MaxRetryAfter bounds the delay a job asks for (RetryAfter, or an HTTP target's
+	// Retry-After): a longer one is cut to it, so that the retry stays well inside the
+	// retention. Defaults to DefaultMaxRetryAfter, or half the retention when that is
+	// shorter; it may not exceed the retention.
+	MaxRetryAfter time.Duration
 	// NackDelay, when positive, delays the nack of a held run (or a released one) by up
 	// to this long, so that a subscription without a retry policy does not redeliver in
 	// a hot loop. Defaults to 0: nack at once, and let the retry policy back off.
@@ -56,10 +61,14 @@ type Config struct {
 	Meter metric.Meter
 }
 
+// DefaultMaxRetryAfter is Config.MaxRetryAfter's default.
+const DefaultMaxRetryAfter = 24 * time.Hour
+
 func (c Config) withDefaults() Config {
 	c.Lease = cmp.Or(c.Lease, 30*time.Second)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 5)
 	c.Retention = cmp.Or(c.Retention, ledger.DefaultRetention)
+	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, min(DefaultMaxRetryAfter, c.Retention/2))
 	c.PickupTimeout = cmp.Or(c.PickupTimeout, ledger.DefaultPickupTimeout)
 	c.FinishTimeout = cmp.Or(c.FinishTimeout, 10*time.Second)
 	c.RescueInterval = cmp.Or(c.RescueInterval, 30*time.Second)
@@ -82,6 +91,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: lease %s is too short to renew every third of it", c.Lease)
 	case c.MaxAttempts < 1:
 		return fmt.Errorf("worker: max attempts %d must be at least 1", c.MaxAttempts)
+	case c.MaxRetryAfter < 0 || c.MaxRetryAfter > c.Retention:
+		return fmt.Errorf("worker: max retry-after %s must be between 0 and the retention (%s): a longer delay outlives the record", c.MaxRetryAfter, c.Retention)
 	}
 	return nil
 }
@@ -149,7 +160,10 @@ const (
 	OutcomeTerminal  = "duplicate_terminal"
 	OutcomeLeaseLost = "lease_lost"
 	OutcomeDropped   = "dropped_too_old"
-	OutcomeError     = "ledger_error"
+	// OutcomePayloadMismatch: the message's data does not hash to the run's stored
+	// payload hash (a forged or stale message); it is acked and never run.
+	OutcomePayloadMismatch = "payload_mismatch"
+	OutcomeError           = "ledger_error"
 )
 
 // Process runs one delivery through claim → job → complete/release/fail and returns
@@ -159,20 +173,31 @@ const (
 func (w *Worker) Process(ctx context.Context, d *Delivery) Verdict {
 	m := d.Message
 	log := w.cfg.Logger.With(slog.String("run_id", m.Identity.RunID), slog.String("job", m.Identity.Job))
-	if age := w.age(d); age > w.cfg.Retention {
-		log.ErrorContext(ctx, "message older than the retention dropped: its run may have been deleted, running it could run it twice",
-			slog.Duration("age", age), slog.Duration("retention", w.cfg.Retention))
-		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeDropped})
-	}
 	attemptID, err := uuid.NewV7()
 	if err != nil {
 		return w.verdict(ctx, Verdict{Outcome: OutcomeError})
 	}
+	// The claim is checked against what the message carries, not what it says: the
+	// hash of its data must be the run's stored payload hash.
+	id := m.Identity
+	id.Payload = m.Payload
+	id.PayloadHash = ledger.PayloadHash(m.Payload)
+	// A message older than the retention may have outlived its run's record (a record
+	// lives at least a retention after the run's creation, the message's EnqueuedAt):
+	// it may run a run that exists, but must not create one, which could run a finished
+	// run twice.
+	age := w.age(d)
+	mustExist := age > w.cfg.Retention
 	claimStart := time.Now()
 	res, err := w.cfg.Ledger.Acquire(ctx, &ledger.AcquireParams{
-		Identity: m.Identity, AttemptID: attemptID.String(), Lease: w.cfg.Lease, Retention: w.cfg.Retention,
+		Identity: id, AttemptID: attemptID.String(), Lease: w.cfg.Lease, Retention: w.cfg.Retention, MustExist: mustExist,
 	})
 	if err != nil {
+		if mustExist && errors.Is(err, ledger.ErrNotFound) {
+			log.ErrorContext(ctx, "message older than the retention whose run has no record dropped: the run may have finished and been deleted, running it could run it twice",
+				slog.Duration("age", age), slog.Duration("retention", w.cfg.Retention))
+			return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeDropped})
+		}
 		if errors.Is(err, ledger.ErrInvalid) {
 			log.ErrorContext(ctx, "delivery refused by the ledger and dropped", slog.Any("error", err))
 			return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeDropped})
@@ -181,6 +206,11 @@ func (w *Worker) Process(ctx context.Context, d *Delivery) Verdict {
 		return w.verdict(ctx, Verdict{Outcome: OutcomeError})
 	}
 	switch res.Outcome {
+	case ledger.PayloadMismatch:
+		log.ErrorContext(ctx, "delivery carries another payload than the run was accepted with: never run, acked; the run is untouched",
+			slog.String("message_payload_sha256", id.PayloadHash), slog.String("run_payload_sha256", res.Run.PayloadHash),
+			slog.String("status", string(res.Run.Status)))
+		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomePayloadMismatch})
 	case ledger.Terminal:
 		log.InfoContext(ctx, "duplicate delivery of a finished run acked", slog.String("status", string(res.Run.Status)))
 		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeTerminal})
@@ -218,9 +248,7 @@ func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimSt
 		RunID: run.ID, Namespace: run.Namespace, Name: run.Job, Key: run.Key, ScheduleTime: run.ScheduleTime,
 		Attempt: run.Attempt, AttemptID: run.AttemptID, DeliveryAttempt: d.DeliveryAttempt, Payload: d.Message.Payload,
 	}
-	if len(job.Payload) == 0 && len(run.Payload) > 0 {
-		job.Payload = run.Payload
-	}
+
 	log = log.With(slog.Int64("attempt", run.Attempt), slog.String("attempt_id", run.AttemptID))
 	fence := ledger.Fence{RunID: run.ID, Attempt: run.Attempt, AttemptID: run.AttemptID}
 	limit := w.maxAttempts(run.Job)
@@ -270,7 +298,12 @@ func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimSt
 	var ra *RetryAfterError
 	var delay time.Duration
 	if errors.As(herr, &ra) {
-		delay = ra.Delay
+		delay = max(ra.Delay, 0)
+		if delay > w.cfg.MaxRetryAfter {
+			log.WarnContext(ctx, "the job asked for a retry later than the worker's max retry-after; cut to it",
+				slog.Duration("asked", delay), slog.Duration("max_retry_after", w.cfg.MaxRetryAfter))
+			delay = w.cfg.MaxRetryAfter
+		}
 	}
 	reason := herr.Error()
 	if cause != nil {
@@ -316,7 +349,7 @@ func (w *Worker) keepLease(ctx context.Context, a *attempt, held time.Time, stop
 		}
 		callStart := time.Now()
 		rctx, cancel := context.WithDeadline(ctx, fenceAt())
-		_, err := w.cfg.Ledger.Renew(rctx, &ledger.RenewParams{Fence: a.fence, Lease: w.cfg.Lease})
+		_, err := w.cfg.Ledger.Renew(rctx, &ledger.RenewParams{Fence: a.fence, Lease: w.cfg.Lease, Retention: w.cfg.Retention})
 		cancel()
 		switch {
 		case err == nil:

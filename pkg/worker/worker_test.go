@@ -292,7 +292,7 @@ func TestLeaseLostCancelsTheJobAndFencesItsWrites(t *testing.T) {
 	b.mux.HandleFunc("job", func(ctx context.Context, j *worker.Job) error {
 		// Another worker takes the run over (the ledger is told the lease has expired).
 		run, _ := mem.Get(ctx, &ledger.GetParams{RunID: j.RunID})
-		res, err := mem.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: j.RunID}, AttemptID: uuid.NewString(), Now: run.Deadline.Add(time.Millisecond)})
+		res, err := mem.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: j.RunID, PayloadHash: run.PayloadHash}, AttemptID: uuid.NewString(), Now: run.Deadline.Add(time.Millisecond)})
 		if err != nil || res.Outcome != ledger.Acquired {
 			t.Errorf("takeover: %v, %v", res, err)
 		}
@@ -638,7 +638,7 @@ func TestMessageOlderThanTheRetentionIsDropped(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, &worker.Config{Retention: 24 * time.Hour})
 	b.mux.HandleFunc("job", func(context.Context, *worker.Job) error {
-		t.Error("a message older than the retention was run")
+		t.Error("a message older than the retention, whose run has no record, was run")
 		return nil
 	})
 	m := message("job", "old", "{}")
@@ -648,7 +648,52 @@ func TestMessageOlderThanTheRetentionIsDropped(t *testing.T) {
 		t.Fatalf("verdict = %+v, want acked and dropped", v)
 	}
 	if _, err := b.ledger.Get(t.Context(), &ledger.GetParams{RunID: m.Identity.RunID}); !errors.Is(err, ledger.ErrNotFound) {
-		t.Fatalf("the dropped message touched the ledger: %v", err)
+		t.Fatalf("the dropped message created its run: %v", err)
+	}
+}
+
+// A message the rescuer republishes carries the run's creation time, which may be older
+// than the retention: it must run the run that exists. Before, the worker dropped it
+// (acked, as too old) and the rescuer republished it every pickup timeout, forever.
+func TestOldMessageOfAnExistingRunRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, &worker.Config{Retention: 24 * time.Hour, PickupTimeout: time.Millisecond})
+	var runs atomic.Int32
+	b.mux.HandleFunc("job", func(context.Context, *worker.Job) error { runs.Add(1); return nil })
+	m := message("job", "rescued", "{}")
+	if _, err := b.ledger.Claim(t.Context(), &ledger.ClaimParams{Identity: m.Identity, AttemptID: "ingress", PickupTimeout: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	m.EnqueuedAt = time.Now().Add(-30 * 24 * time.Hour) // a run rescued for weeks
+	if v := b.w.Process(t.Context(), &worker.Delivery{Message: m, PublishTime: time.Now()}); v.Outcome != worker.OutcomeCompleted {
+		t.Fatalf("verdict = %+v, want the existing run completed", v)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("the job ran %d times, want once", runs.Load())
+	}
+}
+
+// A delivery whose data is not the payload the run was accepted with (a forged or stale
+// message for an existing run ID) must never run: acked, the run untouched.
+func TestDeliveryWithAnotherPayloadNeverRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	b.mux.HandleFunc("job", func(context.Context, *worker.Job) error {
+		t.Error("a delivery with another payload ran")
+		return nil
+	})
+	accepted := message("job", "invoice-7", `{"amount":10}`)
+	if _, err := b.ledger.Claim(t.Context(), &ledger.ClaimParams{Identity: accepted.Identity, AttemptID: "ingress"}); err != nil {
+		t.Fatal(err)
+	}
+	forged := message("job", "invoice-7", `{"amount":10000}`)
+	forged.Identity.PayloadHash = accepted.Identity.PayloadHash // the attribute lies; the data does not
+	v := b.process(forged)
+	if !v.Ack || v.Outcome != worker.OutcomePayloadMismatch {
+		t.Fatalf("verdict = %+v, want acked as payload_mismatch", v)
+	}
+	if r := b.run(accepted.Identity.RunID); r.Status != ledger.StatusQueued || r.Attempt != 0 {
+		t.Fatalf("run after the forged delivery = %s attempt %d, want queued and untouched", r.Status, r.Attempt)
 	}
 }
 
@@ -680,5 +725,41 @@ func TestHTTPTargetWithOIDCSendsAnIDTokenForTheURL(t *testing.T) {
 	}
 	if r := b2.run(m.Identity.RunID); !strings.Contains(r.LastError, "no ID token source") {
 		t.Fatalf("last error %q", r.LastError)
+	}
+}
+
+// A Retry-After beyond what a time.Duration holds, or longer than the retention, is cut
+// to MaxRetryAfter: before, seconds over ~292 years overflowed, and a delay past the
+// retention set not_before after expire_at, so the sweeper deleted the run before its
+// retry.
+func TestRetryAfterIsBoundedInsideTheRetention(t *testing.T) {
+	t.Parallel()
+	for _, header := range []string{"99999999999999999", "31536000"} { // overflow; a year
+		t.Run(header, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Retry-After", header)
+				w.WriteHeader(http.StatusTooManyRequests)
+			}))
+			t.Cleanup(srv.Close)
+			u, _ := url.Parse(srv.URL)
+			retention := 48 * time.Hour
+			b := setup(t, nil, &worker.Config{Lease: time.Second, MaxAttempts: 5, Retention: retention, MaxRetryAfter: 6 * time.Hour})
+			worker.MuxFromJobs(b.mux, map[string]*jobs.Job{"busy": {Name: "busy", URL: u, Timeout: 5 * time.Second}}, nil)
+			m := message("busy", "k", "{}")
+			if v := b.process(m); v.Outcome != worker.OutcomeReleased {
+				t.Fatalf("a 429 = %+v, want released", v)
+			}
+			r := b.run(m.Identity.RunID)
+			if d := time.Until(r.NotBefore); d < 5*time.Hour || d > 6*time.Hour {
+				t.Fatalf("NotBefore is %v from now, want the 6h MaxRetryAfter", d)
+			}
+			if r.ExpireAt.Before(r.NotBefore.Add(retention)) {
+				t.Fatalf("ExpireAt %v is before NotBefore %v + the retention", r.ExpireAt, r.NotBefore)
+			}
+		})
+	}
+	if _, err := worker.New(&worker.Config{Ledger: memory.New(nil), Handler: worker.NewMux(), Retention: time.Hour, MaxRetryAfter: 2 * time.Hour}); err == nil {
+		t.Fatal("worker.New accepted a MaxRetryAfter longer than the retention")
 	}
 }

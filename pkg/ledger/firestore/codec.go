@@ -50,6 +50,7 @@ type effectDoc struct {
 	Name      string     `firestore:"name"`
 	Status    string     `firestore:"status"`
 	Attempt   int64      `firestore:"attempt"`
+	Ref       string     `firestore:"ref"`
 	CreatedAt *time.Time `firestore:"created_at"`
 	UpdatedAt *time.Time `firestore:"updated_at"`
 	DoneAt    *time.Time `firestore:"done_at"`
@@ -152,6 +153,7 @@ func encodeEffect(e *ledger.Effect) map[string]any {
 		"name":        e.Name,
 		"status":      string(e.Status),
 		"attempt":     e.Attempt,
+		"ref":         e.Ref,
 		"created_at":  stamp(e.CreatedAt),
 		"updated_at":  stamp(e.UpdatedAt),
 		"done_at":     stamp(e.DoneAt),
@@ -170,7 +172,7 @@ func decodeEffect(s *firestore.DocumentSnapshot) (*ledger.Effect, error) {
 	}
 	return &ledger.Effect{
 		Key: s.Ref.ID, RunID: d.RunID, Name: d.Name, Status: ledger.EffectStatus(d.Status),
-		Attempt: d.Attempt, CreatedAt: unstamp(d.CreatedAt), UpdatedAt: unstamp(d.UpdatedAt),
+		Attempt: d.Attempt, Ref: d.Ref, CreatedAt: unstamp(d.CreatedAt), UpdatedAt: unstamp(d.UpdatedAt),
 		DoneAt: unstamp(d.DoneAt), ExpireAt: unstamp(d.ExpireAt),
 	}, nil
 }

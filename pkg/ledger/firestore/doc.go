@@ -55,15 +55,15 @@
 // Without it Firestore answers FAILED_PRECONDITION and ListRescue returns an error that
 // says so (the emulator needs no index). Sweep queries expire_at < T on each collection,
 // which the automatic single-field index serves. Firestore's TTL policy deletes expired
-// documents by itself (within about a day of expire_at), so Sweep is optional here; the
-// policy is set on both collection groups:
+// runs by itself (within about a day of expire_at); set it on the runs only:
 //
 //	gcloud firestore fields ttls update expire_at --collection-group=PREFIXruns --enable-ttl
-//	gcloud firestore fields ttls update expire_at --collection-group=PREFIXeffects --enable-ttl
 //
-// If you exempt expire_at from single-field indexing (advised for TTL fields written at
-// very high rates), do not run Sweep. A record past expire_at that still exists still
-// deduplicates: nothing here reads expire_at except Sweep.
+// Effects must have no TTL policy: an effect must outlive its run, or a later attempt
+// redoes it. Sweep (which every worker's rescuer runs) deletes an effect only once its
+// run is gone, and moves the expire_at of a live run's effect to the run's. Do not
+// exempt expire_at from single-field indexing: Sweep needs it. A record past expire_at
+// that still exists still deduplicates: nothing here reads expire_at except Sweep.
 //
 // # What each operation costs, and how it is fenced
 //
@@ -71,7 +71,7 @@
 //	Claim, duplicate           2 RPCs: the failed Create, then one read
 //	Acquire, Renew, Complete,  2 RPCs: a read, then a Commit of an Update with an
 //	Release, Fail, Rescue,       update-time precondition (the document's UpdateTime
-//	Unclaim                      as read); Acquire of an absent run writes a Create.
+//	Expedite                     as read); Acquire of an absent run writes a Create.
 //	                             A worker claim that finds the run held: 1 read.
 //	BeginEffect,               3 RPCs: a read of the run and the effect (no lock), then
 //	CompleteEffect               a transaction with no reads (BeginTransaction, Commit)

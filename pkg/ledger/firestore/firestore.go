@@ -169,7 +169,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 			return nil, err
 		}
 		if cur == nil {
-			continue // deleted (unclaimed, swept) since: create it again
+			continue // deleted (swept) since: create it again
 		}
 		_, dup, err := ledger.ApplyClaim(cur, p, snap.ReadTime)
 		if err != nil {
@@ -182,10 +182,9 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	return nil, fmt.Errorf("%w: firestoreledger: claim run %s: created and deleted %d times under us", ledger.ErrContended, p.RunID, maxAttempts)
 }
 
-// change is what a read-decide-write round writes: a run, a deletion, or nothing.
+// change is what a read-decide-write round writes: a run, or nothing.
 type change struct {
 	put *ledger.Run
-	del bool
 }
 
 // retryStale runs round until it does not report errStale (the documents it read
@@ -225,9 +224,6 @@ func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *led
 			return err
 		}
 		switch {
-		case c.del && cur != nil:
-			_, err = ref.Delete(ctx, firestore.LastUpdateTime(snap.UpdateTime))
-			return mapErr(rpcWrite, err, "%s run %s", op, id)
 		case c.put != nil && cur == nil:
 			_, err = ref.Create(ctx, encodeRun(c.put))
 			if err = mapErr(rpcCreate, err, "%s run %s", op, id); errors.Is(err, errExists) {
@@ -242,14 +238,24 @@ func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *led
 	})
 }
 
-// Unclaim implements ledger.Ledger.
-func (l *Ledger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
-	if !ledger.ValidRunID(p.RunID) || p.AttemptID == "" {
-		return ledger.CheckUnclaim(nil, p)
+// Expedite implements ledger.Ledger: a read, then an update-time-fenced write.
+func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
+	if err := nowUnsupported("expedite", p.Now); err != nil {
+		return nil, err
 	}
-	return l.update(ctx, "unclaim", p.RunID, func(cur *ledger.Run, _ time.Time) (change, error) {
-		return change{del: true}, ledger.CheckUnclaim(cur, p)
+	if err := ledger.ValidateExpedite(p); err != nil {
+		return nil, err
+	}
+	var answer *ledger.Run
+	err := l.update(ctx, "expedite", p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
+		next, err := ledger.ApplyExpedite(cur, p, now)
+		answer = next
+		return change{put: next}, err
 	})
+	if err != nil {
+		return nil, err
+	}
+	return answer, nil
 }
 
 // Acquire implements ledger.Ledger: a read, then an update-time-fenced write.
@@ -504,9 +510,13 @@ func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Ru
 	return answer, nil
 }
 
-// Sweep implements ledger.Ledger: runs, then effects, past expire_at by the server's
-// clock, each deleted only if unchanged since it was read. With a TTL policy on
-// expire_at, Firestore deletes them too (within about a day of expiry).
+// Sweep implements ledger.Ledger: runs, then effects whose run is gone, past expire_at
+// by the server's clock, each deleted only if unchanged since it was read. A listed
+// effect whose run still exists is kept and its expire_at moved to the run's, so that
+// the next sweeps do not list it again until then: an effect must outlive its run, or a
+// later attempt would redo it. With a TTL policy on the runs' expire_at, Firestore
+// deletes runs too (within about a day of expiry); the effects need this sweep, and so
+// must have no TTL policy of their own.
 func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
 	if err := nowUnsupported("sweep", p.Now); err != nil {
 		return 0, err
@@ -516,33 +526,72 @@ func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) 
 		return 0, err
 	}
 	limit := cmp.Or(p.Limit, 500)
-	n := 0
-	for _, coll := range []*firestore.CollectionRef{l.runs, l.effects} {
-		if n >= limit {
-			break
-		}
-		m, err := l.sweep(ctx, coll, est.Add(queryMargin), limit-n)
-		n += m
-		if err != nil {
-			return n, err
-		}
+	n, err := l.sweep(ctx, l.runs, est.Add(queryMargin), limit, nil)
+	if err != nil || n >= limit {
+		return n, err
 	}
-	return n, nil
+	m, err := l.sweep(ctx, l.effects, est.Add(queryMargin), limit-n, l.keepEffectsOfLiveRuns)
+	return n + m, err
 }
 
-func (l *Ledger) sweep(ctx context.Context, coll *firestore.CollectionRef, before time.Time, limit int) (int, error) {
+// keepEffectsOfLiveRuns reads the runs of the listed effects and, for each effect whose
+// run exists, moves its expire_at to the run's (unless the effect changed since it was
+// listed); it returns the effects whose run is gone.
+func (l *Ledger) keepEffectsOfLiveRuns(ctx context.Context, snaps []*firestore.DocumentSnapshot) ([]*firestore.DocumentSnapshot, error) {
+	refs := make([]*firestore.DocumentRef, len(snaps))
+	for i, s := range snaps {
+		runID, _ := s.Data()["run_id"].(string)
+		if !ledger.ValidRunID(runID) {
+			return nil, fmt.Errorf("firestoreledger: sweep: effect %s has no valid run_id", s.Ref.ID)
+		}
+		refs[i] = l.runs.Doc(runID)
+	}
+	runs, err := l.client.GetAll(ctx, refs)
+	if err = mapErr(rpcRead, err, "sweep: read the runs of %d expired effects", len(snaps)); err != nil {
+		return nil, err
+	}
+	var orphans []*firestore.DocumentSnapshot
+	for i, s := range snaps {
+		if !runs[i].Exists() {
+			orphans = append(orphans, s)
+			continue
+		}
+		exp, _ := runs[i].Data()[fieldExpireAt].(time.Time)
+		if !exp.After(s.ReadTime) {
+			continue // the run is due for deletion itself: keep the effect for now
+		}
+		_, err := s.Ref.Update(ctx, []firestore.Update{{Path: fieldExpireAt, Value: exp}}, firestore.LastUpdateTime(s.UpdateTime))
+		if err = mapErr(rpcWrite, err, "sweep: keep effect %s of live run %s", s.Ref.ID, runs[i].Ref.ID); err != nil && !errors.Is(err, errStale) {
+			return nil, err
+		}
+	}
+	return orphans, nil
+}
+
+// sweep deletes up to limit documents of coll past before; keep, when set, filters the
+// listed documents down to those that may go.
+func (l *Ledger) sweep(ctx context.Context, coll *firestore.CollectionRef, before time.Time, limit int,
+	keep func(context.Context, []*firestore.DocumentSnapshot) ([]*firestore.DocumentSnapshot, error),
+) (int, error) {
 	snaps, err := coll.Where(fieldExpireAt, "<", before).OrderBy(fieldExpireAt, firestore.Asc).Limit(limit).Documents(ctx).GetAll()
 	if err = mapErr(rpcQuery, err, "list expired %s", coll.ID); err != nil {
 		return 0, err
 	}
+	var expired []*firestore.DocumentSnapshot
+	for _, s := range snaps {
+		if exp, ok := s.Data()[fieldExpireAt].(time.Time); ok && exp.Before(s.ReadTime) {
+			expired = append(expired, s)
+		}
+	}
+	if keep != nil && len(expired) > 0 {
+		if expired, err = keep(ctx, expired); err != nil {
+			return 0, err
+		}
+	}
 	var deleted atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
-	for _, s := range snaps {
-		exp, ok := s.Data()[fieldExpireAt].(time.Time)
-		if !ok || !exp.Before(s.ReadTime) {
-			continue
-		}
+	for _, s := range expired {
 		g.Go(func() error {
 			_, err := s.Ref.Delete(gctx, firestore.LastUpdateTime(s.UpdateTime))
 			switch err = mapErr(rpcWrite, err, "delete expired %s/%s", coll.ID, s.Ref.ID); {

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
@@ -33,6 +35,50 @@ var acquireTests = map[string]func(*testing.T, Harness){
 		}
 		if dup := f.claim(id); dup.Created || dup.Run.Status != ledger.StatusRunning {
 			t.Fatalf("a late ingress claim = created %v, %s; want the running run", dup.Created, dup.Run.Status)
+		}
+	},
+	"AbsentRunThatMustExistIsNotCreated": func(t *testing.T, h Harness) {
+		// A message that may have outlived its run's record (older than the retention)
+		// must not create the run again: it would run a finished run twice.
+		f := setup(t, h)
+		id := newRunID()
+		_, err := f.l.Acquire(f.ctx, &ledger.AcquireParams{Identity: identity(id), AttemptID: uuid.NewString(), Lease: longLease, MustExist: true})
+		wantErr(t, "Acquire of an absent run that must exist", err, ledger.ErrNotFound)
+		_, err = f.l.Get(f.ctx, &ledger.GetParams{RunID: id})
+		wantErr(t, "Get after a refused Acquire", err, ledger.ErrNotFound)
+		f.claim(id)
+		res, err := f.l.Acquire(f.ctx, &ledger.AcquireParams{Identity: identity(id), AttemptID: uuid.NewString(), Lease: longLease, MustExist: true})
+		if err != nil || res.Outcome != ledger.Acquired {
+			t.Fatalf("Acquire of an existing run that must exist = %v, %v; want acquired", res, err)
+		}
+	},
+	"OtherPayloadIsNeverAcquired": func(t *testing.T, h Harness) {
+		// A delivery whose data does not hash to the run's stored payload hash (a forged
+		// or stale message) must never run; the run is untouched.
+		f := setup(t, h)
+		for _, state := range []string{"queued", "expired lease"} {
+			id := newRunID()
+			before := f.claim(id).Run
+			if state == "expired lease" {
+				r, err := f.l.Acquire(f.ctx, &ledger.AcquireParams{Identity: identity(id), AttemptID: uuid.NewString(), Lease: time.Millisecond})
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.waitPast(r.Run.Deadline)
+				before = f.get(id)
+			}
+			other := identity(id)
+			other.Payload = []byte(`{"n":2}`)
+			other.PayloadHash = ledger.PayloadHash(other.Payload)
+			res, err := f.l.Acquire(f.ctx, &ledger.AcquireParams{Identity: other, AttemptID: uuid.NewString(), Lease: longLease})
+			if err != nil || res.Outcome != ledger.PayloadMismatch {
+				t.Fatalf("%s: Acquire with another payload = %v, %v; want payload_mismatch", state, res, err)
+			}
+			after := f.get(id)
+			if after.Status != before.Status || after.Attempt != before.Attempt || after.AttemptID != before.AttemptID ||
+				!after.UpdatedAt.Equal(before.UpdatedAt) || after.AttemptsMade != before.AttemptsMade {
+				t.Fatalf("%s: a refused Acquire changed the run: %+v, was %+v", state, after, before)
+			}
 		}
 	},
 	"LiveLeaseIsHeld": func(t *testing.T, h Harness) {

@@ -33,7 +33,7 @@ var claimTests = map[string]func(*testing.T, Harness){
 			approx(t, "CreatedAt", r.CreatedAt, time.Now())
 			exact(t, "UpdatedAt", r.UpdatedAt, r.CreatedAt)
 			approxWithin(t, "pickup deadline", r.Deadline, r.CreatedAt.Add(3*time.Minute), hintSlack)
-			approxWithin(t, "ExpireAt", r.ExpireAt, r.UpdatedAt.Add(48*time.Hour), hintSlack)
+			approxWithin(t, "ExpireAt (the retention after the pickup deadline)", r.ExpireAt, r.UpdatedAt.Add(3*time.Minute+48*time.Hour), hintSlack)
 			if !r.CompletedAt.IsZero() || !r.NotBefore.IsZero() {
 				t.Fatalf("new run has CompletedAt %v, NotBefore %v; want zero", r.CompletedAt, r.NotBefore)
 			}
@@ -120,35 +120,48 @@ var claimTests = map[string]func(*testing.T, Harness){
 		_, err = f.l.GetEffect(f.ctx, &ledger.GetEffectParams{RunID: newRunID(), Name: "x"})
 		wantErr(t, "GetEffect of an absent effect", err, ledger.ErrNotFound)
 	},
-	"Unclaim": func(t *testing.T, h Harness) {
+	"ExpediteKeepsTheRunAndMakesItDue": func(t *testing.T, h Harness) {
+		// The ingress expedites a claim it could not publish. The record must stay: a
+		// concurrent duplicate may already have been answered 2xx for it.
 		f := setup(t, h)
 		id := newRunID()
 		claimID := uuid.NewString()
-		if _, err := f.l.Claim(f.ctx, &ledger.ClaimParams{Identity: identity(id), AttemptID: claimID}); err != nil {
+		c, err := f.l.Claim(f.ctx, &ledger.ClaimParams{Identity: identity(id), AttemptID: claimID, PickupTimeout: time.Hour})
+		if err != nil {
 			t.Fatal(err)
 		}
-		err := f.l.Unclaim(f.ctx, &ledger.UnclaimParams{RunID: id, AttemptID: uuid.NewString()})
-		wantErr(t, "Unclaim by another claim", err, ledger.ErrLeaseLost)
-		if err := f.l.Unclaim(f.ctx, &ledger.UnclaimParams{RunID: id, AttemptID: claimID}); err != nil {
-			t.Fatalf("Unclaim by its claim: %v", err)
+		_, err = f.l.Expedite(f.ctx, &ledger.ExpediteParams{RunID: id, AttemptID: uuid.NewString()})
+		wantErr(t, "Expedite by another claim", err, ledger.ErrLeaseLost)
+		r, err := f.l.Expedite(f.ctx, &ledger.ExpediteParams{RunID: id, AttemptID: claimID})
+		if err != nil {
+			t.Fatalf("Expedite by its claim: %v", err)
 		}
-		_, err = f.l.Get(f.ctx, &ledger.GetParams{RunID: id})
-		wantErr(t, "Get after Unclaim", err, ledger.ErrNotFound)
-		err = f.l.Unclaim(f.ctx, &ledger.UnclaimParams{RunID: id, AttemptID: claimID})
-		wantErr(t, "Unclaim of an absent run", err, ledger.ErrNotFound)
-		if !f.claim(id).Created {
-			t.Fatal("a claim after Unclaim did not create the run anew")
+		if r.Status != ledger.StatusQueued || r.AttemptID != claimID || !r.Deadline.Before(c.Run.Deadline.Add(-50*time.Minute)) {
+			t.Fatalf("expedited run = %s attempt %q deadline %v; want queued, the claim's attempt, due now (was %v)", r.Status, r.AttemptID, r.Deadline, c.Run.Deadline)
 		}
+		approx(t, "expedited Deadline", r.Deadline, r.UpdatedAt)
+		if got := f.get(id); got.Status != ledger.StatusQueued || !got.Deadline.Equal(r.Deadline) {
+			t.Fatalf("stored run after Expedite = %s deadline %v, want queued with deadline %v", got.Status, got.Deadline, r.Deadline)
+		}
+		if res := f.claim(id); res.Created || res.Run.AttemptID != claimID {
+			t.Fatalf("a claim after Expedite: created %v attempt %q; want the existing run", res.Created, res.Run.AttemptID)
+		}
+		f.waitPast(r.Deadline)
+		if _, ok := f.listRescue(f.l)[id]; !ok {
+			t.Fatal("an expedited run is not listed for rescue once its deadline passed")
+		}
+		_, err = f.l.Expedite(f.ctx, &ledger.ExpediteParams{RunID: newRunID(), AttemptID: claimID})
+		wantErr(t, "Expedite of an absent run", err, ledger.ErrNotFound)
 	},
-	"UnclaimRefusedOnceTaken": func(t *testing.T, h Harness) {
+	"ExpediteRefusedOnceTaken": func(t *testing.T, h Harness) {
 		f := setup(t, h)
 		id := newRunID()
 		claimID := f.claim(id).Run.AttemptID
-		f.hold(id, longLease)
-		err := f.l.Unclaim(f.ctx, &ledger.UnclaimParams{RunID: id, AttemptID: claimID})
-		wantErr(t, "Unclaim of a run a worker took", err, ledger.ErrLeaseLost)
-		if f.get(id).Status != ledger.StatusRunning {
-			t.Fatal("a refused Unclaim changed the run")
+		held := f.hold(id, longLease)
+		_, err := f.l.Expedite(f.ctx, &ledger.ExpediteParams{RunID: id, AttemptID: claimID})
+		wantErr(t, "Expedite of a run a worker took", err, ledger.ErrLeaseLost)
+		if got := f.get(id); got.Status != ledger.StatusRunning || !got.Deadline.Equal(held.Deadline) {
+			t.Fatal("a refused Expedite changed the run")
 		}
 	},
 }

@@ -17,8 +17,8 @@ var clockTests = map[string]func(*testing.T, Harness){
 			t.Skip("the backend's clock is the process's by construction: no caller clock to skew")
 		}
 		f := setup(t, h)
-		ahead := h.SkewedClient(t, f.l, skew)
-		behind := h.SkewedClient(t, f.l, -skew)
+		ahead := &checked{Ledger: h.SkewedClient(t, f.raw, skew), t: t}
+		behind := &checked{Ledger: h.SkewedClient(t, f.raw, -skew), t: t}
 
 		// A claim through a skewed client is stamped with the backend's time.
 		id := newRunID()

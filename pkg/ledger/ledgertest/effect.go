@@ -1,6 +1,7 @@
 package ledgertest
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/runonce/runonce/pkg/ledger"
@@ -97,6 +98,37 @@ var effectTests = map[string]func(*testing.T, Harness){
 		if got := f.effect(id, "charge"); got.Status != ledger.EffectDone || got.Attempt != 2 {
 			t.Fatalf("effect = %s at %d, want done at 2", got.Status, got.Attempt)
 		}
+	},
+	"RefIsRecordedWithTheEffect": func(t *testing.T, h Harness) {
+		f := setup(t, h)
+		id := newRunID()
+		r1 := f.hold(id, longLease)
+		f.begin(r1, "start")
+		ref := "projects/p/locations/l/workflows/w/executions/" + strings.Repeat("x", 36)
+		done, err := f.l.CompleteEffect(f.ctx, &ledger.CompleteEffectParams{Fence: fence(r1), Name: "start", Ref: ref})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done.Ref != ref {
+			t.Fatalf("CompleteEffect with a ref answered Ref %q, want %q", done.Ref, ref)
+		}
+		if got := f.effect(id, "start"); got.Ref != ref {
+			t.Fatalf("stored effect's Ref = %q, want %q", got.Ref, ref)
+		}
+		if _, err := f.l.Release(f.ctx, &ledger.ReleaseParams{Fence: fence(r1), Error: "shut down while waiting"}); err != nil {
+			t.Fatal(err)
+		}
+		r2 := f.hold(id, longLease)
+		if res := f.begin(r2, "start"); !res.Done || res.Effect.Ref != ref {
+			t.Fatalf("the next attempt's BeginEffect = done %v, Ref %q; want done with Ref %q", res.Done, res.Effect.Ref, ref)
+		}
+		f.begin(r2, "plain")
+		if e := f.doneEffect(r2, "plain"); e.Ref != "" {
+			t.Fatalf("an effect completed without a ref has Ref %q", e.Ref)
+		}
+		f.begin(r2, "big")
+		_, err = f.l.CompleteEffect(f.ctx, &ledger.CompleteEffectParams{Fence: fence(r2), Name: "big", Ref: strings.Repeat("x", ledger.MaxEffectRef+1)})
+		wantErr(t, "CompleteEffect with a ref over MaxEffectRef", err, ledger.ErrInvalid)
 	},
 	"CompleteWithoutBegin": func(t *testing.T, h Harness) {
 		f := setup(t, h)

@@ -1,12 +1,14 @@
 package ledgertest_test
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,6 +56,22 @@ var brokenBackends = map[string]brokenBackend{
 	"ExpiredRecordsDoNotDeduplicate": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &expiryForgets{l} },
 		mustFail: []string{"Retention/ExpiredRecordStillDeduplicates"},
+	},
+	// Keeps a record for the retention after its last write only, as before: a run
+	// whose deadline or retry lies beyond that could be swept before it is due.
+	"ExpiryIgnoresDeadlines": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &shortExpiry{l} },
+		mustFail: []string{"Retention/EveryWriteSetsExpireAt", "Retention/RetryAfterKeepsTheRunUntilItIsDue", "Claim/NewRunIsQueued"},
+	},
+	// Sweeps effects on their own expire_at, even while their run lives.
+	"SweepsEffectsOfLiveRuns": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &effectSweeper{Ledger: l} },
+		mustFail: []string{"Retention/EffectsLiveAsLongAsTheirRun"},
+	},
+	// Claims a run whatever payload the delivery carries.
+	"IgnoresPayload": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &anyPayload{l} },
+		mustFail: []string{"Acquire/OtherPayloadIsNeverAcquired"},
 	},
 	// Rescues without checking that the run is unchanged.
 	"UnconditionalRescue": {
@@ -206,4 +224,97 @@ func (b *blindRescue) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledg
 		}
 	}
 	return b.Ledger.Rescue(ctx, &q)
+}
+
+// shortExpiry reports ExpireAt as the last write plus the retention, ignoring Deadline
+// and NotBefore.
+type shortExpiry struct{ ledger.Ledger }
+
+func short(r *ledger.Run, keep time.Duration) {
+	if r != nil {
+		r.ExpireAt = r.UpdatedAt.Add(cmp.Or(keep, ledger.DefaultRetention))
+	}
+}
+
+func (b *shortExpiry) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
+	res, err := b.Ledger.Claim(ctx, p)
+	if err == nil && res.Created {
+		short(res.Run, p.Retention)
+	}
+	return res, err
+}
+
+func (b *shortExpiry) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
+	res, err := b.Ledger.Acquire(ctx, p)
+	if err == nil && res.Outcome == ledger.Acquired {
+		short(res.Run, p.Retention)
+	}
+	return res, err
+}
+
+func (b *shortExpiry) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
+	r, err := b.Ledger.Release(ctx, p)
+	if err == nil {
+		short(r, p.Retention)
+	}
+	return r, err
+}
+
+// effectSweeper behaves as if Sweep deleted every effect past its own ExpireAt.
+type effectSweeper struct {
+	ledger.Ledger
+	mu      sync.Mutex
+	expiry  map[string]time.Time
+	deleted map[string]bool
+}
+
+func (b *effectSweeper) note(e *ledger.Effect) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.expiry == nil {
+		b.expiry, b.deleted = map[string]time.Time{}, map[string]bool{}
+	}
+	b.expiry[e.Key] = e.ExpireAt
+}
+
+func (b *effectSweeper) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
+	e, err := b.Ledger.CompleteEffect(ctx, p)
+	if err == nil {
+		b.note(e)
+	}
+	return e, err
+}
+
+func (b *effectSweeper) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
+	n, err := b.Ledger.Sweep(ctx, p)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for k, exp := range b.expiry {
+		if exp.Before(time.Now()) && !b.deleted[k] {
+			b.deleted[k] = true
+			n++
+		}
+	}
+	return n, err
+}
+
+func (b *effectSweeper) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
+	b.mu.Lock()
+	gone := b.deleted[ledger.EffectKey(p.RunID, p.Name)]
+	b.mu.Unlock()
+	if gone {
+		return nil, ledger.ErrNotFound
+	}
+	return b.Ledger.GetEffect(ctx, p)
+}
+
+// anyPayload claims with the stored run's payload hash, whatever the delivery's.
+type anyPayload struct{ ledger.Ledger }
+
+func (b *anyPayload) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
+	q := *p
+	if r, err := b.Get(ctx, &ledger.GetParams{RunID: p.RunID}); err == nil {
+		q.PayloadHash = r.PayloadHash
+	}
+	return b.Ledger.Acquire(ctx, &q)
 }

@@ -59,15 +59,19 @@ func Run(t *testing.T, h Harness) {
 
 // fixture is one ledger under test with helpers that fail the test on unexpected errors.
 type fixture struct {
-	t   *testing.T
-	h   Harness
+	t *testing.T
+	h Harness
+	// l is the ledger under test behind the invariant checks (checked); raw is the
+	// ledger itself, for the harness.
 	l   ledger.Ledger
+	raw ledger.Ledger
 	ctx context.Context
 }
 
 func setup(t *testing.T, h Harness) *fixture {
 	t.Helper()
-	return &fixture{t: t, h: h, l: h.Open(t), ctx: t.Context()}
+	raw := h.Open(t)
+	return &fixture{t: t, h: h, l: &checked{Ledger: raw, t: t}, raw: raw, ctx: t.Context()}
 }
 
 // newRunID returns a fresh, valid run ID.

@@ -124,15 +124,12 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	})
 }
 
-// Unclaim implements ledger.Ledger.
-func (l *Ledger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := ledger.CheckUnclaim(l.runs[p.RunID], p); err != nil {
-		return err
-	}
-	delete(l.runs, p.RunID)
-	return nil
+// Expedite implements ledger.Ledger.
+func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
+	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		next, err := ledger.ApplyExpedite(cur, p, l.now(p.Now))
+		return next, next, err
+	})
 }
 
 // Acquire implements ledger.Ledger.
@@ -264,8 +261,10 @@ func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) 
 			n++
 		}
 	}
+	// An effect goes only with its run (or after it): a live run's effects are kept
+	// whatever their own ExpireAt says, or a later attempt would redo them.
 	for k, e := range l.effects {
-		if n < limit && e.ExpireAt.Before(now) {
+		if _, live := l.runs[e.RunID]; n < limit && !live && e.ExpireAt.Before(now) {
 			delete(l.effects, k)
 			n++
 		}

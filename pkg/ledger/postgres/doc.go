@@ -16,7 +16,7 @@
 //
 // Every transition is one SQL statement, so one round trip to the database, with no
 // client-side transaction: the ingress claim, the worker claim, renew, complete, release,
-// fail, unclaim, rescue and both effect writes. Each statement is conditional on the
+// fail, expedite, rescue and both effect writes. Each statement is conditional on the
 // record it changes (the fence: status, attempt number and attempt ID), and the rows it
 // returns say what happened; when it changed nothing, it returns the record as it stands
 // (read under a row lock, so that it is the latest committed version, not the statement's
@@ -45,7 +45,7 @@
 //	     created_at, updated_at, completed_at, expire_at)
 //	  runs_rescue_idx    ON runs (deadline) WHERE status IN ('queued', 'running')
 //	  runs_expire_at_idx ON runs (expire_at)
-//	effects(effect_key text PRIMARY KEY, run_id, name, status, attempt,
+//	effects(effect_key text PRIMARY KEY, run_id, name, status, attempt, ref,
 //	        created_at, updated_at, done_at, expire_at)
 //	  effects_expire_at_idx ON effects (expire_at)
 //

@@ -39,28 +39,17 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	return &ledger.ClaimResult{Run: r, Created: created, PayloadMismatch: !created && r.PayloadHash != p.PayloadHash}, nil
 }
 
-// Unclaim implements ledger.Ledger with one DELETE statement.
-func (l *Ledger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
-	if err := ledger.CheckUnclaim(nil, p); errors.Is(err, ledger.ErrInvalid) {
-		return err
+// Expedite implements ledger.Ledger with one conditional UPDATE.
+func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
+	if err := ledger.ValidateExpedite(p); err != nil {
+		return nil, err
 	}
-	var (
-		deleted bool
-		s       runScan
-	)
-	err := l.pool.QueryRow(ctx, l.q.unclaim, p.RunID, p.AttemptID).Scan(append([]any{&deleted}, s.dest()...)...)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return ledger.CheckUnclaim(nil, p)
-	case err != nil:
-		return interpretError("unclaim run "+p.RunID, err)
-	case deleted:
-		return nil
-	}
-	if err := ledger.CheckUnclaim(s.run(), p); err != nil {
-		return err
-	}
-	return inconsistent("unclaim", p.RunID, s.run())
+	return l.fenced(ctx, "expedite", l.q.expedite, p.RunID,
+		[]any{timeArg(p.Now), p.RunID, p.AttemptID, micros(retention(p.Retention))},
+		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+			next, err := ledger.ApplyExpedite(cur, p, now)
+			return next, next, err
+		})
 }
 
 // Acquire implements ledger.Ledger with one INSERT … ON CONFLICT DO UPDATE statement.
@@ -72,13 +61,35 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 		written bool
 		s       runScan
 		now     time.Time
+		q       interface {
+			QueryRow(context.Context, string, ...any) pgx.Row
+		} = l.pool
 	)
-	err := l.pool.QueryRow(ctx, l.q.acquire, timeArg(p.Now),
+	if p.MustExist {
+		// Lock the run first, in a transaction, so that no sweep deletes it between the
+		// check and the claim (which would then create it).
+		tx, err := l.pool.Begin(ctx)
+		if err != nil {
+			return nil, interpretError("acquire run "+p.RunID, err)
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
+		var one int
+		if err := tx.QueryRow(ctx, l.q.lockRun, p.RunID).Scan(&one); err != nil {
+			return nil, interpretError("acquire run "+p.RunID+" (which must exist)", err)
+		}
+		q = tx
+	}
+	err := q.QueryRow(ctx, l.q.acquire, timeArg(p.Now),
 		p.RunID, p.Namespace, p.Job, p.Key, timeArg(p.ScheduleTime), p.PayloadHash, p.AttemptID,
 		micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), p.Payload,
 	).Scan(append(append([]any{&written}, s.dest()...), &now)...)
 	if err != nil {
 		return nil, interpretError("acquire run "+p.RunID, err)
+	}
+	if tx, ok := q.(pgx.Tx); ok {
+		if err := tx.Commit(ctx); err != nil {
+			return nil, interpretError("acquire run "+p.RunID+": commit", err)
+		}
 	}
 	r := s.run()
 	if written && r.Status == ledger.StatusRunning && r.AttemptID == p.AttemptID {
@@ -101,7 +112,7 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 		return nil, err
 	}
 	return l.fenced(ctx, "renew", l.q.renew, p.RunID,
-		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease))},
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention))},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			next, err := ledger.ApplyRenew(cur, p, now)
 			return next, next, err
@@ -137,7 +148,10 @@ func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.
 	if err := ledger.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
-	retry := max(p.RetryAfter, 0)
+	if err := ledger.ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
+		return nil, err
+	}
+	retry := p.RetryAfter
 	pickup := cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)
 	return l.fenced(ctx, "release", l.q.release, p.RunID,
 		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retry), micros(retry + pickup), micros(retention(p.Retention))},
@@ -244,6 +258,9 @@ func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectPar
 	if err := ledger.ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, err
 	}
+	if len(p.Ref) > ledger.MaxEffectRef {
+		return nil, ledger.Invalidf("effect %q of run %s: ref is %d bytes, the limit is %d", p.Name, p.RunID, len(p.Ref), ledger.MaxEffectRef)
+	}
 	var (
 		run     fenceScan
 		up, cur effectScan
@@ -251,7 +268,7 @@ func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectPar
 	)
 	dest := append(append(append(run.dest(), up.dest()...), cur.dest()...), &now)
 	err := l.pool.QueryRow(ctx, l.q.completeEffect, timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID,
-		ledger.EffectKey(p.RunID, p.Name), micros(retention(p.Retention))).Scan(dest...)
+		ledger.EffectKey(p.RunID, p.Name), micros(retention(p.Retention)), p.Ref).Scan(dest...)
 	if err != nil {
 		return nil, interpretError(fmt.Sprintf("complete effect %q of run %s", p.Name, p.RunID), err)
 	}
@@ -394,11 +411,12 @@ func (s *fenceScan) run(id string) *ledger.Run {
 type effectScan struct {
 	key, runID, name, status               pgtype.Text
 	attempt                                pgtype.Int8
+	ref                                    pgtype.Text
 	createdAt, updatedAt, doneAt, expireAt pgtype.Timestamptz
 }
 
 func (s *effectScan) dest() []any {
-	return []any{&s.key, &s.runID, &s.name, &s.status, &s.attempt, &s.createdAt, &s.updatedAt, &s.doneAt, &s.expireAt}
+	return []any{&s.key, &s.runID, &s.name, &s.status, &s.attempt, &s.ref, &s.createdAt, &s.updatedAt, &s.doneAt, &s.expireAt}
 }
 
 func (s *effectScan) effect() *ledger.Effect {
@@ -407,7 +425,7 @@ func (s *effectScan) effect() *ledger.Effect {
 	}
 	return &ledger.Effect{
 		Key: s.key.String, RunID: s.runID.String, Name: s.name.String,
-		Status: ledger.EffectStatus(s.status.String), Attempt: s.attempt.Int64,
+		Status: ledger.EffectStatus(s.status.String), Attempt: s.attempt.Int64, Ref: s.ref.String,
 		CreatedAt: timeOf(s.createdAt), UpdatedAt: timeOf(s.updatedAt),
 		DoneAt: timeOf(s.doneAt), ExpireAt: timeOf(s.expireAt),
 	}

@@ -100,7 +100,7 @@ func harness() ledgertest.Harness {
 			if _, bench := tb.(*testing.B); bench {
 				q := l.q
 				warm(tb, l.pool, q.claim, q.acquire, q.renew, q.complete, q.fail, q.release, q.rescue,
-					q.unclaim, q.get, q.getEffect, q.beginEffect, q.completeEffect, q.listRescue, q.sweep)
+					q.expedite, q.get, q.getEffect, q.beginEffect, q.completeEffect, q.listRescue, q.sweep)
 			}
 			return l
 		},
@@ -473,8 +473,8 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 	defer conn.Close(t.Context())
 	var applied int
 	err = conn.QueryRow(t.Context(), "SELECT count(*) FROM "+pgx.Identifier{schema, "goose_db_version"}.Sanitize()+" WHERE version_id > 0").Scan(&applied)
-	if err != nil || applied != 1 {
-		t.Fatalf("goose_db_version in the schema holds %d applied migrations (%v), want 1", applied, err)
+	if err != nil || applied != 2 {
+		t.Fatalf("goose_db_version in the schema holds %d applied migrations (%v), want 2 (each embedded migration once)", applied, err)
 	}
 }
 
@@ -617,8 +617,8 @@ func TestOneStatementPerTransition(t *testing.T) {
 			return err
 		})
 
-		unclaimed := ledger.KeyedRunID("rt", "job", uuid.NewString())
-		c, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: unclaimed}, AttemptID: uuid.NewString(), PickupTimeout: time.Millisecond, Now: at})
+		expedited := ledger.KeyedRunID("rt", "job", uuid.NewString())
+		c, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: expedited}, AttemptID: uuid.NewString(), PickupTimeout: time.Millisecond, Now: at})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -628,11 +628,12 @@ func TestOneStatementPerTransition(t *testing.T) {
 			return err
 		})
 		count("Rescue", func() error {
-			_, err := l.Rescue(ctx, &ledger.RescueParams{RunID: unclaimed, Status: c.Run.Status, Attempt: 0, Deadline: c.Run.Deadline, Now: later})
+			_, err := l.Rescue(ctx, &ledger.RescueParams{RunID: expedited, Status: c.Run.Status, Attempt: 0, Deadline: c.Run.Deadline, Now: later})
 			return err
 		})
-		count("Unclaim", func() error {
-			return l.Unclaim(ctx, &ledger.UnclaimParams{RunID: unclaimed, AttemptID: c.Run.AttemptID})
+		count("Expedite", func() error {
+			_, err := l.Expedite(ctx, &ledger.ExpediteParams{RunID: expedited, AttemptID: c.Run.AttemptID, Now: later})
+			return err
 		})
 		count("Sweep", func() error { _, err := l.Sweep(ctx, &ledger.SweepParams{Limit: 10}); return err })
 	}
@@ -697,7 +698,7 @@ func TestRacesReturnTheLatestRow(t *testing.T) {
 	t.Run("AcquireOfARowInsertedConcurrently", func(t *testing.T) {
 		id := ledger.KeyedRunID("race", "job", uuid.NewString())
 		blockThenCommit(t, insertRunning, []any{id}, func() error {
-			res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id}, AttemptID: "mine"})
+			res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, PayloadHash: "h"}, AttemptID: "mine"})
 			if err != nil {
 				return err
 			}

@@ -25,7 +25,7 @@ import (
 //     ON CONFLICT DO NOTHING followed by a SELECT in the same statement is wrong: under
 //     READ COMMITTED the SELECT uses the statement's snapshot and misses a row that a
 //     concurrent claim committed in between, returning nothing.
-//   - Fenced UPDATE (Renew, Complete, Release, Fail, Rescue, Unclaim's DELETE): the WHERE
+//   - Fenced UPDATE (Renew, Complete, Release, Fail, Rescue, Expedite): the WHERE
 //     carries the fence; PostgreSQL re-checks it on the latest version of a concurrently
 //     updated row. When nothing was updated, a FOR SHARE read, which also follows the
 //     update chain to the latest version and locks it, returns the record so that the
@@ -38,7 +38,7 @@ const (
 	runCols = `run_id, namespace, job, run_key, schedule_time, payload_hash, payload, status, attempt,
 	attempt_id, deadline, not_before, attempts_made, last_error, created_at, updated_at,
 	completed_at, expire_at`
-	effectCols = `effect_key, run_id, name, status, attempt, created_at, updated_at, done_at, expire_at`
+	effectCols = `effect_key, run_id, name, status, attempt, ref, created_at, updated_at, done_at, expire_at`
 
 	nowExpr = `coalesce($1::timestamptz, now())`
 	// rfc3339 renders a timestamptz as Go's time.RFC3339Nano does for a UTC time.
@@ -63,21 +63,23 @@ func us(param string) string { return "(" + param + "::bigint * interval '1 micr
 const claimSQL = `
 INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
 	status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
-VALUES ($2, $3, $4, $5, $6, $7, $11, 'queued', 0, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us10})
+VALUES ($2, $3, $4, $5, $6, $7, $11, 'queued', 0, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us9} + {us10})
 ON CONFLICT (run_id) DO UPDATE SET run_id = EXCLUDED.run_id
 RETURNING r.xmax = 0, {r.runCols}`
 
 // claimable: the existing row r may be taken by a worker claim at {now}.
-const claimable = `((r.status = 'queued' AND (r.not_before IS NULL OR r.not_before <= {now}))
-	OR (r.status = 'running' AND r.deadline < {now}))`
+// A run whose payload hash differs from the claim's is never claimable: the message is
+// not the one the run was accepted with.
+const claimable = `(r.payload_hash = EXCLUDED.payload_hash AND ((r.status = 'queued' AND (r.not_before IS NULL OR r.not_before <= {now}))
+	OR (r.status = 'running' AND r.deadline < {now})))`
 
-const takeover = `(r.status = 'running' AND r.deadline < {now})`
+const takeover = `(r.payload_hash = EXCLUDED.payload_hash AND r.status = 'running' AND r.deadline < {now})`
 
 const acquireSQL = `
 WITH up AS (
 	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
 		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
-	VALUES ($2, $3, $4, $5, $6, $7, $11, 'running', 1, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us10})
+	VALUES ($2, $3, $4, $5, $6, $7, $11, 'running', 1, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us9} + {us10})
 	ON CONFLICT (run_id) DO UPDATE SET
 		status        = CASE WHEN {claimable} THEN 'running' ELSE r.status END,
 		attempt       = CASE WHEN {claimable} THEN r.attempt + 1 ELSE r.attempt END,
@@ -112,9 +114,9 @@ SELECT false, {s.runCols}, {now} FROM (SELECT * FROM {runs} WHERE run_id = $2 FO
 WHERE NOT EXISTS (SELECT 1 FROM up)`
 }
 
-// $5: lease.
+// $5: lease, $6: retention.
 var renewSQL = fencedSQL(`deadline = {now} + {us5}, updated_at = {now},
-		expire_at = greatest(r.expire_at, {now} + {us5})`)
+		expire_at = greatest(r.expire_at, {now} + {us5} + {us6})`)
 
 // $5: error text, $6: retention.
 func finishSQL(status string) string {
@@ -127,7 +129,7 @@ func finishSQL(status string) string {
 // $5: error text, $6: retry after (0: none), $7: retry after + pickup timeout, $8: retention.
 var releaseSQL = fencedSQL(`status = 'queued', attempts_made = r.attempts_made + 1, last_error = $5,
 		not_before = CASE WHEN $6::bigint > 0 THEN {now} + {us6} END,
-		deadline = {now} + {us7}, updated_at = {now}, expire_at = {now} + {us8}`)
+		deadline = {now} + {us7}, updated_at = {now}, expire_at = {now} + {us7} + {us8}`)
 
 // $2 run, $3 listed status, $4 listed attempt, $5 listed deadline, $6 pickup timeout,
 // $7 retention, $8 the lost-lease error.
@@ -138,7 +140,7 @@ WITH up AS (
 		last_error    = CASE WHEN r.status = 'running' THEN $8 ELSE r.last_error END,
 		attempt_id    = CASE WHEN r.status = 'running' THEN '' ELSE r.attempt_id END,
 		status = 'queued', not_before = NULL, deadline = {now} + {us6}, updated_at = {now},
-		expire_at = {now} + {us7}
+		expire_at = {now} + {us6} + {us7}
 	WHERE r.run_id = $2 AND r.status = $3 AND r.attempt = $4 AND r.deadline = $5
 		AND r.status IN ('queued', 'running') AND r.deadline < {now}
 	RETURNING true, {r.runCols}
@@ -148,19 +150,22 @@ UNION ALL
 SELECT false, {s.runCols}, {now} FROM (SELECT * FROM {runs} WHERE run_id = $2 FOR SHARE) s
 WHERE NOT EXISTS (SELECT 1 FROM up)`
 
-// $1 run, $2 the claim's attempt ID. No time.
-const unclaimSQL = `
-WITH del AS (
-	DELETE FROM {runs} r
-	WHERE r.run_id = $1 AND r.status = 'queued' AND r.attempt = 0 AND r.attempt_id = $2
+// $2 run, $3 the ingress claim's attempt ID, $4 retention.
+const expediteSQL = `
+WITH up AS (
+	UPDATE {runs} r SET deadline = {now}, updated_at = {now}, expire_at = {now} + {us4}
+	WHERE r.run_id = $2 AND r.status = 'queued' AND r.attempt = 0 AND r.attempt_id = $3
 	RETURNING true, {r.runCols}
 )
-SELECT * FROM del
+SELECT *, {now} FROM up
 UNION ALL
-SELECT false, {s.runCols} FROM (SELECT * FROM {runs} WHERE run_id = $1 FOR SHARE) s
-WHERE NOT EXISTS (SELECT 1 FROM del)`
+SELECT false, {s.runCols}, {now} FROM (SELECT * FROM {runs} WHERE run_id = $2 FOR SHARE) s
+WHERE NOT EXISTS (SELECT 1 FROM up)`
 
 const getSQL = `SELECT {runCols} FROM {runs} WHERE run_id = $1`
+
+// lockRunSQL locks an existing run for the rest of a transaction (a sweep skips it).
+const lockRunSQL = `SELECT 1 FROM {runs} WHERE run_id = $1 FOR UPDATE`
 
 const getEffectSQL = `SELECT {effectCols} FROM {effects} WHERE effect_key = $1`
 
@@ -186,12 +191,12 @@ WITH run AS MATERIALIZED (
 SELECT run.status, run.attempt, run.attempt_id, {up.effectCols}, {old.effectCols}, {now}
 FROM (SELECT 1) one LEFT JOIN run ON true LEFT JOIN up ON true LEFT JOIN old ON true`
 
-// $2..$4 the fence, $5 effect key, $6 retention.
+// $2..$4 the fence, $5 effect key, $6 retention, $7 ref.
 const completeEffectSQL = `
 WITH run AS MATERIALIZED (
 	SELECT status, attempt, attempt_id FROM {runs} WHERE run_id = $2 FOR SHARE
 ), up AS (
-	UPDATE {effects} e SET status = 'done', done_at = {now}, updated_at = {now}, expire_at = {now} + {us6}
+	UPDATE {effects} e SET status = 'done', ref = $7::text, done_at = {now}, updated_at = {now}, expire_at = {now} + {us6}
 	FROM run
 	WHERE e.effect_key = $5 AND e.status = 'pending' AND e.attempt = $3
 		AND run.status = 'running' AND run.attempt = $3 AND run.attempt_id = $4
@@ -209,8 +214,10 @@ WHERE status IN ('queued', 'running') AND deadline < {now}
 ORDER BY deadline
 LIMIT $2`
 
-// $2 limit. Runs first, then effects, at most $2 records in all; rows that other
-// statements hold locked are left for the next sweep.
+// $2 limit. Runs first, then effects whose run is gone (deleted by this statement or
+// earlier), at most $2 records in all: a live run's effects are kept whatever their own
+// expire_at says, or a later attempt would redo them. Rows that other statements hold
+// locked are left for the next sweep.
 const sweepSQL = `
 WITH r AS (
 	DELETE FROM {runs}
@@ -218,11 +225,14 @@ WITH r AS (
 		SELECT ctid FROM {runs} WHERE expire_at < {now} ORDER BY expire_at LIMIT $2
 		FOR UPDATE SKIP LOCKED))
 	AND expire_at < {now}
-	RETURNING 1
+	RETURNING run_id
 ), e AS (
 	DELETE FROM {effects}
 	WHERE ctid = ANY(ARRAY(
-		SELECT ctid FROM {effects} WHERE expire_at < {now} ORDER BY expire_at
+		SELECT x.ctid FROM {effects} x WHERE x.expire_at < {now}
+			AND (x.run_id IN (SELECT run_id FROM r)
+				OR NOT EXISTS (SELECT 1 FROM {runs} v WHERE v.run_id = x.run_id))
+		ORDER BY x.expire_at
 		LIMIT greatest($2 - (SELECT count(*) FROM r), 0)
 		FOR UPDATE SKIP LOCKED))
 	AND expire_at < {now}
@@ -232,8 +242,8 @@ SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM e)`
 
 // queries are the statements with the schema's table names filled in.
 type queries struct {
-	claim, acquire, renew, complete, fail, release, rescue, unclaim string
-	get, getEffect, beginEffect, completeEffect, listRescue, sweep  string
+	claim, acquire, renew, complete, fail, release, rescue, expedite        string
+	get, lockRun, getEffect, beginEffect, completeEffect, listRescue, sweep string
 }
 
 func buildQueries(schema string) queries {
@@ -258,7 +268,7 @@ func buildQueries(schema string) queries {
 		"{old.effectCols}", cols("old", effectCols),
 		"{cur.effectCols}", cols("cur", effectCols),
 		"{effectCols}", effectCols,
-		"{us5}", us("$5"), "{us6}", us("$6"), "{us7}", us("$7"), "{us8}", us("$8"),
+		"{us4}", us("$4"), "{us5}", us("$5"), "{us6}", us("$6"), "{us7}", us("$7"), "{us8}", us("$8"),
 		"{us9}", us("$9"), "{us10}", us("$10"),
 	)
 	fill := func(s string) string { return r2.Replace(r.Replace(s)) }
@@ -270,8 +280,9 @@ func buildQueries(schema string) queries {
 		fail:           fill(finishSQL("failed")),
 		release:        fill(releaseSQL),
 		rescue:         fill(rescueSQL),
-		unclaim:        fill(unclaimSQL),
+		expedite:       fill(expediteSQL),
 		get:            fill(getSQL),
+		lockRun:        fill(lockRunSQL),
 		getEffect:      fill(getEffectSQL),
 		beginEffect:    fill(beginEffectSQL),
 		completeEffect: fill(completeEffectSQL),

@@ -241,7 +241,7 @@ func putRun(ctx context.Context, tx *sql.Tx, r *ledger.Run) error {
 	return err
 }
 
-const effectColumns = `effect_key, run_id, name, status, attempt, created_at, updated_at, done_at, expire_at`
+const effectColumns = `effect_key, run_id, name, status, attempt, ref, created_at, updated_at, done_at, expire_at`
 
 func getEffect(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
@@ -250,7 +250,7 @@ func getEffect(ctx context.Context, q interface {
 	var status string
 	var created, updated, done, expire int64
 	err := q.QueryRowContext(ctx, "SELECT "+effectColumns+" FROM effects WHERE effect_key = ?", key).Scan(
-		&e.Key, &e.RunID, &e.Name, &status, &e.Attempt, &created, &updated, &done, &expire)
+		&e.Key, &e.RunID, &e.Name, &status, &e.Attempt, &e.Ref, &created, &updated, &done, &expire)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -266,8 +266,8 @@ func putEffect(ctx context.Context, tx *sql.Tx, e *ledger.Effect) error {
 	if e == nil {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO effects ("+effectColumns+") VALUES (?,?,?,?,?,?,?,?,?)",
-		e.Key, e.RunID, e.Name, string(e.Status), e.Attempt, micros(e.CreatedAt), micros(e.UpdatedAt), micros(e.DoneAt), micros(e.ExpireAt))
+	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO effects ("+effectColumns+") VALUES (?,?,?,?,?,?,?,?,?,?)",
+		e.Key, e.RunID, e.Name, string(e.Status), e.Attempt, e.Ref, micros(e.CreatedAt), micros(e.UpdatedAt), micros(e.DoneAt), micros(e.ExpireAt))
 	return err
 }
 
@@ -297,19 +297,12 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	})
 }
 
-// Unclaim implements ledger.Ledger.
-func (l *Ledger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
-	return wrap("unclaim", p.RunID, l.tx(ctx, func(tx *sql.Tx) error {
-		cur, err := getRun(ctx, tx, p.RunID)
-		if err != nil {
-			return err
-		}
-		if err := ledger.CheckUnclaim(cur, p); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, "DELETE FROM runs WHERE run_id = ?", p.RunID)
-		return err
-	}))
+// Expedite implements ledger.Ledger.
+func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
+	return updateRun(ctx, l, "expedite", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		next, err := ledger.ApplyExpedite(cur, p, l.now(p.Now))
+		return next, next, err
+	})
 }
 
 // Acquire implements ledger.Ledger.
@@ -446,9 +439,15 @@ func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) 
 	n := 0
 	err := l.tx(ctx, func(tx *sql.Tx) error {
 		n = 0
-		for _, table := range []string{"runs", "effects"} {
-			res, err := tx.ExecContext(ctx, "DELETE FROM "+table+" WHERE rowid IN (SELECT rowid FROM "+table+
-				" WHERE expire_at < ? ORDER BY expire_at LIMIT ?)", now, limit-n)
+		// Runs first; then effects whose run is gone (this sweep's or an earlier one's):
+		// a live run's effects are kept whatever their own expire_at says, or a later
+		// attempt would redo them.
+		for _, stmt := range []string{
+			"DELETE FROM runs WHERE rowid IN (SELECT rowid FROM runs WHERE expire_at < ? ORDER BY expire_at LIMIT ?)",
+			"DELETE FROM effects WHERE rowid IN (SELECT e.rowid FROM effects e WHERE e.expire_at < ? " +
+				"AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = e.run_id) ORDER BY e.expire_at LIMIT ?)",
+		} {
+			res, err := tx.ExecContext(ctx, stmt, now, limit-n)
 			if err != nil {
 				return err
 			}

@@ -17,13 +17,15 @@ resource "google_firestore_database" "ledger" {
   deletion_policy             = var.deletion_protection ? "ABANDON" : "DELETE"
 }
 
-# The TTL policy: Firestore deletes a run or effect record within about a day after its
-# expire_at (last write + RUNONCE_RETENTION). Without it records pile up forever; the
-# ledger itself still deduplicates against a record past expire_at that still exists.
-# No index_config block: expire_at keeps its automatic single-field index, which the
-# ledger's optional Sweep query uses.
+# The TTL policy on runs: Firestore deletes a run record within about a day after its
+# expire_at (RUNONCE_RETENTION after its last write, deadline or retry). Without it runs
+# pile up forever; the ledger itself still deduplicates against a record past expire_at
+# that still exists. Effects have no TTL policy: an effect must outlive its run, or a
+# later attempt redoes it, so the workers' sweep deletes an effect only once its run is
+# gone. No index_config block: expire_at keeps its automatic single-field index, which
+# the sweep's query uses.
 resource "google_firestore_field" "expire_at" {
-  for_each = local.firestore ? toset(["runs", "effects"]) : toset([])
+  for_each = local.firestore ? toset(["runs"]) : toset([])
 
   project    = var.project_id
   database   = local.database_name

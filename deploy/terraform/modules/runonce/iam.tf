@@ -18,6 +18,8 @@
 #   roles/iam.serviceAccountTokenCreator Pub/Sub agent      push account      mint the push OIDC token (delivery = "push")
 #   roles/secretmanager.secretAccessor worker               jobs secret       read the jobs file (jobs_json set)
 #
+# The jobs file's Google Cloud API targets get their grants in targets.tf.
+#
 # Cloud Scheduler's own service agent mints the scheduler's OIDC token with its built-in
 # role; nothing is granted for it here.
 

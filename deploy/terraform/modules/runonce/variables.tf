@@ -164,6 +164,12 @@ variable "restrict_datastore_user_to_database" {
   default     = true
 }
 
+variable "restrict_target_grants_to_resource" {
+  description = "Limit the project-level grants of Workflows and Cloud Build targets (targets.tf) to the named workflow or trigger with an IAM condition on resource.name."
+  type        = bool
+  default     = true
+}
+
 # ---------------------------------------------------------------------------------------
 # The guarantees: retention, leases, shutdown
 # ---------------------------------------------------------------------------------------

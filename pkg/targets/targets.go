@@ -1,0 +1,303 @@
+package targets
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/runonce/runonce/pkg/jobs"
+	"github.com/runonce/runonce/pkg/worker"
+)
+
+// Options configure the targets New builds.
+type Options struct {
+	// ClientOptions are passed to every API client (after the endpoint's).
+	ClientOptions []option.ClientOption
+	// Backoff is the delay before the first retry of a start the API refused with a quota
+	// or availability error; it doubles with each attempt, up to 32 times. Defaults to 10s.
+	Backoff time.Duration
+	// CallTimeout bounds one API call when the job sets no timeout. Defaults to 1m.
+	CallTimeout time.Duration
+}
+
+func (o *Options) withDefaults() *Options {
+	out := Options{}
+	if o != nil {
+		out = *o
+	}
+	out.Backoff = cmp.Or(out.Backoff, 10*time.Second)
+	out.CallTimeout = cmp.Or(out.CallTimeout, time.Minute)
+	return &out
+}
+
+// Identity is the run's identity as a target receives it (the Workflows argument's
+// "runonce" field; the Cloud Run and Cloud Build forms carry the same values).
+type Identity struct {
+	// IdempotencyKey is the run's key, stable across every attempt: deduplicate on it.
+	IdempotencyKey string `json:"idempotency_key"`
+	RunID          string `json:"run_id"`
+	Job            string `json:"job"`
+	// Attempt is the worker attempt that started the execution.
+	Attempt int64 `json:"attempt"`
+	// ScheduleTime is the scheduler's UTC schedule time (RFC 3339), empty for keyed runs.
+	ScheduleTime string `json:"schedule_time,omitempty"`
+}
+
+func identity(ctx context.Context, j *worker.Job) Identity {
+	id := Identity{IdempotencyKey: worker.IdempotencyKey(ctx), RunID: j.RunID, Job: j.Name, Attempt: j.Attempt}
+	if !j.ScheduleTime.IsZero() {
+		id.ScheduleTime = j.ScheduleTime.UTC().Format(time.RFC3339)
+	}
+	return id
+}
+
+// api is one kind's calls.
+type api interface {
+	// start starts an execution labelled (where the API allows) with the effect key and
+	// returns its name.
+	start(ctx context.Context, j *worker.Job, id Identity, effectKey string) (string, error)
+	// find returns the execution an earlier attempt started under the effect key: "" when
+	// there is none; errNotProven when none was found and the API cannot prove there is
+	// none.
+	find(ctx context.Context, effectKey string) (string, error)
+	// poll reports whether the execution finished, and its failure (already mapped to the
+	// run's fate) when it did not succeed.
+	poll(ctx context.Context, ref string) (done bool, err error)
+	io.Closer
+}
+
+var errNotProven = errors.New("no execution carrying the run's key was found among the latest ones, and this API cannot prove that none was started")
+
+// maxScan bounds the executions or builds a look-up without a server-side filter reads.
+const maxScan = 500
+
+// Target is a handler that starts a Google Cloud API execution once per run.
+type Target struct {
+	job  *jobs.Job
+	api  api
+	opts *Options
+	// perm and readPerm are the permissions and roles a start and a look-up or poll need,
+	// for errors.
+	perm, readPerm string
+}
+
+// New returns the target of a jobs-file entry whose Kind is a Google Cloud API's, with
+// clients on the API's endpoint (Application Default Credentials), the target's endpoint
+// override, or a plaintext loopback endpoint ("http://127.0.0.1:PORT", no credentials:
+// the local fakes of pkg/targets/targetstest). Close it to close its clients.
+func New(ctx context.Context, j *jobs.Job, o *Options) (*Target, error) {
+	if j.Target == nil {
+		return nil, fmt.Errorf("targets: job %s has no Google Cloud API target (kind %q)", j.Name, j.Kind)
+	}
+	o = o.withDefaults()
+	copts, err := clientOptions(j.Target)
+	if err != nil {
+		return nil, fmt.Errorf("targets: job %s: %w", j.Name, err)
+	}
+	copts = append(copts, o.ClientOptions...)
+	t := &Target{job: j, opts: o}
+	switch j.Kind {
+	case jobs.KindWorkflows:
+		t.api, err = newWorkflows(ctx, j.Target, copts)
+		t.perm = "workflows.executions.create (roles/workflows.invoker)"
+		t.readPerm = "workflows.executions.get and .list (roles/workflows.invoker)"
+	case jobs.KindCloudRun:
+		t.api, err = newCloudRun(ctx, j.Target, copts)
+		t.perm = "run.jobs.runWithOverrides (roles/run.jobsExecutorWithOverrides)"
+		t.readPerm = "run.executions.get and .list (roles/run.viewer)"
+	case jobs.KindCloudBuild:
+		t.api, err = newCloudBuild(ctx, j.Target, copts)
+		t.perm = "cloudbuild.builds.create (roles/cloudbuild.builds.editor)"
+		t.readPerm = "cloudbuild.builds.get and .list (roles/cloudbuild.builds.editor)"
+	default:
+		return nil, fmt.Errorf("targets: job %s: kind %q is not a Google Cloud API target", j.Name, j.Kind)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("targets: job %s: %s client: %w", j.Name, j.Kind, err)
+	}
+	return t, nil
+}
+
+// clientOptions returns the options of the target's endpoint.
+func clientOptions(t *jobs.Target) ([]option.ClientOption, error) {
+	if t.Endpoint == "" {
+		return nil, nil
+	}
+	hostport, plain := t.Plaintext()
+	if !plain {
+		return []option.ClientOption{option.WithEndpoint(hostport)}, nil
+	}
+	conn, err := grpc.NewClient(hostport, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %s: %w", t.Endpoint, err)
+	}
+	return []option.ClientOption{option.WithGRPCConn(conn), option.WithoutAuthentication()}, nil
+}
+
+// Close closes the target's clients.
+func (t *Target) Close() error { return t.api.Close() }
+
+// HandleJob starts the run's execution once (see the package doc) and, with wait, follows
+// it until it finishes.
+func (t *Target) HandleJob(ctx context.Context, j *worker.Job) error {
+	res := t.job.Target.Resource
+	log := worker.Logger(ctx)
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	st, err := worker.StartEffect(ctx, worker.RunEffect, func(ctx context.Context, key string, prior int64) (string, error) {
+		if prior != 0 {
+			ref, err := t.call(ctx, func(ctx context.Context) (string, error) { return t.api.find(ctx, key) })
+			switch {
+			case errors.Is(err, errNotProven):
+				return "", worker.Permanent(fmt.Errorf("%s %s: attempt %d began the start and did not record its outcome, and %s; not started again (at most once): check %s for an execution carrying idempotency key %s: %w",
+					t.job.Kind, res, prior, errNotProven, res, worker.IdempotencyKey(ctx), &worker.UncertainEffectError{Name: worker.RunEffect, Key: key, Attempt: prior}))
+			case err != nil:
+				return "", t.apiError(ctx, "look up the start of attempt "+fmt.Sprint(prior), t.readPerm, j, err)
+			case ref != "":
+				log.InfoContext(ctx, "found the execution an earlier attempt started; not starting another", slog.String("effect_ref", ref), slog.Int64("begun_by", prior))
+				return ref, nil
+			}
+		}
+		ref, err := t.call(ctx, func(ctx context.Context) (string, error) { return t.api.start(ctx, j, identity(ctx, j), key) })
+		if err != nil {
+			return "", t.apiError(ctx, "start", t.perm, j, err)
+		}
+		log.InfoContext(ctx, "execution started", slog.String("kind", t.job.Kind), slog.String("effect_ref", ref))
+		return ref, nil
+	})
+	if err != nil {
+		return err
+	}
+	if !t.job.Target.Wait {
+		return nil
+	}
+	return t.follow(ctx, j, st.Ref)
+}
+
+// call runs one API call under the call timeout.
+func (t *Target) call(ctx context.Context, fn func(context.Context) (string, error)) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(t.job.Timeout, t.opts.CallTimeout))
+	defer cancel()
+	return fn(ctx)
+}
+
+// follow polls the execution until it finishes; transient poll errors are retried within
+// the job's context (the worker holds the run's lease meanwhile).
+func (t *Target) follow(ctx context.Context, j *worker.Job, ref string) error {
+	every := t.job.Target.PollInterval
+	tick := time.NewTimer(0)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s %s: stopped following %s: %w", t.job.Kind, t.job.Target.Resource, ref, context.Cause(ctx))
+		case <-tick.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, cmp.Or(t.job.Timeout, t.opts.CallTimeout))
+		done, err := t.api.poll(pctx, ref)
+		cancel()
+		switch {
+		case err != nil && (errors.Is(err, worker.ErrPermanent) || isRetryAfter(err)):
+			return err
+		case err != nil && retryableCode(status.Code(err)):
+			if l := worker.Logger(ctx); l != nil {
+				l.WarnContext(ctx, "polling the execution failed; polling again", slog.String("effect_ref", ref), slog.Any("error", err))
+			}
+		case err != nil && ctx.Err() != nil:
+			return fmt.Errorf("%s: stopped following %s: %w", t.job.Kind, ref, context.Cause(ctx))
+		case err != nil:
+			return t.apiError(ctx, "poll "+ref, t.readPerm, j, err)
+		case done:
+			return nil
+		}
+		tick.Reset(every)
+	}
+}
+
+func isRetryAfter(err error) bool {
+	var ra *worker.RetryAfterError
+	return errors.As(err, &ra)
+}
+
+func retryableCode(c codes.Code) bool {
+	return c == codes.Unavailable || c == codes.ResourceExhausted || c == codes.DeadlineExceeded || c == codes.Internal || c == codes.Aborted
+}
+
+// apiError maps an API error to the run's fate:
+//   - RESOURCE_EXHAUSTED (429) and UNAVAILABLE (503), which Google APIs answer for calls
+//     they did not process: nothing started; the run is released and retried with
+//     exponential backoff.
+//   - PERMISSION_DENIED (403): the run fails, naming the permission and role the
+//     worker's service account lacks.
+//   - INTERNAL, UNKNOWN, DEADLINE_EXCEEDED, ABORTED or no answer: the call may have
+//     been processed, so it is not reported as refused: the run is released with the
+//     same backoff, and the next attempt looks the start up (Workflows) or reports it
+//     (at most once).
+//   - any other status (NOT_FOUND, INVALID_ARGUMENT, UNAUTHENTICATED, …): the run fails.
+func (t *Target) apiError(ctx context.Context, what, perm string, j *worker.Job, err error) error {
+	if errors.Is(err, worker.ErrPermanent) {
+		return err
+	}
+	res := t.job.Target.Resource
+	e := fmt.Errorf("%s %s: %s: %w", t.job.Kind, res, what, err)
+	if ctx.Err() != nil {
+		return e // shutdown or lease lost: the worker releases the run
+	}
+	backoff := min(t.opts.Backoff<<min(max(j.Attempt-1, 0), 32), 30*time.Minute)
+	switch status.Code(err) {
+	case codes.ResourceExhausted, codes.Unavailable:
+		return worker.NotStarted(worker.RetryAfter(backoff, fmt.Errorf("%w (not started; retried with backoff)", e)))
+	case codes.PermissionDenied:
+		return worker.NotStarted(worker.Permanent(fmt.Errorf("%w: the worker's service account lacks %s on %s", e, perm, res)))
+	case codes.Internal, codes.Unknown, codes.DeadlineExceeded, codes.Aborted:
+		return worker.RetryAfter(backoff, fmt.Errorf("%w (it may have started; retried with backoff)", e))
+	case codes.Canceled:
+		return e
+	case codes.Unauthenticated:
+		return worker.NotStarted(worker.Permanent(fmt.Errorf("%w: the worker's Application Default Credentials were refused", e)))
+	default:
+		return worker.NotStarted(worker.Permanent(e))
+	}
+}
+
+// HandleJobs registers a Target on mux, with the job's max_attempts, for each job of js
+// whose kind is a Google Cloud API's and that mux has no handler for yet (worker.MuxFromJobs
+// does the same for HTTP targets; call HandleJobs first). It returns a function that
+// closes the targets' clients.
+func HandleJobs(ctx context.Context, mux *worker.Mux, js map[string]*jobs.Job, o *Options) (func(), error) {
+	have := map[string]bool{}
+	for _, name := range mux.Jobs() {
+		have[name] = true
+	}
+	var opened []*Target
+	closeAll := func() {
+		for _, t := range opened {
+			t.Close()
+		}
+	}
+	for _, name := range jobs.Names(js) {
+		j := js[name]
+		if j.Target == nil || have[name] {
+			continue
+		}
+		t, err := New(ctx, j, o)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		opened = append(opened, t)
+		mux.HandleWith(name, t, &worker.HandleOptions{MaxAttempts: j.MaxAttempts})
+	}
+	return closeAll, nil
+}

@@ -1,0 +1,477 @@
+package targets_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/cloudbuild/apiv1/v2/cloudbuildpb"
+	"cloud.google.com/go/run/apiv2/runpb"
+	"cloud.google.com/go/workflows/executions/apiv1/executionspb"
+	"google.golang.org/grpc/codes"
+
+	"github.com/runonce/runonce/pkg/jobs"
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/memory"
+	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/targets"
+	"github.com/runonce/runonce/pkg/targets/targetstest"
+	"github.com/runonce/runonce/pkg/worker"
+)
+
+const (
+	workflow   = "projects/p/locations/us-central1/workflows/nightly"
+	runJob     = "projects/p/locations/us-central1/jobs/etl"
+	buildTrig  = "projects/p/locations/global/triggers/release"
+	backoff    = 20 * time.Millisecond
+	testPoll   = 10 * time.Millisecond
+	waitForAny = 10 * time.Second
+)
+
+var runSeq atomic.Int64
+
+// bench is a fake, a ledger and a way to make workers that run one target.
+type bench struct {
+	t    testing.TB
+	fake *targetstest.Fake
+	led  ledger.Ledger
+	job  *jobs.Job
+}
+
+// newBench parses a jobs file naming the target "target" of kind with the extra fields.
+func newBench(t testing.TB, kind, resource, extra string) *bench {
+	t.Helper()
+	fake, err := targetstest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fake.Close)
+	file := fmt.Sprintf(`{"jobs": {"target": {"kind": %q, "resource": %q, "endpoint": %q, "poll_interval": "%s"%s}}}`,
+		kind, resource, fake.Endpoint(), testPoll, extra)
+	js, err := jobs.Parse(strings.NewReader(file))
+	if err != nil {
+		t.Fatalf("jobs file %s: %v", file, err)
+	}
+	return &bench{t: t, fake: fake, led: memory.New(nil), job: js["target"]}
+}
+
+func (b *bench) worker() *worker.Worker {
+	b.t.Helper()
+	tg, err := targets.New(b.t.Context(), b.job, &targets.Options{Backoff: backoff})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { tg.Close() })
+	mux := worker.NewMux()
+	mux.Handle(b.job.Name, tg)
+	w, err := worker.New(&worker.Config{Ledger: b.led, Handler: mux, Lease: 3 * time.Second, MaxAttempts: 5})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return w
+}
+
+func newMessage(payload string) *queue.Message {
+	key := fmt.Sprintf("run-%d-%d", time.Now().UnixNano(), runSeq.Add(1))
+	return &queue.Message{Identity: ledger.Identity{
+		RunID: ledger.KeyedRunID("ns", "target", key), Namespace: "ns", Job: "target", Key: key,
+		PayloadHash: ledger.PayloadHash([]byte(payload)), Payload: []byte(payload),
+	}, Payload: []byte(payload)}
+}
+
+// process runs a delivery in the background; the verdict arrives on the channel.
+func process(b *bench, w *worker.Worker, m *queue.Message) <-chan worker.Verdict {
+	ch := make(chan worker.Verdict, 1)
+	go func() { ch <- w.Process(b.t.Context(), &worker.Delivery{Message: m, PublishTime: time.Now()}) }()
+	return ch
+}
+
+func (b *bench) verdict(ch <-chan worker.Verdict, want string) worker.Verdict {
+	b.t.Helper()
+	select {
+	case v := <-ch:
+		if v.Outcome != want {
+			b.t.Fatalf("delivery outcome %s, want %s", v.Outcome, want)
+		}
+		return v
+	case <-time.After(waitForAny):
+		b.t.Fatalf("no verdict within %s (want %s); calls %v", waitForAny, want, b.fake.Calls())
+	}
+	return worker.Verdict{}
+}
+
+// verdictRetryingIn waits for a released verdict whose retry is due delay after the
+// release: no sooner than delay after the delivery began, no later than delay after its
+// verdict (1ms of slack for the ledger's rounding).
+func (b *bench) verdictRetryingIn(ch <-chan worker.Verdict, delay time.Duration) worker.Verdict {
+	b.t.Helper()
+	before := time.Now()
+	v := b.verdict(ch, worker.OutcomeReleased)
+	after := time.Now()
+	if v.RetryAt.Before(before.Add(delay-time.Millisecond)) || v.RetryAt.After(after.Add(delay+time.Millisecond)) {
+		b.t.Fatalf("retry at %s after the delivery began, %s after its verdict; want a delay of %s",
+			v.RetryAt.Sub(before), v.RetryAt.Sub(after), delay)
+	}
+	return v
+}
+
+// waitStarted waits until n executions were started and returns the last one's name.
+func (b *bench) waitStarted(n int) string {
+	b.t.Helper()
+	deadline := time.Now().Add(waitForAny)
+	for time.Now().Before(deadline) {
+		if s := b.fake.Started(); len(s) >= n {
+			return s[n-1]
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	b.t.Fatalf("%d executions started within %s, want %d", len(b.fake.Started()), waitForAny, n)
+	return ""
+}
+
+func (b *bench) run(m *queue.Message) *ledger.Run {
+	b.t.Helper()
+	r, err := b.led.Get(b.t.Context(), &ledger.GetParams{RunID: m.Identity.RunID})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return r
+}
+
+func (b *bench) ref(m *queue.Message) string {
+	b.t.Helper()
+	e, err := b.led.GetEffect(b.t.Context(), &ledger.GetEffectParams{RunID: m.Identity.RunID, Name: worker.RunEffect})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return e.Ref
+}
+
+func TestWorkflowsStartsOneExecutionAndWaits(t *testing.T) {
+	b := newBench(t, jobs.KindWorkflows, workflow, "")
+	w := b.worker()
+	m := newMessage(`{"region":"eu"}`)
+	ch := process(b, w, m)
+	name := b.waitStarted(1)
+
+	req := b.fake.Calls(targetstest.WorkflowsCreate)[0].Request.(*executionspb.CreateExecutionRequest)
+	key := ledger.EffectKey(m.Identity.RunID, worker.RunEffect)
+	if got := req.GetExecution().GetLabels()[targets.LabelEffect]; got != key[:63] {
+		t.Fatalf("execution label %s = %q, want the effect key's first 63 characters %q", targets.LabelEffect, got, key[:63])
+	}
+	var arg struct {
+		Region  string           `json:"region"`
+		Runonce targets.Identity `json:"runonce"`
+	}
+	if err := json.Unmarshal([]byte(req.GetExecution().GetArgument()), &arg); err != nil {
+		t.Fatalf("argument %q: %v", req.GetExecution().GetArgument(), err)
+	}
+	if arg.Region != "eu" || arg.Runonce.IdempotencyKey != key || arg.Runonce.RunID != m.Identity.RunID || arg.Runonce.Job != "target" || arg.Runonce.Attempt != 1 {
+		t.Fatalf("argument = %+v, want the payload with the run's identity under runonce", arg)
+	}
+	select {
+	case v := <-ch:
+		t.Fatalf("the run finished (%s) while its execution was running", v.Outcome)
+	case <-time.After(5 * testPoll):
+	}
+	if st := b.run(m).Status; st != ledger.StatusRunning {
+		t.Fatalf("run is %s while its execution runs, want running", st)
+	}
+	if err := b.fake.Finish(name, targetstest.Succeeded); err != nil {
+		t.Fatal(err)
+	}
+	b.verdict(ch, worker.OutcomeCompleted)
+	if got := b.ref(m); got != name {
+		t.Fatalf("effect ref = %q, want the execution %q", got, name)
+	}
+
+	// A duplicate delivery starts nothing.
+	b.verdict(process(b, w, m), worker.OutcomeTerminal)
+	if s := b.fake.Started(); len(s) != 1 {
+		t.Fatalf("started %v, want one execution", s)
+	}
+	if l := b.fake.Calls(targetstest.WorkflowsList); len(l) != 0 {
+		t.Fatalf("listed executions %d times for a start recorded at once, want 0", len(l))
+	}
+}
+
+func TestWorkflowsPayloadMustBeAnObject(t *testing.T) {
+	b := newBench(t, jobs.KindWorkflows, workflow, "")
+	m := newMessage(`[1,2]`)
+	b.verdict(process(b, b.worker(), m), worker.OutcomeFailed)
+	if e := b.run(m).LastError; !strings.Contains(e, "not a JSON object") {
+		t.Fatalf("last error %q does not say the payload is not a JSON object", e)
+	}
+	if s := b.fake.Started(); len(s) != 0 {
+		t.Fatalf("started %v", s)
+	}
+}
+
+func TestFailedExecutionFailsTheRun(t *testing.T) {
+	for _, o := range []struct {
+		name    string
+		outcome targetstest.Outcome
+		want    string
+	}{{"failed", targetstest.Failed, "FAILED"}, {"cancelled", targetstest.Cancelled, "CANCELLED"}} {
+		t.Run(o.name, func(t *testing.T) {
+			b := newBench(t, jobs.KindWorkflows, workflow, "")
+			m := newMessage(``)
+			ch := process(b, b.worker(), m)
+			if err := b.fake.Finish(b.waitStarted(1), o.outcome); err != nil {
+				t.Fatal(err)
+			}
+			b.verdict(ch, worker.OutcomeFailed)
+			if e := b.run(m).LastError; !strings.Contains(e, o.want) {
+				t.Fatalf("last error %q does not name the state %s", e, o.want)
+			}
+		})
+	}
+}
+
+func TestShutdownMidWaitResumesOnAnotherWorker(t *testing.T) {
+	for _, kind := range []struct{ kind, resource, extra string }{
+		{jobs.KindWorkflows, workflow, ""},
+		{jobs.KindCloudRun, runJob, ""},
+		{jobs.KindCloudBuild, buildTrig, `, "wait": true`},
+	} {
+		t.Run(kind.kind, func(t *testing.T) {
+			b := newBench(t, kind.kind, kind.resource, kind.extra)
+			first := b.worker()
+			m := newMessage(`{}`)
+			ch := process(b, first, m)
+			name := b.waitStarted(1)
+			time.Sleep(3 * testPoll) // polling
+			first.CancelJobs()       // the shutdown grace is over
+			b.verdict(ch, worker.OutcomeReleased)
+
+			ch = process(b, b.worker(), m)
+			time.Sleep(3 * testPoll)
+			if err := b.fake.Finish(name, targetstest.Succeeded); err != nil {
+				t.Fatal(err)
+			}
+			b.verdict(ch, worker.OutcomeCompleted)
+			if s := b.fake.Started(); len(s) != 1 {
+				t.Fatalf("started %v, want one execution across both workers", s)
+			}
+			if r := b.run(m); r.Attempt != 2 {
+				t.Fatalf("run completed at attempt %d, want 2", r.Attempt)
+			}
+		})
+	}
+}
+
+func TestQuotaAndUnavailableOnStartRetryWithBackoff(t *testing.T) {
+	b := newBench(t, jobs.KindWorkflows, workflow, "")
+	w := b.worker()
+	b.fake.FailNext(targetstest.WorkflowsCreate,
+		targetstest.Status(codes.ResourceExhausted, "quota exceeded"), targetstest.Status(codes.Unavailable, "try again"))
+	m := newMessage(`{}`)
+	for _, want := range []time.Duration{backoff, 2 * backoff} { // exponential
+		v := b.verdictRetryingIn(process(b, w, m), want)
+		time.Sleep(time.Until(v.RetryAt))
+	}
+	if e := b.run(m).LastError; !strings.Contains(e, "try again") || !strings.Contains(e, "retried with backoff") {
+		t.Fatalf("last error %q does not say the start was retried with backoff", e)
+	}
+	ch := process(b, w, m)
+	if err := b.fake.Finish(b.waitStarted(1), targetstest.Succeeded); err != nil {
+		t.Fatal(err)
+	}
+	b.verdict(ch, worker.OutcomeCompleted)
+	if n := len(b.fake.Calls(targetstest.WorkflowsCreate)); n != 3 {
+		t.Fatalf("%d create calls, want 3 (two refused, one started)", n)
+	}
+	started := b.fake.Started()
+	if len(started) != 1 {
+		t.Fatalf("started %v, want one", started)
+	}
+	// The two refused tries were recorded as not started; the third holds the execution,
+	// and the run's record finds it there.
+	if ref, err := ledger.FindRef(t.Context(), b.led, m.Identity.RunID, worker.RunEffect); err != nil || ref != started[0] {
+		t.Fatalf("FindRef = %q, %v; want %s (recorded under %s)", ref, err, started[0], ledger.StartTry(worker.RunEffect, 3))
+	}
+	if e, err := b.led.GetEffect(t.Context(), &ledger.GetEffectParams{RunID: m.Identity.RunID, Name: ledger.StartTry(worker.RunEffect, 3)}); err != nil || e.Ref != started[0] {
+		t.Fatalf("effect %s = %+v, %v; want the execution", ledger.StartTry(worker.RunEffect, 3), e, err)
+	}
+}
+
+func TestPermissionDeniedFailsNamingThePermission(t *testing.T) {
+	for _, kind := range []struct{ kind, resource, method, perm string }{
+		{jobs.KindWorkflows, workflow, targetstest.WorkflowsCreate, "workflows.executions.create (roles/workflows.invoker)"},
+		{jobs.KindCloudRun, runJob, targetstest.RunJobsRun, "run.jobs.runWithOverrides"},
+		{jobs.KindCloudBuild, buildTrig, targetstest.BuildTriggerRun, "cloudbuild.builds.create"},
+	} {
+		t.Run(kind.kind, func(t *testing.T) {
+			b := newBench(t, kind.kind, kind.resource, "")
+			b.fake.FailNext(kind.method, targetstest.Status(codes.PermissionDenied, "caller does not have permission"))
+			m := newMessage(`{}`)
+			b.verdict(process(b, b.worker(), m), worker.OutcomeFailed)
+			e := b.run(m).LastError
+			if !strings.Contains(e, kind.perm) || !strings.Contains(e, kind.resource) {
+				t.Fatalf("last error %q does not name the permission %s on %s", e, kind.perm, kind.resource)
+			}
+		})
+	}
+}
+
+func TestCloudRunJobGetsTheIdentityAsEnvironment(t *testing.T) {
+	b := newBench(t, jobs.KindCloudRun, runJob, `, "container": "etl"`)
+	m := newMessage(`{}`)
+	ch := process(b, b.worker(), m)
+	name := b.waitStarted(1)
+	req := b.fake.Calls(targetstest.RunJobsRun)[0].Request.(*runpb.RunJobRequest)
+	o := req.GetOverrides().GetContainerOverrides()
+	if len(o) != 1 || o[0].GetName() != "etl" {
+		t.Fatalf("container overrides %v, want one for container etl", o)
+	}
+	env := map[string]string{}
+	for _, e := range o[0].GetEnv() {
+		env[e.GetName()] = e.GetValue()
+	}
+	if env[targets.EnvIdempotencyKey] != ledger.EffectKey(m.Identity.RunID, worker.RunEffect) || env[targets.EnvRunID] != m.Identity.RunID ||
+		env[targets.EnvJob] != "target" || env[targets.EnvAttempt] != "1" {
+		t.Fatalf("environment overrides %v, want the run's identity", env)
+	}
+	if err := b.fake.Finish(name, targetstest.Failed); err != nil {
+		t.Fatal(err)
+	}
+	b.verdict(ch, worker.OutcomeFailed)
+	if e := b.run(m).LastError; !strings.Contains(e, "1 failed") {
+		t.Fatalf("last error %q does not say the task failed", e)
+	}
+}
+
+// An Internal answer may have started the execution: Cloud Run allows no look-up, so
+// the next attempt reports it instead of starting another (at most once).
+func TestCloudRunUncertainStartIsNotRepeated(t *testing.T) {
+	b := newBench(t, jobs.KindCloudRun, runJob, "")
+	w := b.worker()
+	b.fake.FailNext(targetstest.RunJobsRun, targetstest.Status(codes.Internal, "backend error"))
+	m := newMessage(`{}`)
+	v := b.verdict(process(b, w, m), worker.OutcomeReleased)
+	time.Sleep(time.Until(v.RetryAt))
+	b.verdict(process(b, w, m), worker.OutcomeFailed)
+	if n := len(b.fake.Calls(targetstest.RunJobsRun)); n != 1 {
+		t.Fatalf("%d jobs.run calls, want 1: an uncertain start must not be repeated", n)
+	}
+	e := b.run(m).LastError
+	if !strings.Contains(e, "at most once") || !strings.Contains(e, ledger.EffectKey(m.Identity.RunID, worker.RunEffect)) {
+		t.Fatalf("last error %q does not report the uncertain start and the key to look for", e)
+	}
+}
+
+// An Internal answer may have started the execution: the next attempt lists the
+// workflow's executions by label before it creates one.
+func TestWorkflowsUncertainStartIsLookedUpFirst(t *testing.T) {
+	b := newBench(t, jobs.KindWorkflows, workflow, `, "wait": false`)
+	w := b.worker()
+	b.fake.FailNext(targetstest.WorkflowsCreate, targetstest.Status(codes.Internal, "backend error"))
+	m := newMessage(`{}`)
+	v := b.verdictRetryingIn(process(b, w, m), backoff)
+	if e := b.run(m).LastError; !strings.Contains(e, "it may have started") {
+		t.Fatalf("last error %q does not say the start may have happened", e)
+	}
+	time.Sleep(time.Until(v.RetryAt))
+	b.verdict(process(b, w, m), worker.OutcomeCompleted)
+	calls := b.fake.Calls(targetstest.WorkflowsCreate, targetstest.WorkflowsList)
+	if len(calls) != 3 || calls[1].Method != targetstest.WorkflowsList || calls[2].Method != targetstest.WorkflowsCreate {
+		t.Fatalf("calls %v, want create (Internal), list, create", calls)
+	}
+	if f := calls[1].Request.(*executionspb.ListExecutionsRequest).GetFilter(); f != fmt.Sprintf("labels.%s=%q", targets.LabelEffect, ledger.EffectKey(m.Identity.RunID, worker.RunEffect)[:63]) {
+		t.Fatalf("list filter %q, want the effect key's label", f)
+	}
+}
+
+// The API started the execution and its answer was an error that may mean so: the next
+// attempt finds the execution (Workflows by label, Cloud Run by its environment override,
+// Cloud Build by its substitution) and follows it instead of starting another.
+func TestLostAnswerOnStartIsFoundNotRepeated(t *testing.T) {
+	for _, kind := range []struct{ kind, resource, start, list, extra string }{
+		{jobs.KindWorkflows, workflow, targetstest.WorkflowsCreate, targetstest.WorkflowsList, ""},
+		{jobs.KindCloudRun, runJob, targetstest.RunJobsRun, targetstest.RunExecList, ""},
+		{jobs.KindCloudBuild, buildTrig, targetstest.BuildTriggerRun, targetstest.BuildList, `, "wait": true`},
+	} {
+		t.Run(kind.kind, func(t *testing.T) {
+			b := newBench(t, kind.kind, kind.resource, kind.extra)
+			w := b.worker()
+			// Another run's execution, which the look-up must pass over.
+			other := newMessage(`{}`)
+			ch := process(b, w, other)
+			if err := b.fake.Finish(b.waitStarted(1), targetstest.Succeeded); err != nil {
+				t.Fatal(err)
+			}
+			b.verdict(ch, worker.OutcomeCompleted)
+
+			b.fake.LoseNextAnswer(kind.start, targetstest.Status(codes.DeadlineExceeded, "timed out"))
+			m := newMessage(`{}`)
+			v := b.verdict(process(b, w, m), worker.OutcomeReleased)
+			name := b.waitStarted(2)
+			time.Sleep(time.Until(v.RetryAt))
+			ch = process(b, w, m)
+			time.Sleep(3 * testPoll)
+			if err := b.fake.Finish(name, targetstest.Succeeded); err != nil {
+				t.Fatal(err)
+			}
+			b.verdict(ch, worker.OutcomeCompleted)
+			if s := b.fake.Started(); len(s) != 2 {
+				t.Fatalf("started %v, want one execution per run", s)
+			}
+			if n := len(b.fake.Calls(kind.list)); n != 1 {
+				t.Fatalf("%d look-ups, want 1", n)
+			}
+			if got := b.ref(m); got != name {
+				t.Fatalf("recorded %q, want the execution the lost answer started, %s", got, name)
+			}
+		})
+	}
+}
+
+func TestCloudBuildCompletesWhenStartedAndPassesSubstitutions(t *testing.T) {
+	b := newBench(t, jobs.KindCloudBuild, buildTrig, `, "branch": "main"`)
+	w := b.worker()
+	m := newMessage(`{}`)
+	b.verdict(process(b, w, m), worker.OutcomeCompleted) // wait defaults to false
+	started := b.fake.Started()
+	if len(started) != 1 || b.ref(m) != started[0] || !strings.HasPrefix(started[0], "projects/p/locations/global/builds/") {
+		t.Fatalf("started %v, ref %q: want one build, recorded", started, b.ref(m))
+	}
+	req := b.fake.Calls(targetstest.BuildTriggerRun)[0].Request.(*cloudbuildpb.RunBuildTriggerRequest)
+	s := req.GetSource().GetSubstitutions()
+	if s[targets.SubstIdempotencyKey] != ledger.EffectKey(m.Identity.RunID, worker.RunEffect) || s[targets.SubstRunID] != m.Identity.RunID ||
+		req.GetSource().GetBranchName() != "main" || req.GetTriggerId() != "release" || req.GetProjectId() != "p" {
+		t.Fatalf("trigger run request %v, want the run's substitutions on branch main", req)
+	}
+	b.verdict(process(b, w, m), worker.OutcomeTerminal)
+	if n := len(b.fake.Started()); n != 1 {
+		t.Fatalf("%d builds after a duplicate delivery, want 1", n)
+	}
+}
+
+func TestCloudBuildWaitFollowsTheBuild(t *testing.T) {
+	b := newBench(t, jobs.KindCloudBuild, buildTrig, `, "wait": true`)
+	m := newMessage(`{}`)
+	ch := process(b, b.worker(), m)
+	if err := b.fake.Finish(b.waitStarted(1), targetstest.Failed); err != nil {
+		t.Fatal(err)
+	}
+	b.verdict(ch, worker.OutcomeFailed)
+	if e := b.run(m).LastError; !strings.Contains(e, "FAILURE") {
+		t.Fatalf("last error %q does not name the build's status", e)
+	}
+}
+
+func TestPollErrorsArePolledThrough(t *testing.T) {
+	b := newBench(t, jobs.KindWorkflows, workflow, "")
+	b.fake.FailNext(targetstest.WorkflowsGet, targetstest.Status(codes.Unavailable, "blip"), targetstest.Status(codes.Unavailable, "blip"))
+	m := newMessage(`{}`)
+	ch := process(b, b.worker(), m)
+	name := b.waitStarted(1)
+	time.Sleep(5 * testPoll)
+	if err := b.fake.Finish(name, targetstest.Succeeded); err != nil {
+		t.Fatal(err)
+	}
+	b.verdict(ch, worker.OutcomeCompleted)
+}

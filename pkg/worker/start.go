@@ -1,0 +1,108 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/runonce/runonce/pkg/ledger"
+)
+
+// Start is what StartEffect found or made: the start of an execution outside the worker
+// (a Workflows execution, a Cloud Run job execution, a build) that the run then follows.
+type Start struct {
+	// Key is the effect's key: pass it to the execution as its idempotency key.
+	Key string
+	// Ref names the execution, as recorded with the effect.
+	Ref string
+	// Recorded is true when an earlier attempt had recorded the start: fn was not
+	// called, and the run resumes following Ref.
+	Recorded bool
+}
+
+// ErrNotStarted marks a start the API refused (a quota error, an unavailable service,
+// a denied permission): nothing was started, so the next attempt may start afresh.
+var ErrNotStarted = errors.New("worker: the start was refused; nothing started")
+
+// NotStarted marks err as a start the API refused: see ErrNotStarted.
+func NotStarted(err error) error { return &notStartedError{err} }
+
+type notStartedError struct{ err error }
+
+func (e *notStartedError) Error() string        { return e.err.Error() }
+func (e *notStartedError) Unwrap() error        { return e.err }
+func (e *notStartedError) Is(target error) bool { return target == ErrNotStarted }
+
+// maxStartTries bounds the effect names StartEffect walks (one per refused start).
+const maxStartTries = 1000
+
+// StartEffect records the start of an external execution as an effect, and the
+// execution's name (fn's answer, never empty) with it, so that a later attempt resumes
+// following the execution instead of starting another. It calls fn unless an earlier
+// attempt recorded the start.
+//
+// prior is the attempt that began this start and did not record it (it died or was shut
+// down between the call and the record, or the call's outcome was unknown), else 0: fn
+// must then look that start up by key before starting again, and where the API allows
+// no look-up, return an *UncertainEffectError (at most once) instead of starting.
+//
+// When fn's error is ErrNotStarted (NotStarted), the try is recorded as refused (done,
+// with an empty Ref) and the next attempt starts afresh under the next effect name:
+// name, name/2, name/3, … A lease lost meanwhile returns ledger.ErrLeaseLost and cancels
+// the job's context.
+func StartEffect(ctx context.Context, name string, fn func(ctx context.Context, key string, prior int64) (ref string, err error)) (*Start, error) {
+	a := attemptFrom(ctx)
+	if a == nil {
+		return nil, ErrNotInJob
+	}
+	w := a.w
+	for try := 1; try <= maxStartTries; try++ {
+		n := ledger.StartTry(name, try)
+		res, err := w.cfg.Ledger.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: a.fence, Name: n, Retention: w.cfg.Retention})
+		if err != nil {
+			return nil, a.ledgerError(ctx, "begin effect "+n, err)
+		}
+		key := res.Effect.Key
+		log := a.log.With(slog.String("effect", n), slog.String("effect_key", key))
+		if res.Done && res.Effect.Ref == "" {
+			continue // a start the API refused: nothing started; try the next name
+		}
+		if res.Done {
+			w.metrics.effectsSkipped.Add(ctx, 1, w.metrics.reason("done"))
+			log.InfoContext(ctx, "start recorded by an earlier attempt: following it", slog.String("effect_ref", res.Effect.Ref), slog.Int64("done_by", res.Effect.Attempt))
+			return &Start{Key: key, Ref: res.Effect.Ref, Recorded: true}, nil
+		}
+		var prior int64
+		if res.PreviousAttempt != 0 && res.PreviousAttempt != a.fence.Attempt {
+			prior = res.PreviousAttempt
+			log.InfoContext(ctx, "an earlier attempt began this start and did not record it", slog.Int64("begun_by", prior))
+		}
+		ref, ferr := fn(ctx, key, prior)
+		if ferr != nil && !errors.Is(ferr, ErrNotStarted) {
+			return nil, ferr
+		}
+		if ferr == nil && ref == "" {
+			return nil, Permanent(fmt.Errorf("worker: start %s answered no execution name", n))
+		}
+		if _, err := w.cfg.Ledger.CompleteEffect(ctx, &ledger.CompleteEffectParams{Fence: a.fence, Name: n, Ref: ref, Retention: w.cfg.Retention}); err != nil {
+			return nil, a.ledgerError(ctx, "complete effect "+n, err)
+		}
+		if ferr != nil {
+			log.InfoContext(ctx, "start refused: recorded as not started", slog.Any("error", ferr))
+			return nil, ferr
+		}
+		log.InfoContext(ctx, "start recorded", slog.String("effect_ref", ref))
+		return &Start{Key: key, Ref: ref}, nil
+	}
+	return nil, Permanent(fmt.Errorf("worker: %d starts of %s were refused", maxStartTries, name))
+}
+
+// Logger returns the logger of the job ctx belongs to (with its run, job and attempt),
+// or nil outside a job.
+func Logger(ctx context.Context) *slog.Logger {
+	if a := attemptFrom(ctx); a != nil {
+		return a.log
+	}
+	return nil
+}
