@@ -115,7 +115,7 @@ func decodeEffect(m map[string]string) (*ledger.Effect, error) {
 	d := decoder{m: m}
 	e := &ledger.Effect{
 		Key: m["key"], RunID: m["run_id"], Name: m["name"], Status: ledger.EffectStatus(m["status"]),
-		Attempt: d.int("attempt"), CreatedAt: d.time("created_at"), UpdatedAt: d.time("updated_at"),
+		Attempt: d.int("attempt"), Ref: m["ref"], CreatedAt: d.time("created_at"), UpdatedAt: d.time("updated_at"),
 		DoneAt: d.time("done_at"), ExpireAt: d.time("expire_at"),
 	}
 	if d.err != nil {

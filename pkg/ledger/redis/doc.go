@@ -24,10 +24,13 @@
 //
 // A run is a hash PREFIX+"run:"+RUNID with one field per Run field (times as decimal
 // microseconds since the epoch, "" for zero); an effect is a hash
-// PREFIX+"eff:"+EFFECTKEY, whose key the run's hash lists in its field effects. Every
-// write of a run also keeps each of its effects at least as long as the run (their
-// expire_at and key expiry), so that a done effect never expires before the run whose
-// retry it makes skip the effect. Two sorted sets index them: PREFIX+"rescue" holds the live
+// PREFIX+"eff:"+EFFECTKEY (with its Ref in the field ref), whose key the run's hash lists
+// in its field effects. An effect lives as long as its run: every write of a run lifts
+// each of its effects kept shorter than the run to the run's expire_at (and key expiry),
+// an effect written after the run's last write keeps its own expire_at but its key
+// expires no sooner than the run's, and Sweep deletes an effect only once its run is
+// gone, so that a done effect never expires before the run whose retry it makes skip
+// the effect. Two sorted sets index them: PREFIX+"rescue" holds the live
 // (queued or running) runs scored by deadline, for ListRescue; PREFIX+"expire" holds
 // every record scored by expire_at, for Sweep. Every script touches a record and these
 // indexes together, so the backend needs one primary (a standalone server, a
@@ -40,8 +43,11 @@
 // called with EVALSHA: one round trip, atomic on the server. The ingress claim's script
 // creates the record when absent and otherwise answers it as it stands, so a duplicate
 // costs the same one round trip and is read on the primary, after every write it
-// acknowledged. Every later transition's script checks the fence (status running, attempt
-// number and attempt ID) and writes only when it holds. When a script wrote nothing it
+// acknowledged. The worker claim's script leaves an absent run absent under MustExist and
+// a run with another payload hash untouched, in the same atomic step that would have
+// written it, so no sweep can come between. Every later transition's script checks the
+// fence (status running, attempt number and attempt ID; Expedite: queued, attempt 0 and
+// the claim's attempt ID) and writes only when it holds. When a script wrote nothing it
 // answers the record as it stands with the server's time, and the verdict (an idempotent
 // repeat, ErrLeaseLost with what the record holds, Held until …, Terminal) is taken by the
 // pure rules of package ledger over that record, so the two cannot disagree. Get and
@@ -53,9 +59,10 @@
 //
 // # Retention
 //
-// Every write sets the record's key to expire (PEXPIREAT) at its ExpireAt plus
-// Options.Grace (1h by default), so Redis deletes old records by itself: no sweeper is
-// needed. Each new run's claim also drops up to ten expiry-index entries older than the
+// Every write of a run sets its ExpireAt to the retention after the latest of now, its
+// deadline and its not-before (ledger.ExpiryOf; a renewal never moves it back), and sets
+// the record's key to expire (PEXPIREAT) at its ExpireAt plus Options.Grace (1h by
+// default), so Redis deletes old records by itself: no sweeper is needed. Each new run's claim also drops up to ten expiry-index entries older than the
 // grace (their keys have expired), so the index does not grow either. Sweep deletes
 // records past ExpireAt sooner, through the expiry index. A record past ExpireAt still
 // deduplicates until one of the two deletes it.

@@ -3,7 +3,6 @@ package redisledger
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -135,22 +134,18 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	return &ledger.ClaimResult{Run: r, Created: created, PayloadMismatch: !created && r.PayloadHash != p.PayloadHash}, nil
 }
 
-// Unclaim implements ledger.Ledger with one script.
-func (l *Ledger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
-	if err := ledger.CheckUnclaim(nil, p); errors.Is(err, ledger.ErrInvalid) {
-		return err
+// Expedite implements ledger.Ledger with one fenced script: an untouched ingress claim's
+// deadline becomes the server's now.
+func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
+	if err := ledger.ValidateExpedite(p); err != nil {
+		return nil, err
 	}
-	a, err := l.call(ctx, "unclaim run "+p.RunID, unclaimScript, l.runKeys(p.RunID), p.RunID, p.AttemptID)
-	if err != nil {
-		return err
-	}
-	if a.written {
-		return nil
-	}
-	if err := ledger.CheckUnclaim(a.run, p); err != nil {
-		return err
-	}
-	return inconsistent("unclaim", p.RunID, a.run)
+	return l.fenced(ctx, "expedite", p.RunID, expediteScript,
+		[]any{timeArg(p.Now), p.RunID, p.AttemptID, micros(retention(p.Retention)), l.grace(), l.effectPrefix()},
+		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+			next, err := ledger.ApplyExpedite(cur, p, now)
+			return next, next, err
+		})
 }
 
 // Acquire implements ledger.Ledger with one script.
@@ -161,13 +156,13 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	a, err := l.call(ctx, "acquire run "+p.RunID, acquireScript, l.runKeys(p.RunID),
 		timeArg(p.Now), p.RunID, p.Namespace, p.Job, p.Key, timeArg(ledger.Truncate(p.ScheduleTime)), p.PayloadHash,
 		p.Payload, p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), l.grace(),
-		l.effectPrefix())
+		mustExist(p.MustExist), l.effectPrefix())
 	if err != nil {
 		return nil, err
 	}
 	r := a.run
 	// Written, or written by this very attempt on a try the client retried.
-	if r != nil && r.Status == ledger.StatusRunning && r.AttemptID == p.AttemptID {
+	if r != nil && r.Status == ledger.StatusRunning && r.AttemptID == p.AttemptID && r.PayloadHash == p.PayloadHash {
 		return &ledger.AcquireResult{Outcome: ledger.Acquired, Run: r}, nil
 	}
 	next, res, err := ledger.ApplyAcquire(r, p, a.now)
@@ -203,6 +198,13 @@ func (l *Ledger) fenced(ctx context.Context, op, runID string, s *redis.Script, 
 	return ans, nil
 }
 
+func mustExist(b bool) string {
+	if b {
+		return "1"
+	}
+	return ""
+}
+
 func attempt(f *ledger.Fence) string { return strconv.FormatInt(f.Attempt, 10) }
 
 // Renew implements ledger.Ledger with one fenced script.
@@ -211,7 +213,8 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 		return nil, err
 	}
 	return l.fenced(ctx, "renew", p.RunID, renewScript,
-		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)), l.grace(), l.effectPrefix()},
+		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)),
+			micros(retention(p.Retention)), l.grace(), l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			next, err := ledger.ApplyRenew(cur, p, now)
 			return next, next, err
@@ -249,8 +252,11 @@ func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.
 	if err := ledger.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
+	if err := ledger.ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
+		return nil, err
+	}
 	return l.fenced(ctx, "release", p.RunID, releaseScript,
-		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, p.Error, micros(max(p.RetryAfter, 0)),
+		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, p.Error, micros(p.RetryAfter),
 			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), l.grace(), l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return ledger.ApplyRelease(cur, p, now)
@@ -328,9 +334,12 @@ func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectPar
 	if err := ledger.ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, err
 	}
+	if len(p.Ref) > ledger.MaxEffectRef {
+		return nil, ledger.Invalidf("effect %q of run %s: ref is %d bytes, the limit is %d", p.Name, p.RunID, len(p.Ref), ledger.MaxEffectRef)
+	}
 	key := ledger.EffectKey(p.RunID, p.Name)
 	a, err := l.call(ctx, "complete effect "+p.Name+" of run "+p.RunID, completeEffectScript, l.effectKeys(p.RunID, key),
-		timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, key, micros(retention(p.Retention)), l.grace())
+		timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, key, micros(retention(p.Retention)), l.grace(), p.Ref)
 	if err != nil {
 		return nil, err
 	}

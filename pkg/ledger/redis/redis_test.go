@@ -241,7 +241,7 @@ func TestKeysExpireAfterTheGrace(t *testing.T) {
 	l := openTest(t, &Options{Grace: time.Millisecond})
 	ctx := t.Context()
 	id := ledger.KeyedRunID("ttl", "job", uuid.NewString())
-	if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: id}, AttemptID: "a", Retention: 200 * time.Millisecond}); err != nil {
+	if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: id}, AttemptID: "a", Retention: 200 * time.Millisecond, PickupTimeout: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	ttl, err := l.rdb.PTTL(ctx, l.runKey(id)).Result()
@@ -584,7 +584,7 @@ func TestClaimsTrimTheExpiryIndex(t *testing.T) {
 	ctx := t.Context()
 	for range 3 {
 		if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: ledger.KeyedRunID("trim", "job", uuid.NewString())},
-			AttemptID: "a", Retention: time.Millisecond}); err != nil {
+			AttemptID: "a", Retention: time.Millisecond, PickupTimeout: time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -594,5 +594,33 @@ func TestClaimsTrimTheExpiryIndex(t *testing.T) {
 	}
 	if n, err := l.rdb.ZCard(ctx, l.expireKey).Result(); err != nil || n != 1 {
 		t.Fatalf("expiry index holds %d entries (%v), want 1: the last claim's", n, err)
+	}
+}
+
+// TestEffectWrittenAfterItsRunLivesAsLong: an effect begun and completed after its run's
+// last write, with a shorter retention, keeps its own ExpireAt, but its key does not
+// expire before the run's: no later write of the run need come to lift it.
+func TestEffectWrittenAfterItsRunLivesAsLong(t *testing.T) {
+	t.Parallel()
+	l := openTest(t, &Options{Grace: time.Millisecond})
+	ctx := t.Context()
+	id := ledger.KeyedRunID("effects-after", "job", uuid.NewString())
+	a, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id}, AttemptID: "w", Lease: time.Minute, Retention: 48 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := ledger.Fence{RunID: id, Attempt: a.Run.Attempt, AttemptID: a.Run.AttemptID}
+	if _, err := l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: "e", Retention: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := l.CompleteEffect(ctx, &ledger.CompleteEffectParams{Fence: f, Name: "e", Retention: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.ExpireAt.After(e.UpdatedAt.Add(time.Second)) {
+		t.Fatalf("effect ExpireAt %v, want its own (written %v, kept 1ms)", e.ExpireAt, e.UpdatedAt)
+	}
+	if ttl, err := l.rdb.PTTL(ctx, l.effectKey(e.Key)).Result(); err != nil || ttl < 47*time.Hour {
+		t.Fatalf("the effect's key expires in %v (%v), want at least the run's 48h", ttl, err)
 	}
 }

@@ -28,6 +28,12 @@ local function num(s)
 end
 local function floordiv(a, b) return math.floor(a / b) end
 
+-- expiry is ledger.ExpiryOf: the retention after the latest of now, the deadline and the
+-- not-before (0 for none), so that a run never expires before its retry or rescue is due.
+local function expiry(now, deadline, nb, ret)
+  return math.max(now, deadline, nb) + ret
+end
+
 -- rfc3339 formats µs since the epoch as Go's time.RFC3339Nano does in UTC.
 local function rfc3339(us)
   local secs = floordiv(us, 1000000)
@@ -57,7 +63,7 @@ end
 
 -- keep sets the key's expiry to expire_at plus the grace (ms); never in the past of the
 -- server's real clock, so that a record written with a caller's Now in the past lives the
--- grace too.
+-- grace too. An effect's key is kept at least as long as its run's (see keep_effect).
 local function keep(key, expire_us, grace_ms)
   local t = redis.call('TIME')
   local at = math.max(floordiv(expire_us, 1000) + 1, tonumber(t[1]) * 1000 + floordiv(tonumber(t[2]), 1000))
@@ -99,6 +105,14 @@ local function trim(grace_ms)
   if #stale > 0 then redis.call('ZREM', KEYS[3], unpack(stale)) end
 end
 
+-- keep_effect files an effect written at expire_us in the expiry index and sets its
+-- key's expiry, never before its run's (KEYS[1]): an effect written after its run's last
+-- write keeps its own expire_at, but its key lives at least as long as the run's.
+local function keep_effect(key, ekey, expire_us, grace_ms)
+  redis.call('ZADD', KEYS[3], expire_us, 'e:' .. ekey)
+  keep(key, math.max(expire_us, num(redis.call('HGET', KEYS[1], 'expire_at'))), grace_ms)
+end
+
 local function held(st, attempt, aid)
   return st[1] == 'running' and st[2] == attempt and st[3] == aid
 end
@@ -112,7 +126,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
 end
 local deadline = now + tonumber(ARGV[10])
-local exp = now + tonumber(ARGV[11])
+local exp = expiry(now, deadline, 0, tonumber(ARGV[11]))
 redis.call('HSET', KEYS[1], 'id', ARGV[2], 'namespace', ARGV[3], 'job', ARGV[4], 'key', ARGV[5],
   'schedule_time', ARGV[6], 'payload_hash', ARGV[7], 'payload', ARGV[8], 'status', 'queued',
   'attempt', '0', 'attempt_id', ARGV[9], 'deadline', fmt(deadline), 'not_before', '',
@@ -123,26 +137,37 @@ trim(ARGV[12])
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
-// unclaim: ARGV id, attempt_id.
-var unclaimScript = redis.NewScript(prelude + `
-local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id')
-if st[1] == 'queued' and st[2] == '0' and st[3] == ARGV[2] then
-  redis.call('DEL', KEYS[1])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('ZREM', KEYS[3], 'r:' .. ARGV[1])
-  return {1, '', {}}
+// expedite: ARGV now, id, attempt_id, retention (µs), grace (ms), effect key prefix.
+// An untouched ingress claim (queued, attempt 0, the claim's attempt ID) becomes due now.
+var expediteScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'not_before')
+if st[1] ~= 'queued' or st[2] ~= '0' or st[3] ~= ARGV[3] then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
 end
-return {0, '', redis.call('HGETALL', KEYS[1])}
+local exp = expiry(now, now, num(st[4]), tonumber(ARGV[4]))
+redis.call('HSET', KEYS[1], 'deadline', fmt(now), 'updated_at', fmt(now), 'expire_at', fmt(exp))
+index_run(ARGV[2], 'queued', now, exp, ARGV[5])
+return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
 // acquire: ARGV now, id, namespace, job, key, schedule_time, payload_hash, payload,
-// attempt_id, lease (µs), retention (µs), grace (ms), effect key prefix.
+// attempt_id, lease (µs), retention (µs), grace (ms), must exist ("1" or ""), effect key
+// prefix. An absent run with must exist, or a run with another payload hash, is not
+// written (the state machine says ErrNotFound, PayloadMismatch).
 var acquireScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
-local st = redis.call('HMGET', KEYS[1], 'status', 'not_before', 'deadline', 'attempt', 'attempts_made')
+local st = redis.call('HMGET', KEYS[1], 'status', 'not_before', 'deadline', 'attempt', 'attempts_made',
+  'payload_hash')
 local status = st[1]
 local deadline = now + tonumber(ARGV[10])
-local exp = now + tonumber(ARGV[11])
+local exp = expiry(now, deadline, 0, tonumber(ARGV[11]))
+if not status and ARGV[13] == '1' then
+  return {0, fmt(now), {}}
+end
+if status and st[6] ~= ARGV[7] then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
 if not status then
   redis.call('HSET', KEYS[1], 'id', ARGV[2], 'namespace', ARGV[3], 'job', ARGV[4], 'key', ARGV[5],
     'schedule_time', ARGV[6], 'payload_hash', ARGV[7], 'payload', ARGV[8], 'status', 'running',
@@ -168,18 +193,18 @@ index_run(ARGV[2], 'running', deadline, exp, ARGV[12])
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
-// renew: ARGV now, id, attempt, attempt_id, lease (µs), grace (ms), effect key prefix.
+// renew: ARGV now, id, attempt, attempt_id, lease (µs), retention (µs), grace (ms),
+// effect key prefix. ExpireAt never moves back: max(old, ExpiryOf).
 var renewScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
-local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'expire_at')
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'expire_at', 'not_before')
 if not held(st, ARGV[3], ARGV[4]) then
   return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
 end
 local deadline = now + tonumber(ARGV[5])
-local exp = num(st[4])
-if exp < deadline then exp = deadline end
+local exp = math.max(num(st[4]), expiry(now, deadline, num(st[5]), tonumber(ARGV[6])))
 redis.call('HSET', KEYS[1], 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
-index_run(ARGV[2], 'running', deadline, exp, ARGV[6])
+index_run(ARGV[2], 'running', deadline, exp, ARGV[7])
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
@@ -211,7 +236,7 @@ local retry = tonumber(ARGV[6])
 local nb = ''
 if retry > 0 then nb = fmt(now + retry) end
 local deadline = now + retry + tonumber(ARGV[7])
-local exp = now + tonumber(ARGV[8])
+local exp = expiry(now, deadline, num(nb), tonumber(ARGV[8]))
 redis.call('HSET', KEYS[1], 'status', 'queued', 'attempts_made', fmt(num(st[4]) + 1), 'last_error', ARGV[5],
   'not_before', nb, 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
 index_run(ARGV[2], 'queued', deadline, exp, ARGV[9])
@@ -232,7 +257,7 @@ if st[1] == 'running' then
     'attempt_id', '', 'status', 'queued')
 end
 local deadline = now + tonumber(ARGV[6])
-local exp = now + tonumber(ARGV[7])
+local exp = expiry(now, deadline, 0, tonumber(ARGV[7]))
 redis.call('HSET', KEYS[1], 'not_before', '', 'deadline', fmt(deadline), 'updated_at', fmt(now),
   'expire_at', fmt(exp))
 index_run(ARGV[2], 'queued', deadline, exp, ARGV[9])
@@ -253,7 +278,7 @@ if es[1] then
   prev = es[2]
 else
   redis.call('HSET', KEYS[4], 'key', ARGV[6], 'run_id', ARGV[2], 'name', ARGV[5], 'created_at', fmt(now),
-    'done_at', '')
+    'done_at', '', 'ref', '')
   local effects = redis.call('HGET', KEYS[1], 'effects')
   if not effects then effects = ARGV[6] else effects = effects .. ' ' .. ARGV[6] end
   redis.call('HSET', KEYS[1], 'effects', effects)
@@ -261,13 +286,12 @@ end
 local exp = now + tonumber(ARGV[7])
 redis.call('HSET', KEYS[4], 'status', 'pending', 'attempt', ARGV[3], 'updated_at', fmt(now),
   'expire_at', fmt(exp))
-redis.call('ZADD', KEYS[3], exp, 'e:' .. ARGV[6])
-keep(KEYS[4], exp, ARGV[8])
+keep_effect(KEYS[4], ARGV[6], exp, ARGV[8])
 return {1, fmt(now), {}, redis.call('HGETALL', KEYS[4]), prev}
 `)
 
 // complete_effect: KEYS[4] the effect; ARGV now, run id, attempt, attempt_id, effect key,
-// retention (µs), grace (ms). Answers {written, now, run, effect}.
+// retention (µs), grace (ms), ref. Answers {written, now, run, effect}.
 var completeEffectScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id')
@@ -277,9 +301,8 @@ if not held(st, ARGV[3], ARGV[4]) or es[1] ~= 'pending' or es[2] ~= ARGV[3] then
 end
 local exp = now + tonumber(ARGV[6])
 redis.call('HSET', KEYS[4], 'status', 'done', 'done_at', fmt(now), 'updated_at', fmt(now),
-  'expire_at', fmt(exp))
-redis.call('ZADD', KEYS[3], exp, 'e:' .. ARGV[5])
-keep(KEYS[4], exp, ARGV[7])
+  'expire_at', fmt(exp), 'ref', ARGV[8])
+keep_effect(KEYS[4], ARGV[5], exp, ARGV[7])
 return {1, fmt(now), {}, redis.call('HGETALL', KEYS[4])}
 `)
 
@@ -304,22 +327,48 @@ return {fmt(now), out}
 // sweep: KEYS[1] the expiry index, KEYS[2] the rescue index; ARGV now, limit, run key
 // prefix, effect key prefix. Deletes records past expire_at (at most limit index entries)
 // and answers how many records it deleted; entries whose key Redis already expired are
-// dropped without counting.
+// dropped without counting. An effect goes only once its run is gone: an expired
+// effect of a run past its own expire_at goes with the run, and one of a live run is
+// filed again under the run's expire_at.
 var sweepScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now), 'LIMIT', 0, tonumber(ARGV[2]))
 local n = 0
+local function drop_run(id)
+  redis.call('DEL', ARGV[3] .. id)
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('ZREM', KEYS[1], 'r:' .. id)
+  n = n + 1
+end
 for _, m in ipairs(items) do
   local kind, id = string.sub(m, 1, 2), string.sub(m, 3)
-  local key = ARGV[3] .. id
-  if kind == 'e:' then key = ARGV[4] .. id end
-  local e = redis.call('HGET', key, 'expire_at')
-  if e and num(e) < now then
-    redis.call('DEL', key)
-    if kind == 'r:' then redis.call('ZREM', KEYS[2], id) end
-    n = n + 1
+  if kind == 'r:' then
+    local e = redis.call('HGET', ARGV[3] .. id, 'expire_at')
+    if e and num(e) < now then
+      drop_run(id)
+    elseif not e then
+      redis.call('ZREM', KEYS[1], m)
+    end
+  else
+    local key = ARGV[4] .. id
+    local f = redis.call('HMGET', key, 'expire_at', 'run_id')
+    if not f[1] then
+      redis.call('ZREM', KEYS[1], m)
+    elseif num(f[1]) < now then
+      local run_exp = redis.call('HGET', ARGV[3] .. (f[2] or ''), 'expire_at')
+      if run_exp and num(run_exp) < now then
+        drop_run(f[2])
+        run_exp = false
+      end
+      if run_exp then
+        redis.call('ZADD', KEYS[1], num(run_exp), m)
+      else
+        redis.call('DEL', key)
+        redis.call('ZREM', KEYS[1], m)
+        n = n + 1
+      end
+    end
   end
-  if not e or num(e) < now then redis.call('ZREM', KEYS[1], m) end
 end
 return n
 `)
@@ -327,6 +376,6 @@ return n
 // scripts are loaded once when the ledger opens (SCRIPT LOAD) and run with EVALSHA; a
 // server that lost its script cache (a restart, a failover) gets them again through EVAL.
 var scripts = []*redis.Script{
-	claimScript, unclaimScript, acquireScript, renewScript, finishScript, releaseScript, rescueScript,
+	claimScript, expediteScript, acquireScript, renewScript, finishScript, releaseScript, rescueScript,
 	beginEffectScript, completeEffectScript, listRescueScript, sweepScript,
 }
