@@ -536,7 +536,7 @@ func ledgerOf(d *deployment) string {
 }
 
 // checkSpanner: with ledger = "spanner", the database's DDL is the ledger's own
-// (spannerledger.Schema, row deletion policies included: the services open it with
+// (spannerledger.Schema, its row deletion policy included: the services open it with
 // migrate=false and have no DDL rights), and the ingress and the worker hold
 // roles/spanner.databaseUser on that database.
 func checkSpanner(d *deployment) []error {
@@ -562,7 +562,7 @@ func checkSpanner(d *deployment) []error {
 		want = append(want, normalizeDDL(s))
 	}
 	if !slices.Equal(ddl, want) {
-		errs = append(errs, fmt.Errorf("%s: ddl differs from spannerledger.Schema (the tables the ledger reads, and their row deletion policies):\n got %q\nwant %q", dbs[0], ddl, want))
+		errs = append(errs, fmt.Errorf("%s: ddl differs from spannerledger.Schema (the tables the ledger reads, and the runs' row deletion policy):\n got %q\nwant %q", dbs[0], ddl, want))
 	}
 	holders := map[string]bool{}
 	for _, r := range d.mod.resourcesOf("google_spanner_database_iam_member") {

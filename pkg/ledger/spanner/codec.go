@@ -14,7 +14,7 @@ var runColumns = []string{"run_id", "namespace", "job", "run_key", "schedule_tim
 	"created_at", "updated_at", "completed_at", "expire_at"}
 
 var effectColumns = []string{"run_id", "name", "effect_key", "status", "attempt", "created_at", "updated_at",
-	"done_at", "expire_at"}
+	"done_at", "expire_at", "ref"}
 
 // runRow is a run as a query returns it: every column nullable, since reads LEFT JOIN the
 // record to a one-row table to return Spanner's time beside a record that may be absent.
@@ -49,6 +49,7 @@ type effectRow struct {
 	UpdatedAt spanner.NullTime   `spanner:"e_updated_at"`
 	DoneAt    spanner.NullTime   `spanner:"e_done_at"`
 	ExpireAt  spanner.NullTime   `spanner:"e_expire_at"`
+	Ref       spanner.NullString `spanner:"e_ref"`
 }
 
 // tm returns a stored time as the ledger's: UTC, microseconds (a commit timestamp has
@@ -81,7 +82,7 @@ func (e *effectRow) effect() *ledger.Effect {
 	return &ledger.Effect{
 		Key: e.Key.StringVal, RunID: e.RunID.StringVal, Name: e.Name.StringVal, Status: ledger.EffectStatus(e.Status.StringVal),
 		Attempt: e.Attempt.Int64, CreatedAt: tm(e.CreatedAt), UpdatedAt: tm(e.UpdatedAt), DoneAt: tm(e.DoneAt),
-		ExpireAt: tm(e.ExpireAt),
+		ExpireAt: tm(e.ExpireAt), Ref: e.Ref.StringVal,
 	}
 }
 
@@ -98,7 +99,7 @@ func runValues(r *ledger.Run) []any {
 
 func effectValues(e *ledger.Effect) []any {
 	return []any{e.RunID, e.Name, e.Key, string(e.Status), e.Attempt, e.CreatedAt, e.UpdatedAt,
-		nullTime(e.DoneAt), e.ExpireAt}
+		nullTime(e.DoneAt), e.ExpireAt, e.Ref}
 }
 
 // selectRun is the select list of a run under the alias r.
@@ -108,4 +109,5 @@ const selectRun = `r.run_id, r.namespace, r.job, r.run_key, r.schedule_time, r.p
 
 const selectEffect = `e.run_id AS e_run_id, e.name AS e_name, e.effect_key AS e_effect_key,
 	e.status AS e_status, e.attempt AS e_attempt, e.created_at AS e_created_at,
-	e.updated_at AS e_updated_at, e.done_at AS e_done_at, e.expire_at AS e_expire_at`
+	e.updated_at AS e_updated_at, e.done_at AS e_done_at, e.expire_at AS e_expire_at,
+	e.ref AS e_ref`

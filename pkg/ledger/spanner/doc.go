@@ -26,18 +26,17 @@
 //	  runs_by_deadline   NULL_FILTERED INDEX ON runs (deadline)   live runs only
 //	  runs_by_expire_at  INDEX ON runs (expire_at)
 //	effects(run_id, name) PRIMARY KEY, INTERLEAVE IN PARENT runs ON DELETE CASCADE
-//	     effect_key, status, attempt, created_at, updated_at, done_at, expire_at
-//	  ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))
-//	  effects_by_expire_at INDEX ON effects (expire_at)
+//	     effect_key, status, attempt, created_at, updated_at, done_at, expire_at, ref
 //
-// The row deletion policies are the retention: Spanner deletes a record past expire_at
-// by itself, typically within three days, so no sweeper is needed; Sweep deletes expired
-// records sooner (at most Limit in one transaction). Effects are interleaved in their run:
-// they sit beside it in storage, are read with it in one query, and go when it goes. The
-// query that opens a run's transition also reads its effects' expiry, and every write of
-// the run lifts an effect kept shorter than the run to the run's expire_at (no extra
-// round trip), so that a done effect never expires before the run whose retry it makes
-// skip the effect. The
+// The row deletion policy is the retention: Spanner deletes a run past expire_at (the
+// retention after the latest of its last write, its deadline and its not-before,
+// ledger.ExpiryOf) by itself, typically within three days, so no sweeper is needed;
+// Sweep deletes expired runs sooner (at most Limit in one transaction). Effects are
+// interleaved in their run: they sit beside it in storage, are read with it in one query,
+// and go when it goes (ON DELETE CASCADE, by the policy or by Sweep) and never sooner:
+// they have no deletion policy of their own, so a done effect never expires before the
+// run whose retry it makes skip the effect. An effect's expire_at only records its own
+// retention; ref is the execution a start effect made (empty for none). The
 // two timestamp indexes take every write at the current time; at very high write rates
 // they are the hot spot to shard (prefix the key with a hash bucket).
 //
@@ -46,7 +45,7 @@
 //	Claim, new run        1 RPC: a Commit of one insert mutation without a read
 //	                      (client.Apply with ApplyAtLeastOnce, no BeginTransaction)
 //	Claim, duplicate      the insert fails with AlreadyExists, then 1 strong read
-//	Acquire, Renew, Complete, Release, Fail, Rescue, Unclaim, BeginEffect,
+//	Acquire, Renew, Complete, Release, Fail, Rescue, Expedite, BeginEffect,
 //	CompleteEffect        one read-write transaction: 1 query (Spanner's time and the
 //	                      record, and the effect, in one LEFT JOIN), then a Commit of the
 //	                      mutations: 2 RPCs (the begin is inlined in the query)
@@ -65,6 +64,9 @@
 // reads until it commits, takes the verdict with the pure rules of package ledger
 // (ledger.ApplyComplete and friends) over that record and Spanner's time, and buffers the
 // writes: the fence (status, attempt number and attempt ID) holds when they land. The
+// read locks an absent run's key too, so a worker claim with MustExist that finds no run,
+// or one that leaves a run of another payload untouched, answers over a record no
+// concurrent sweep or claim can change before the transaction ends. The
 // client retries a transaction Spanner aborted; a transaction that still loses is
 // answered ledger.ErrContended.
 //

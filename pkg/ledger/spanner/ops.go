@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"time"
 
@@ -28,13 +27,6 @@ type readRow struct {
 	now time.Time
 	r   runRow
 	e   effectRow
-	// effects are the run's effects (name and expiry), read by readRunSQL only.
-	effects []*effectExpiry
-}
-
-type effectExpiry struct {
-	Name     string    `spanner:"name"`
-	ExpireAt time.Time `spanner:"expire_at"`
 }
 
 func (row *readRow) run() *ledger.Run       { return row.r.run() }
@@ -47,20 +39,13 @@ func (row *readRow) decode(r *spanner.Row) error {
 	if err := r.ToStructLenient(&row.r); err != nil {
 		return err
 	}
-	if err := r.ToStructLenient(&row.e); err != nil {
-		return err
-	}
-	if slices.Contains(r.ColumnNames(), "effects") {
-		return r.ColumnByName("effects", &row.effects)
-	}
-	return nil
+	return r.ToStructLenient(&row.e)
 }
 
 // The queries that open a transition. They LEFT JOIN the records to a one-row table, so
 // that Spanner's time comes back when a record is absent too.
 const (
-	readRunSQL = `SELECT CURRENT_TIMESTAMP() AS now, ` + selectRun + `,
-		ARRAY(SELECT AS STRUCT e.name, e.expire_at FROM effects AS e WHERE e.run_id = @id) AS effects
+	readRunSQL = `SELECT CURRENT_TIMESTAMP() AS now, ` + selectRun + `
 		FROM UNNEST([1]) AS one LEFT JOIN runs AS r ON r.run_id = @id`
 	readEffectSQL = `SELECT CURRENT_TIMESTAMP() AS now, ` + selectRun + `, ` + selectEffect + `
 		FROM UNNEST([1]) AS one LEFT JOIN runs AS r ON r.run_id = @id
@@ -159,20 +144,13 @@ func isVerdict(err error) bool {
 
 func runParams(id string) map[string]any { return map[string]any{"id": id} }
 
-// writeRun returns the mutations that write r (nil: nothing) and keep each of its effects
-// at least as long as the run, so that a done effect never expires before the run whose
-// retry it makes skip the effect.
-func writeRun(r *ledger.Run, effects []*effectExpiry) []*spanner.Mutation {
+// writeRun returns the mutation that writes r (nil: nothing). The run's effects need
+// none: they have no deletion policy of their own and go only with the run.
+func writeRun(r *ledger.Run) []*spanner.Mutation {
 	if r == nil {
 		return nil
 	}
-	ms := []*spanner.Mutation{spanner.InsertOrUpdate("runs", runColumns, runValues(r))}
-	for _, e := range effects {
-		if e.ExpireAt.Before(r.ExpireAt) {
-			ms = append(ms, spanner.Update("effects", []string{"run_id", "name", "expire_at"}, []any{r.ID, e.Name, r.ExpireAt}))
-		}
-	}
-	return ms
+	return []*spanner.Mutation{spanner.InsertOrUpdate("runs", runColumns, runValues(r))}
 }
 
 // Claim implements ledger.Ledger. A new run costs one RPC: a Commit of an insert mutation
@@ -218,22 +196,22 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	return &ledger.ClaimResult{Run: cur, Created: created, PayloadMismatch: !created && cur.PayloadHash != p.PayloadHash}, nil
 }
 
-// Unclaim implements ledger.Ledger with one read-write transaction.
-func (l *Ledger) Unclaim(ctx context.Context, p *ledger.UnclaimParams) error {
-	if err := ledger.CheckUnclaim(nil, p); errors.Is(err, ledger.ErrInvalid) {
-		return err
+// Expedite implements ledger.Ledger with one read-write transaction: an untouched
+// ingress claim's deadline becomes Spanner's now.
+func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
+	if err := ledger.ValidateExpedite(p); err != nil {
+		return nil, err
 	}
-	_, err := transact(ctx, l, "unclaim run "+p.RunID, readRunSQL, runParams(p.RunID), time.Time{},
-		func(row *readRow, _ time.Time) ([]*spanner.Mutation, struct{}, error) {
-			if err := ledger.CheckUnclaim(row.run(), p); err != nil {
-				return nil, struct{}{}, err
-			}
-			return []*spanner.Mutation{spanner.Delete("runs", spanner.Key{p.RunID})}, struct{}{}, nil
-		})
-	return err
+	return l.runTransition(ctx, "expedite", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+		next, err := ledger.ApplyExpedite(cur, p, now)
+		return next, next, err
+	})
 }
 
-// Acquire implements ledger.Ledger with one read-write transaction.
+// Acquire implements ledger.Ledger with one read-write transaction: its read locks the
+// run, or the absence of it, until the commit, so a MustExist claim refused as absent, or
+// a run left untouched for a payload mismatch, cannot change under it (a sweep's delete
+// waits or aborts).
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	if err := ledger.ValidateAcquire(p); err != nil {
 		return nil, err
@@ -241,7 +219,7 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	return transact(ctx, l, "acquire run "+p.RunID, readRunSQL, runParams(p.RunID), p.Now,
 		func(row *readRow, now time.Time) ([]*spanner.Mutation, *ledger.AcquireResult, error) {
 			next, res, err := ledger.ApplyAcquire(row.run(), p, now)
-			return writeRun(next, row.effects), res, err
+			return writeRun(next), res, err
 		})
 }
 
@@ -252,7 +230,7 @@ func (l *Ledger) runTransition(ctx context.Context, op, runID string, override t
 	return transact(ctx, l, op+" run "+runID, readRunSQL, runParams(runID), override,
 		func(row *readRow, now time.Time) ([]*spanner.Mutation, *ledger.Run, error) {
 			next, answer, err := rule(row.run(), now)
-			return writeRun(next, row.effects), answer, err
+			return writeRun(next), answer, err
 		})
 }
 
@@ -393,9 +371,9 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 }
 
 // Sweep implements ledger.Ledger with one read-write transaction: it reads at most Limit
-// expired runs, then effects, over their expire_at indexes, and deletes them (a run's
-// effects go with it). Spanner's row deletion policy deletes expired records by itself;
-// Sweep deletes them sooner.
+// expired runs over their expire_at index and deletes them; a run's effects go with it
+// (ON DELETE CASCADE), never before it. Spanner's row deletion policy deletes expired runs
+// by itself; Sweep deletes them sooner.
 func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
 	limit := int64(cmp.Or(p.Limit, defaultSweepLimit))
 	var n int64
@@ -421,12 +399,6 @@ func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) 
 		if err := collect(`SELECT run_id FROM runs@{FORCE_INDEX=runs_by_expire_at}
 			WHERE expire_at < COALESCE(@now, CURRENT_TIMESTAMP()) LIMIT @limit`, "runs", 1); err != nil {
 			return err
-		}
-		if n < limit {
-			if err := collect(`SELECT run_id, name FROM effects@{FORCE_INDEX=effects_by_expire_at}
-				WHERE expire_at < COALESCE(@now, CURRENT_TIMESTAMP()) LIMIT @limit`, "effects", 2); err != nil {
-				return err
-			}
 		}
 		return txn.BufferWrite(ms)
 	})

@@ -8,9 +8,10 @@ import (
 	"cloud.google.com/go/spanner/admin/database/apiv1/databasepb"
 )
 
-// Schema is the DDL of the ledger's tables, in order. The row deletion policies make
-// Spanner delete records past expire_at by itself (within about three days); effects are
-// interleaved in their run and deleted with it.
+// Schema is the DDL of the ledger's tables, in order. The row deletion policy on runs
+// makes Spanner delete a run past expire_at by itself (within about three days). Effects
+// have no policy of their own: they are interleaved in their run and deleted with it
+// (ON DELETE CASCADE), so an effect lives exactly as long as its run.
 var Schema = []string{
 	`CREATE TABLE runs (
 		run_id STRING(64) NOT NULL,
@@ -45,11 +46,10 @@ var Schema = []string{
 		created_at TIMESTAMP NOT NULL,
 		updated_at TIMESTAMP NOT NULL,
 		done_at TIMESTAMP,
-		expire_at TIMESTAMP NOT NULL
+		expire_at TIMESTAMP NOT NULL,
+		ref STRING(MAX) NOT NULL
 	) PRIMARY KEY (run_id, name),
-	INTERLEAVE IN PARENT runs ON DELETE CASCADE,
-	ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))`,
-	`CREATE INDEX effects_by_expire_at ON effects (expire_at)`,
+	INTERLEAVE IN PARENT runs ON DELETE CASCADE`,
 }
 
 // Migrate creates the ledger's tables in the database db

@@ -221,8 +221,10 @@ func TestURL(t *testing.T) {
 	}
 }
 
-// TestRowDeletionPolicies: the schema Spanner holds declares the row deletion policies on
-// expire_at, which delete expired records with no sweeper.
+// TestRowDeletionPolicies: the schema Spanner holds declares the row deletion policy on
+// the runs' expire_at, which deletes expired runs with no sweeper, and none on effects,
+// which go only with their run (interleaved, ON DELETE CASCADE): a policy of their own
+// would delete a live run's done effect, and a later attempt would redo it.
 func TestRowDeletionPolicies(t *testing.T) {
 	t.Parallel()
 	db := newDatabase(t, false)
@@ -231,8 +233,16 @@ func TestRowDeletionPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := strings.Join(ddl.Statements, "\n")
-	if n := strings.Count(all, "ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))"); n != 2 {
-		t.Fatalf("the schema has %d row deletion policies on expire_at, want 2 (runs, effects):\n%s", n, all)
+	if n := strings.Count(all, "ROW DELETION POLICY"); n != 1 {
+		t.Fatalf("the schema has %d row deletion policies, want 1 (runs):\n%s", n, all)
+	}
+	for _, s := range ddl.Statements {
+		switch {
+		case hasTable(s, "runs") && !strings.Contains(s, "ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))"):
+			t.Errorf("runs has no row deletion policy on expire_at:\n%s", s)
+		case hasTable(s, "effects") && (strings.Contains(s, "ROW DELETION POLICY") || !strings.Contains(s, "INTERLEAVE IN PARENT runs ON DELETE CASCADE")):
+			t.Errorf("effects must go with their run only (interleaved, ON DELETE CASCADE, no policy of their own):\n%s", s)
+		}
 	}
 }
 
@@ -356,38 +366,6 @@ func TestReplayedClaimFindsItsOwnRecord(t *testing.T) {
 	other, err := l.Claim(t.Context(), &ledger.ClaimParams{Identity: p.Identity, AttemptID: uuid.NewString()})
 	if err != nil || other.Created {
 		t.Fatalf("another claim of the run = %+v, %v; want a duplicate", other, err)
-	}
-}
-
-// TestEffectsLiveAsLongAsTheirRun: a run write that keeps the run longer than one of its
-// effects keeps the effect as long too, so that a done effect never expires before the
-// run that skips it.
-func TestEffectsLiveAsLongAsTheirRun(t *testing.T) {
-	t.Parallel()
-	l := openTest(t, nil)
-	ctx := t.Context()
-	id := benchIdentity()
-	a, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: id, AttemptID: "w", Lease: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := ledger.Fence{RunID: id.RunID, Attempt: a.Run.Attempt, AttemptID: a.Run.AttemptID}
-	for name, keep := range map[string]time.Duration{"short": time.Hour, "long": 30 * 24 * time.Hour} {
-		if _, err := l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: name, Retention: keep}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	done, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f, Retention: 48 * time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	short, err := l.GetEffect(ctx, &ledger.GetEffectParams{RunID: id.RunID, Name: "short"})
-	if err != nil || short.ExpireAt.Before(done.ExpireAt) {
-		t.Fatalf("effect kept 1h, run then kept 48h: effect ExpireAt %v, run %v (%v); want the effect at least as long", short.ExpireAt, done.ExpireAt, err)
-	}
-	long, err := l.GetEffect(ctx, &ledger.GetEffectParams{RunID: id.RunID, Name: "long"})
-	if err != nil || !long.ExpireAt.After(done.ExpireAt) {
-		t.Fatalf("an effect kept longer than the run was shortened: %v, run %v (%v)", long.ExpireAt, done.ExpireAt, err)
 	}
 }
 
