@@ -394,3 +394,50 @@ func TestConcurrentOpenMigrates(t *testing.T) {
 		}
 	}
 }
+
+// TestMustExistAgainstSweep races a worker claim that must not create its run with a
+// sweep of that run, expired: exactly one of them wins. Either the sweep deleted the run
+// and the claim answers ErrNotFound, or the claim took the run (renewing its expiry) and
+// the sweep left it; never both, which would mean the claim wrote a run the sweep had
+// deleted between the claim's check and its write.
+func TestMustExistAgainstSweep(t *testing.T) {
+	t.Parallel()
+	l := openTest(t, nil)
+	ctx := t.Context()
+	t0 := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+	t1 := t0.Add(time.Second)
+	for round := range 20 {
+		id := benchIdentity()
+		if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: uuid.NewString(),
+			Retention: time.Millisecond, PickupTimeout: time.Millisecond, Now: t0}); err != nil {
+			t.Fatal(err)
+		}
+		var (
+			wg       sync.WaitGroup
+			swept    int
+			sweepErr error
+			res      *ledger.AcquireResult
+			acqErr   error
+		)
+		wg.Go(func() { swept, sweepErr = l.Sweep(ctx, &ledger.SweepParams{Now: t1}) })
+		wg.Go(func() {
+			res, acqErr = l.Acquire(ctx, &ledger.AcquireParams{Identity: id, AttemptID: uuid.NewString(),
+				Lease: time.Minute, MustExist: true, Now: t1})
+		})
+		wg.Wait()
+		if sweepErr != nil {
+			t.Fatalf("round %d: Sweep: %v", round, sweepErr)
+		}
+		acquired := acqErr == nil && res.Outcome == ledger.Acquired
+		if !acquired && !errors.Is(acqErr, ledger.ErrNotFound) {
+			t.Fatalf("round %d: Acquire = %+v, %v; want acquired or ErrNotFound", round, res, acqErr)
+		}
+		if acquired == (swept == 1) {
+			t.Fatalf("round %d: the sweep deleted %d runs and the claim acquired = %v: want exactly one of them", round, swept, acquired)
+		}
+		_, err := l.Get(ctx, &ledger.GetParams{RunID: id.RunID})
+		if exists := err == nil; exists != acquired {
+			t.Fatalf("round %d: after the race the run exists = %v (%v), the claim acquired = %v", round, exists, err, acquired)
+		}
+	}
+}
