@@ -101,13 +101,13 @@
 //
 //	go test -run '^$' -bench 'BenchmarkClaimVsRaw|BenchmarkLedger' -benchtime=4000x ./pkg/ledger/redis
 //
-// a new run's claim ran at 3,172, 10,004 and 16,759 claims/s at 1, 8 and 32 goroutines,
-// 0.86, 0.67 and 0.49 of one raw HSET of the same fields measured in alternating rounds
-// in the same run (3,700, 15,002 and 34,267/s; an earlier run: 0.75, 0.68, 0.57): the
-// script also files the run in both indexes and sets its expiry, and at 32 goroutines
-// the scripts, which Redis runs one at a time, are the limit. Claim p50 0.37 ms at one
-// goroutine; a duplicate, which writes nothing and waits for no fsync, p50 0.08 ms;
-// acquire, renew and complete p50 0.26 to 0.33 ms. Over a network add one round trip to
+// a new run's claim ran at 2,879, 7,784 and 16,140 claims/s at 1, 8 and 32 goroutines,
+// 0.73, 0.65 and 0.48 of one raw HSET of the same fields measured in alternating rounds
+// in the same run (3,956, 11,955 and 33,508/s; earlier runs: 0.86, 0.67, 0.49 and 0.75,
+// 0.68, 0.57): the script also files the run in both indexes and sets its expiry, and at
+// 32 goroutines the scripts, which Redis runs one at a time, are the limit. Claim p50
+// 0.30 to 0.37 ms at one goroutine; a duplicate, which writes nothing and waits for no
+// fsync, p50 0.07 to 0.08 ms; acquire, renew and complete p50 0.26 to 0.33 ms. Over a network add one round trip to
 // each.
 //
 // On Google Cloud, use Memorystore for Valkey with cluster mode disabled, AOF persistence

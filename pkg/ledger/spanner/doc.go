@@ -98,13 +98,13 @@
 //
 //	go test -run '^$' -bench 'BenchmarkClaimVsRaw|BenchmarkLedger' -benchtime=400x ./pkg/ledger/spanner
 //
-// a new run's claim ran at 2,993 and 4,094 claims/s at 1 and 8 goroutines, 1.06 and 1.65
+// a new run's claim ran at 2,154 and 2,430 claims/s at 1 and 8 goroutines, 0.98 and 1.05
 // times the raw insert mutation applied the same way in alternating rounds of the same
-// run (2,815 and 2,482/s; an earlier run: 1.12 and 1.02): the claim is that insert and
-// nothing more, and the spread is the shared machine's noise. Claim p50 0.30 ms at one
-// goroutine. A duplicate's strong read took p50 15 to 53 ms: the emulator holds a strong
-// read until its commit timestamps, placed tens of milliseconds ahead, have passed; on
-// Spanner a strong read in one region takes a few milliseconds. Acquire, renew and
-// complete (one read-write transaction each) took p50 2.8 to 5.1 ms, the emulator
-// running one transaction at a time.
+// run (2,193 and 2,318/s; earlier runs: 1.06 and 1.65, 1.12 and 1.02): the claim is that
+// insert and nothing more, and the spread is the shared machine's noise. Claim p50
+// 0.30 to 0.37 ms at one goroutine. A duplicate's strong read took p50 15 to 53 ms: the
+// emulator holds a strong read until its commit timestamps, placed tens of milliseconds
+// ahead, have passed; on Spanner a strong read in one region takes a few milliseconds.
+// Acquire, renew and complete (one read-write transaction each) took p50 2.7 to 5.2 ms,
+// the emulator running one transaction at a time.
 package spannerledger
