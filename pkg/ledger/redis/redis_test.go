@@ -623,6 +623,10 @@ func TestEffectWrittenAfterItsRunLivesAsLong(t *testing.T) {
 	if ttl, err := l.rdb.PTTL(ctx, l.effectKey(e.Key)).Result(); err != nil || ttl < 47*time.Hour {
 		t.Fatalf("the effect's key expires in %v (%v), want at least the run's 48h", ttl, err)
 	}
+	score, err := l.rdb.ZScore(ctx, l.expireKey, "e:"+e.Key).Result()
+	if err != nil || int64(score) < a.Run.ExpireAt.UnixMicro() {
+		t.Fatalf("the effect's expiry index entry is %v (%v), want at least the run's expire_at %v", int64(score), err, a.Run.ExpireAt.UnixMicro())
+	}
 }
 
 // TestMustExistAgainstSweep races a worker claim that must not create its run with a

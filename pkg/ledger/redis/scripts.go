@@ -105,12 +105,14 @@ local function trim(grace_ms)
   if #stale > 0 then redis.call('ZREM', KEYS[3], unpack(stale)) end
 end
 
--- keep_effect files an effect written at expire_us in the expiry index and sets its
+-- keep_effect files an effect written with expire_us in the expiry index and sets its
 -- key's expiry, never before its run's (KEYS[1]): an effect written after its run's last
--- write keeps its own expire_at, but its key lives at least as long as the run's.
+-- write keeps its own expire_at, but its index entry and its key's expiry are at least
+-- the run's, so neither the sweep nor trim takes it up while the run lives.
 local function keep_effect(key, ekey, expire_us, grace_ms)
-  redis.call('ZADD', KEYS[3], expire_us, 'e:' .. ekey)
-  keep(key, math.max(expire_us, num(redis.call('HGET', KEYS[1], 'expire_at'))), grace_ms)
+  local at = math.max(expire_us, num(redis.call('HGET', KEYS[1], 'expire_at')))
+  redis.call('ZADD', KEYS[3], at, 'e:' .. ekey)
+  keep(key, at, grace_ms)
 end
 
 local function held(st, attempt, aid)
