@@ -22,6 +22,7 @@ import (
 
 	"github.com/runonce/runonce/internal/app"
 	"github.com/runonce/runonce/internal/config"
+	spannerledger "github.com/runonce/runonce/pkg/ledger/spanner"
 )
 
 // The Terraform tree the checks read: the module and every example root that calls it.
@@ -101,6 +102,7 @@ var checks = map[string]check{
 	"ServiceAccountsOwn":    checkServiceAccounts,
 	"DeadLetterAgentIAM":    checkDeadLetterIAM,
 	"SchedulerUsesUnixCron": checkSchedulerCron,
+	"SpannerSchemaIAM":      checkSpanner,
 	"TargetIAM":             checkTargetIAM,
 	"Monitoring":            checkMonitoring,
 }
@@ -129,6 +131,7 @@ func TestTimeouts(t *testing.T)              { runCheck(t, "Timeouts") }
 func TestIAMRoles(t *testing.T)              { runCheck(t, "IAMRoles") }
 func TestServiceAccountsOwn(t *testing.T)    { runCheck(t, "ServiceAccountsOwn") }
 func TestEnvNamesRealFlags(t *testing.T)     { runCheck(t, "EnvNamesRealFlags") }
+func TestSpannerSchemaIAM(t *testing.T)      { runCheck(t, "SpannerSchemaIAM") }
 func TestTargetIAM(t *testing.T)             { runCheck(t, "TargetIAM") }
 
 // --- Cloud Scheduler -------------------------------------------------------------------
@@ -459,6 +462,9 @@ func checkRetention(d *deployment) []error {
 // The TTL policy is on expire_at for both collections, and the rescue query's composite
 // index (status ASC, deadline ASC on the runs collection) exists.
 func checkFirestore(d *deployment) []error {
+	if ledgerOf(d) != "firestore" {
+		return nil
+	}
 	var errs []error
 	prefix := ""
 	if v := d.mod.ctx.Variables["var"].GetAttr("collection_prefix"); v.IsKnown() && !v.IsNull() {
@@ -519,6 +525,87 @@ func checkFirestore(d *deployment) []error {
 		errs = append(errs, fmt.Errorf("no google_firestore_index on %q with fields status ASCENDING, deadline ASCENDING: the rescuer's query fails with FAILED_PRECONDITION", prefix+"runs"))
 	}
 	return errs
+}
+
+// ledgerOf is the deployment's var.ledger ("firestore" when not known).
+func ledgerOf(d *deployment) string {
+	v := d.mod.ctx.Variables["var"].GetAttr("ledger")
+	if !v.IsKnown() || v.IsNull() || v.Type() != cty.String {
+		return "firestore"
+	}
+	return v.AsString()
+}
+
+// checkSpanner: with ledger = "spanner", the database's DDL is the ledger's own
+// (spannerledger.Schema, its row deletion policy included: the services open it with
+// migrate=false and have no DDL rights), and the ingress and the worker hold
+// roles/spanner.databaseUser on that database.
+func checkSpanner(d *deployment) []error {
+	if ledgerOf(d) != "spanner" {
+		return nil
+	}
+	var errs []error
+	dbs := d.mod.resourcesOf("google_spanner_database")
+	if len(dbs) != 1 {
+		return []error{fmt.Errorf("ledger = \"spanner\" but %d google_spanner_database resources, want 1", len(dbs))}
+	}
+	v, err := d.mod.eval(attr(dbs[0].body, "ddl"), nil)
+	if err != nil {
+		return []error{fmt.Errorf("%s: ddl: %v", dbs[0], err)}
+	}
+	var ddl []string
+	for it := v.ElementIterator(); it.Next(); {
+		_, s := it.Element()
+		ddl = append(ddl, normalizeDDL(s.AsString()))
+	}
+	var want []string
+	for _, s := range spannerledger.Schema {
+		want = append(want, normalizeDDL(s))
+	}
+	if !slices.Equal(ddl, want) {
+		errs = append(errs, fmt.Errorf("%s: ddl differs from spannerledger.Schema (the tables the ledger reads, and the runs' row deletion policy):\n got %q\nwant %q", dbs[0], ddl, want))
+	}
+	holders := map[string]bool{}
+	for _, r := range d.mod.resourcesOf("google_spanner_database_iam_member") {
+		if role, err := d.mod.evalString(attr(r.body, "role"), nil); err != nil || role != "roles/spanner.databaseUser" {
+			continue
+		}
+		for _, who := range []string{"ingress", "worker"} {
+			if fe := attr(r.body, "for_each"); fe != nil && references(fe, "google_service_account."+who+".member") {
+				holders[who] = true
+			}
+			if m := attr(r.body, "member"); m != nil && references(m, "google_service_account."+who+".member") {
+				holders[who] = true
+			}
+		}
+	}
+	for _, who := range []string{"ingress", "worker"} {
+		if !holders[who] {
+			errs = append(errs, fmt.Errorf("the %s holds no roles/spanner.databaseUser on the ledger's database: its claims fail with PERMISSION_DENIED", who))
+		}
+	}
+	return errs
+}
+
+// normalizeDDL collapses a DDL statement's white space.
+func normalizeDDL(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	return strings.NewReplacer("( ", "(", " )", ")").Replace(s)
+}
+
+// TestSpannerExample: an example deploys the Spanner ledger, so that checkSpanner has
+// something to check.
+func TestSpannerExample(t *testing.T) {
+	ds, err := loadDeployments(tfDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if ledgerOf(d) == "spanner" {
+			return
+		}
+	}
+	t.Fatal("no example sets ledger = \"spanner\"")
 }
 
 // --- Cloud Run -------------------------------------------------------------------------
@@ -657,7 +744,8 @@ var allowedRoles = map[string]string{
 	"roles/pubsub.publisher":               "google_pubsub_topic_iam_member",                                       // ingress publishes; worker's rescuer republishes; Pub/Sub agent dead-letters
 	"roles/pubsub.subscriber":              "google_pubsub_subscription_iam_member",                                // worker pulls; Pub/Sub agent acks what it dead-letters
 	"roles/pubsub.viewer":                  "google_pubsub_topic_iam_member google_pubsub_subscription_iam_member", // GetTopic (/readyz), GetSubscription (retention check)
-	"roles/datastore.user":                 "google_project_iam_member",                                            // the ledger
+	"roles/datastore.user":                 "google_project_iam_member",                                            // the ledger (Firestore)
+	"roles/spanner.databaseUser":           "google_spanner_database_iam_member",                                   // the ledger (Spanner)
 	"roles/run.invoker":                    "google_cloud_run_v2_service_iam_member",                               // scheduler → ingress, push → worker
 	"roles/iam.serviceAccountTokenCreator": "google_service_account_iam_member",                                    // Pub/Sub agent mints the push token
 	"roles/secretmanager.secretAccessor":   "google_secret_manager_secret_iam_member",                              // worker reads the jobs file

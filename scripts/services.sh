@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Starts the real services the tests use — PostgreSQL 15, the official Firestore emulator
-# and the official Pub/Sub emulator — each on a free loopback port, waits for each with a
-# bound, and prints the environment that points the tests at them.
+# Starts the real services the tests use — PostgreSQL 15, Redis 7 (persistence on: an
+# append-only file fsynced on every write), and the official Firestore, Pub/Sub and Cloud
+# Spanner emulators — each on a free loopback port, waits for each with a bound, and prints
+# the environment that points the tests at them.
 #
 #   eval "$(scripts/services.sh start DIR)"   # start; DIR holds data, logs and pids
 #   scripts/services.sh stop DIR              # stop everything started in DIR
@@ -50,6 +51,20 @@ start_postgres() {
 	echo "export TEST_DATABASE_URL='postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable'"
 }
 
+# start_redis runs redis-server as the ledger's documented safe configuration: appendonly
+# yes with appendfsync always, so that an acknowledged claim survives a restart.
+start_redis() {
+	local port
+	port=$(free_port)
+	mkdir -p "$dir/redis"
+	setsid redis-server --bind 127.0.0.1 --port "$port" --dir "$dir/redis" \
+		--appendonly yes --appendfsync always --save '' --protected-mode yes \
+		>"$dir/redis.log" 2>&1 </dev/null &
+	echo $! >"$dir/redis.pid"
+	wait_for redis 30 redis-cli -h 127.0.0.1 -p "$port" ping
+	echo "export TEST_REDIS_URL='redis://127.0.0.1:$port/0'"
+}
+
 start_emulator() { # NAME PORTVAR ARGS...
 	local name=$1 port
 	shift
@@ -61,18 +76,37 @@ start_emulator() { # NAME PORTVAR ARGS...
 	echo "127.0.0.1:$port"
 }
 
+# start_spanner runs the Cloud Spanner emulator (the gcloud component cloud-spanner-emulator)
+# and waits for its REST port; the tests create their instance and databases themselves.
+start_spanner() {
+	local port rest
+	if [ ! -x "$(dirname "$(readlink -f "$(command -v gcloud)")")/cloud_spanner_emulator/emulator_main" ]; then
+		log "the Cloud Spanner emulator is not installed: gcloud components install cloud-spanner-emulator"
+		return 1
+	fi
+	port=$(free_port)
+	rest=$(free_port)
+	CLOUDSDK_CORE_DISABLE_PROMPTS=1 setsid gcloud emulators spanner start --host-port="127.0.0.1:$port" \
+		--rest-port="$rest" >"$dir/spanner.log" 2>&1 </dev/null &
+	echo $! >"$dir/spanner.pid"
+	wait_for spanner 60 curl -s -o /dev/null "http://127.0.0.1:$rest/v1/projects/p/instances"
+	echo "export SPANNER_EMULATOR_HOST=127.0.0.1:$port"
+}
+
 case "$cmd" in
 start)
 	mkdir -p "$dir"
 	start_postgres
+	start_redis
 	fs=$(start_emulator firestore emulators firestore start)
 	echo "export FIRESTORE_EMULATOR_HOST=$fs"
 	mkdir -p "$dir/pubsub-data"
 	ps=$(start_emulator pubsub beta emulators pubsub start --data-dir="$dir/pubsub-data")
 	echo "export PUBSUB_EMULATOR_HOST=$ps"
+	start_spanner
 	;;
 stop)
-	for name in firestore pubsub; do
+	for name in firestore pubsub redis spanner; do
 		if [ -f "$dir/$name.pid" ]; then
 			pgid=$(cat "$dir/$name.pid")
 			kill -TERM -- "-$pgid" 2>/dev/null || true

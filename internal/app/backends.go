@@ -5,5 +5,7 @@ import (
 	_ "github.com/runonce/runonce/pkg/ledger/firestore"
 	_ "github.com/runonce/runonce/pkg/ledger/memory"
 	_ "github.com/runonce/runonce/pkg/ledger/postgres"
+	_ "github.com/runonce/runonce/pkg/ledger/redis"
+	_ "github.com/runonce/runonce/pkg/ledger/spanner"
 	_ "github.com/runonce/runonce/pkg/ledger/sqlite"
 )

@@ -43,7 +43,7 @@ type ServerFlags struct {
 // declare declares the shared flags; the usage strings name what differs.
 func (s *ServerFlags) declare(fs *flag.FlagSet, addrUsage, ledgerUsage, retentionUsage, callers, authUsage string) {
 	fs.StringVar(&s.Addr, "addr", ":8080", addrUsage)
-	fs.StringVar(&s.Ledger, "ledger", "", "ledger URL (sqlite:///PATH, postgres://…, firestore://PROJECT[/DATABASE], memory://NAME)"+ledgerUsage)
+	fs.StringVar(&s.Ledger, "ledger", "", "ledger URL (sqlite:///PATH, postgres://…, firestore://PROJECT[/DATABASE], spanner://projects/P/instances/I/databases/D, redis://HOST:PORT/DB, memory://NAME)"+ledgerUsage)
 	fs.DurationVar(&s.Retention, "retention", ledger.DefaultRetention, retentionUsage)
 	fs.StringVar(&s.Auth, "auth", "", authUsage)
 	fs.StringVar(&s.Audience, "audience", "", "the audience "+callers+" ID tokens must carry (-auth oidc)")

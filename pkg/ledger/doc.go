@@ -38,7 +38,8 @@
 // # Backends
 //
 // Backends register a URL scheme (Register) and are opened with Open: memory://NAME,
-// sqlite:///PATH, postgres://…, firestore://PROJECT[/DATABASE]. Every backend passes the
+// sqlite:///PATH, postgres://…, firestore://PROJECT[/DATABASE],
+// spanner://projects/P/instances/I/databases/D, redis://HOST:PORT/DB. Every backend passes the
 // conformance suite in package ledgertest against a real instance; a guarantee is added to
 // that suite, never to one backend alone.
 package ledger

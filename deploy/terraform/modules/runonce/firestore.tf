@@ -1,8 +1,9 @@
 # The ledger: one Firestore (Native mode) database with two collections, PREFIXruns and
-# PREFIXeffects (pkg/ledger/firestore/doc.go).
+# PREFIXeffects (pkg/ledger/firestore/doc.go). Nothing here with ledger = "spanner"
+# (spanner.tf).
 
 resource "google_firestore_database" "ledger" {
-  count = var.create_firestore_database ? 1 : 0
+  count = local.firestore && var.create_firestore_database ? 1 : 0
 
   project     = var.project_id
   name        = var.firestore_database
@@ -24,7 +25,7 @@ resource "google_firestore_database" "ledger" {
 # gone. No index_config block: expire_at keeps its automatic single-field index, which
 # the sweep's query uses.
 resource "google_firestore_field" "expire_at" {
-  for_each = toset(["runs"])
+  for_each = local.firestore ? toset(["runs"]) : toset([])
 
   project    = var.project_id
   database   = local.database_name
@@ -39,6 +40,8 @@ resource "google_firestore_field" "expire_at" {
 # Without this index Firestore answers FAILED_PRECONDITION and lost runs are never
 # republished.
 resource "google_firestore_index" "rescue" {
+  count = local.firestore ? 1 : 0
+
   project     = var.project_id
   database    = local.database_name
   collection  = "${var.collection_prefix}runs"

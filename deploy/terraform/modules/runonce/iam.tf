@@ -11,7 +11,8 @@
 #   roles/pubsub.viewer                ingress              runs topic        /readyz reads the topic (GetTopic)
 #   roles/pubsub.viewer                worker               pull subscription the start-up retention check reads
 #                                                                             message_retention_duration (GetSubscription)
-#   roles/datastore.user               ingress, worker      ledger database   claims, leases, effects
+#   roles/datastore.user               ingress, worker      ledger database   claims, leases, effects (Firestore)
+#   roles/spanner.databaseUser         ingress, worker      ledger database   claims, leases, effects (Spanner; spanner.tf)
 #   roles/run.invoker                  scheduler, callers   ingress service   Cloud Run IAM in front of the OIDC check
 #   roles/run.invoker                  push account         worker service    push delivery (delivery = "push")
 #   roles/iam.serviceAccountTokenCreator Pub/Sub agent      push account      mint the push OIDC token (delivery = "push")
@@ -81,6 +82,8 @@ resource "google_pubsub_topic_iam_member" "runs_viewer_ingress" {
 }
 
 resource "google_project_iam_member" "datastore_user_ingress" {
+  count = local.firestore ? 1 : 0
+
   project = var.project_id
   role    = "roles/datastore.user"
   member  = google_service_account.ingress.member
@@ -133,6 +136,8 @@ resource "google_pubsub_topic_iam_member" "runs_publisher_worker" {
 }
 
 resource "google_project_iam_member" "datastore_user_worker" {
+  count = local.firestore ? 1 : 0
+
   project = var.project_id
   role    = "roles/datastore.user"
   member  = google_service_account.worker.member

@@ -1,8 +1,11 @@
 # runonce on Google Cloud: the ingress and the worker on Cloud Run, Pub/Sub between them,
-# the ledger in Firestore, Cloud Scheduler calling the ingress with an OIDC token.
+# the ledger in Firestore (or Spanner), Cloud Scheduler calling the ingress with an OIDC
+# token.
 #
 #   pubsub.tf     topic, pull or push subscription (retry policy, dead letter)
 #   firestore.tf  database, TTL policy on expire_at, the rescue query's index
+#   spanner.tf    with ledger = "spanner": instance, database (DDL, row deletion
+#                 policies), roles/spanner.databaseUser
 #   run.tf        the ingress and worker services and the RUNONCE_* environment
 #   iam.tf        one service account per role, and every grant (nothing else grants)
 #   scheduler.tf  Cloud Scheduler jobs calling the ingress
@@ -16,10 +19,15 @@ data "google_project" "this" {
 locals {
   namespace = coalesce(var.namespace, "${var.project_id}/${var.region}")
 
-  database_name = var.create_firestore_database ? google_firestore_database.ledger[0].name : var.firestore_database
+  firestore = var.ledger == "firestore"
+  spanner   = var.ledger == "spanner"
 
-  # firestore://PROJECT/DATABASE[?prefix=…] (pkg/ledger/firestore).
-  ledger_url = "firestore://${var.project_id}/${local.database_name}${var.collection_prefix == "" ? "" : "?prefix=${var.collection_prefix}"}"
+  database_name = local.firestore && var.create_firestore_database ? google_firestore_database.ledger[0].name : var.firestore_database
+
+  # firestore://PROJECT/DATABASE[?prefix=…] (pkg/ledger/firestore), or
+  # spanner://projects/P/instances/I/databases/D?migrate=false (pkg/ledger/spanner: the
+  # tables are spanner.tf's).
+  ledger_url = local.spanner ? "spanner://projects/${var.project_id}/instances/${google_spanner_database.ledger[0].instance}/databases/${google_spanner_database.ledger[0].name}?migrate=false" : "firestore://${var.project_id}/${local.database_name}${var.collection_prefix == "" ? "" : "?prefix=${var.collection_prefix}"}"
 
   topic_url = "pubsub://${var.project_id}/${google_pubsub_topic.runs.name}"
   # The worker's RUNONCE_SUBSCRIPTION: empty in push mode (push only).

@@ -66,8 +66,21 @@ variable "worker_image" {
 }
 
 # ---------------------------------------------------------------------------------------
-# Ledger (Firestore)
+# Ledger
 # ---------------------------------------------------------------------------------------
+
+variable "ledger" {
+  description = "The ledger's datastore: \"firestore\" (the default; no operation) or \"spanner\" (Cloud Spanner, for multi-region or very high write rates; spanner.tf)."
+  type        = string
+  default     = "firestore"
+
+  validation {
+    condition     = contains(["firestore", "spanner"], var.ledger)
+    error_message = "ledger must be \"firestore\" or \"spanner\"."
+  }
+}
+
+# --- Firestore (ledger = "firestore") ---
 
 variable "create_firestore_database" {
   description = "Create the Firestore database. Set false to use one that exists (it must be in Native mode)."
@@ -100,6 +113,48 @@ variable "collection_prefix" {
   validation {
     condition     = can(regex("^[A-Za-z0-9_-]*$", var.collection_prefix))
     error_message = "collection_prefix may hold only letters, digits, '_' and '-'."
+  }
+}
+
+# --- Spanner (ledger = "spanner") ---
+
+variable "create_spanner_instance" {
+  description = "Create the Spanner instance. Set false to put the ledger's database in an instance that exists (spanner_instance)."
+  type        = bool
+  default     = true
+}
+
+variable "spanner_instance" {
+  description = "The Spanner instance ID, created unless create_spanner_instance is false."
+  type        = string
+  default     = "runonce"
+
+  validation {
+    condition     = can(regex("^[a-z][-a-z0-9]{0,62}[a-z0-9]$", var.spanner_instance))
+    error_message = "spanner_instance must be 2-64 lowercase letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "spanner_config" {
+  description = "The instance configuration (regional-us-central1, nam3, …). Null means regional-REGION."
+  type        = string
+  default     = null
+}
+
+variable "spanner_processing_units" {
+  description = "The instance's compute capacity in processing units (100 is the smallest; 1000 is one node)."
+  type        = number
+  default     = 100
+}
+
+variable "spanner_database" {
+  description = "The Spanner database ID holding the ledger's tables."
+  type        = string
+  default     = "runonce"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9_-]{0,28}[a-z0-9]$", var.spanner_database))
+    error_message = "spanner_database must be 2-30 lowercase letters, digits, '_' and '-', starting with a letter."
   }
 }
 

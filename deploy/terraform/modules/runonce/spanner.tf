@@ -1,0 +1,51 @@
+# The ledger on Cloud Spanner instead of Firestore (ledger = "spanner"): an optional
+# instance, the database with the ledger's tables and the runs' row deletion policy
+# (pkg/ledger/spanner, Schema), and the services' one grant on it.
+#
+# The DDL is the ledger's own (deploy/deploy_test.go checks that it matches
+# spannerledger.Schema), applied here so that the services open the database with
+# migrate=false and need only roles/spanner.databaseUser, never DDL rights.
+
+resource "google_spanner_instance" "ledger" {
+  count = local.spanner && var.create_spanner_instance ? 1 : 0
+
+  project          = var.project_id
+  name             = var.spanner_instance
+  config           = coalesce(var.spanner_config, "regional-${var.region}")
+  display_name     = "${var.name} ledger"
+  processing_units = var.spanner_processing_units
+  labels           = local.labels
+  force_destroy    = !var.deletion_protection
+}
+
+resource "google_spanner_database" "ledger" {
+  count = local.spanner ? 1 : 0
+
+  project  = var.project_id
+  instance = var.create_spanner_instance ? google_spanner_instance.ledger[0].name : var.spanner_instance
+  name     = var.spanner_database
+  # The row deletion policy on the runs' expire_at is the retention: Spanner deletes a run
+  # (within about three days) RUNONCE_RETENTION after its last write, deadline or retry.
+  # Effects have no policy of their own: interleaved in their run, they go with it.
+  ddl = [
+    "CREATE TABLE runs (run_id STRING(64) NOT NULL, namespace STRING(MAX) NOT NULL, job STRING(MAX) NOT NULL, run_key STRING(MAX) NOT NULL, schedule_time TIMESTAMP, payload_hash STRING(MAX) NOT NULL, payload BYTES(MAX), status STRING(16) NOT NULL, attempt INT64 NOT NULL, attempt_id STRING(MAX) NOT NULL, deadline TIMESTAMP, not_before TIMESTAMP, attempts_made INT64 NOT NULL, last_error STRING(MAX) NOT NULL, created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL, completed_at TIMESTAMP, expire_at TIMESTAMP NOT NULL) PRIMARY KEY (run_id), ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))",
+    "CREATE NULL_FILTERED INDEX runs_by_deadline ON runs (deadline)",
+    "CREATE INDEX runs_by_expire_at ON runs (expire_at)",
+    "CREATE TABLE effects (run_id STRING(64) NOT NULL, name STRING(MAX) NOT NULL, effect_key STRING(64) NOT NULL, status STRING(16) NOT NULL, attempt INT64 NOT NULL, created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL, done_at TIMESTAMP, expire_at TIMESTAMP NOT NULL, ref STRING(MAX) NOT NULL) PRIMARY KEY (run_id, name), INTERLEAVE IN PARENT runs ON DELETE CASCADE",
+  ]
+  deletion_protection = var.deletion_protection
+}
+
+# Reads and writes the ledger's rows (claims, leases, effects); no DDL, no admin.
+resource "google_spanner_database_iam_member" "database_user" {
+  for_each = local.spanner ? {
+    ingress = google_service_account.ingress.member
+    worker  = google_service_account.worker.member
+  } : {}
+
+  project  = var.project_id
+  instance = google_spanner_database.ledger[0].instance
+  database = google_spanner_database.ledger[0].name
+  role     = "roles/spanner.databaseUser"
+  member   = each.value
+}

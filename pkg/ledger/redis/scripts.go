@@ -1,0 +1,383 @@
+package redisledger
+
+import "github.com/redis/go-redis/v9"
+
+// The Lua scripts, one per transition. Each runs atomically on the server, reads the
+// server's clock with TIME (or takes the caller's Now, for tests), and answers
+//
+//	{written (0 or 1), now (µs since the epoch), run fields (HGETALL), …}
+//
+// so that when it wrote nothing the Go side can let the state machine of package ledger
+// say why (an idempotent repeat, a lost lease, held until …). Times are stored as decimal
+// microseconds since the Unix epoch, "" for zero; Lua's numbers are doubles, exact for
+// integers below 2^53 (year 2255 in microseconds).
+//
+// Keys: KEYS[1] is the run's hash, KEYS[2] the rescue index (a sorted set of live run IDs
+// scored by deadline), KEYS[3] the expiry index (a sorted set of "r:RUNID" and
+// "e:EFFECTKEY" scored by expire_at); the effect scripts add KEYS[4], the effect's hash.
+const prelude = `
+local function now_us(arg)
+  if arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function fmt(n) return string.format('%d', n) end
+local function num(s)
+  if s == false or s == nil or s == '' then return 0 end
+  return tonumber(s)
+end
+local function floordiv(a, b) return math.floor(a / b) end
+
+-- expiry is ledger.ExpiryOf: the retention after the latest of now, the deadline and the
+-- not-before (0 for none), so that a run never expires before its retry or rescue is due.
+local function expiry(now, deadline, nb, ret)
+  return math.max(now, deadline, nb) + ret
+end
+
+-- rfc3339 formats µs since the epoch as Go's time.RFC3339Nano does in UTC.
+local function rfc3339(us)
+  local secs = floordiv(us, 1000000)
+  local frac = us - secs * 1000000
+  local days = floordiv(secs, 86400)
+  local rem = secs - days * 86400
+  -- civil from days (H. Hinnant)
+  local z = days + 719468
+  local era = floordiv(z, 146097)
+  local doe = z - era * 146097
+  local yoe = floordiv(doe - floordiv(doe, 1460) + floordiv(doe, 36524) - floordiv(doe, 146096), 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + floordiv(yoe, 4) - floordiv(yoe, 100))
+  local mp = floordiv(5 * doy + 2, 153)
+  local d = doy - floordiv(153 * mp + 2, 5) + 1
+  local m = mp + 3
+  if m > 12 then m = m - 12 end
+  if m <= 2 then y = y + 1 end
+  local s = string.format('%04d-%02d-%02dT%02d:%02d:%02d', y, m, d,
+    floordiv(rem, 3600), floordiv(rem % 3600, 60), rem % 60)
+  if frac > 0 then
+    local f = string.format('%06d', frac):gsub('0+$', '')
+    s = s .. '.' .. f
+  end
+  return s .. 'Z'
+end
+
+-- keep sets the key's expiry to expire_at plus the grace (ms); never in the past of the
+-- server's real clock, so that a record written with a caller's Now in the past lives the
+-- grace too. An effect's key is kept at least as long as its run's (see keep_effect).
+local function keep(key, expire_us, grace_ms)
+  local t = redis.call('TIME')
+  local at = math.max(floordiv(expire_us, 1000) + 1, tonumber(t[1]) * 1000 + floordiv(tonumber(t[2]), 1000))
+  redis.call('PEXPIREAT', key, at + tonumber(grace_ms))
+end
+
+-- index_run files a written run in the rescue and expiry indexes, sets its key's expiry,
+-- and keeps each of its effects (the run's 'effects' field lists their keys) at least as
+-- long as the run. The script's last ARGV is the effect key prefix.
+local function index_run(id, status, deadline, expire_us, grace_ms)
+  if status == 'queued' or status == 'running' then
+    redis.call('ZADD', KEYS[2], deadline, id)
+  else
+    redis.call('ZREM', KEYS[2], id)
+  end
+  redis.call('ZADD', KEYS[3], expire_us, 'r:' .. id)
+  keep(KEYS[1], expire_us, grace_ms)
+  local effects = redis.call('HGET', KEYS[1], 'effects')
+  if effects then
+    for ekey in string.gmatch(effects, '%S+') do
+      local key = ARGV[#ARGV] .. ekey
+      local e = redis.call('HGET', key, 'expire_at')
+      if e and num(e) < expire_us then
+        redis.call('HSET', key, 'expire_at', fmt(expire_us))
+        redis.call('ZADD', KEYS[3], expire_us, 'e:' .. ekey)
+        keep(key, expire_us, grace_ms)
+      end
+    end
+  end
+end
+
+-- trim drops up to 10 expiry-index entries older than the grace by the server's real
+-- clock: their keys have expired in Redis (a rewritten record's entry carries its new
+-- expire_at), so the index needs no sweeper either.
+local function trim(grace_ms)
+  local t = redis.call('TIME')
+  local before = (tonumber(t[1]) * 1000 + floordiv(tonumber(t[2]), 1000) - tonumber(grace_ms)) * 1000
+  local stale = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. fmt(before), 'LIMIT', 0, 10)
+  if #stale > 0 then redis.call('ZREM', KEYS[3], unpack(stale)) end
+end
+
+-- keep_effect files an effect written with expire_us in the expiry index and sets its
+-- key's expiry, never before its run's (KEYS[1]): an effect written after its run's last
+-- write keeps its own expire_at, but its index entry and its key's expiry are at least
+-- the run's, so neither the sweep nor trim takes it up while the run lives.
+local function keep_effect(key, ekey, expire_us, grace_ms)
+  local at = math.max(expire_us, num(redis.call('HGET', KEYS[1], 'expire_at')))
+  redis.call('ZADD', KEYS[3], at, 'e:' .. ekey)
+  keep(key, at, grace_ms)
+end
+
+local function held(st, attempt, aid)
+  return st[1] == 'running' and st[2] == attempt and st[3] == aid
+end
+`
+
+// claim: ARGV now, id, namespace, job, key, schedule_time, payload_hash, payload,
+// attempt_id, pickup (µs), retention (µs), grace (ms), effect key prefix.
+var claimScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
+local deadline = now + tonumber(ARGV[10])
+local exp = expiry(now, deadline, 0, tonumber(ARGV[11]))
+redis.call('HSET', KEYS[1], 'id', ARGV[2], 'namespace', ARGV[3], 'job', ARGV[4], 'key', ARGV[5],
+  'schedule_time', ARGV[6], 'payload_hash', ARGV[7], 'payload', ARGV[8], 'status', 'queued',
+  'attempt', '0', 'attempt_id', ARGV[9], 'deadline', fmt(deadline), 'not_before', '',
+  'attempts_made', '0', 'last_error', '', 'created_at', fmt(now), 'updated_at', fmt(now),
+  'completed_at', '', 'expire_at', fmt(exp))
+index_run(ARGV[2], 'queued', deadline, exp, ARGV[12])
+trim(ARGV[12])
+return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+`)
+
+// expedite: ARGV now, id, attempt_id, retention (µs), grace (ms), effect key prefix.
+// An untouched ingress claim (queued, attempt 0, the claim's attempt ID) becomes due now.
+var expediteScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'not_before')
+if st[1] ~= 'queued' or st[2] ~= '0' or st[3] ~= ARGV[3] then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
+local exp = expiry(now, now, num(st[4]), tonumber(ARGV[4]))
+redis.call('HSET', KEYS[1], 'deadline', fmt(now), 'updated_at', fmt(now), 'expire_at', fmt(exp))
+index_run(ARGV[2], 'queued', now, exp, ARGV[5])
+return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+`)
+
+// acquire: ARGV now, id, namespace, job, key, schedule_time, payload_hash, payload,
+// attempt_id, lease (µs), retention (µs), grace (ms), must exist ("1" or ""), effect key
+// prefix. An absent run with must exist, or a run with another payload hash, is not
+// written (the state machine says ErrNotFound, PayloadMismatch).
+var acquireScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'status', 'not_before', 'deadline', 'attempt', 'attempts_made',
+  'payload_hash')
+local status = st[1]
+local deadline = now + tonumber(ARGV[10])
+local exp = expiry(now, deadline, 0, tonumber(ARGV[11]))
+if not status and ARGV[13] == '1' then
+  return {0, fmt(now), {}}
+end
+if status and st[6] ~= ARGV[7] then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
+if not status then
+  redis.call('HSET', KEYS[1], 'id', ARGV[2], 'namespace', ARGV[3], 'job', ARGV[4], 'key', ARGV[5],
+    'schedule_time', ARGV[6], 'payload_hash', ARGV[7], 'payload', ARGV[8], 'status', 'running',
+    'attempt', '1', 'attempt_id', ARGV[9], 'deadline', fmt(deadline), 'not_before', '',
+    'attempts_made', '0', 'last_error', '', 'created_at', fmt(now), 'updated_at', fmt(now),
+    'completed_at', '', 'expire_at', fmt(exp))
+  index_run(ARGV[2], 'running', deadline, exp, ARGV[12])
+  return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
+if status == 'completed' or status == 'failed'
+  or (status == 'queued' and num(st[2]) > now)
+  or (status == 'running' and num(st[3]) >= now) then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
+local attempt = num(st[4])
+if status == 'running' then
+  redis.call('HSET', KEYS[1], 'attempts_made', fmt(num(st[5]) + 1),
+    'last_error', 'attempt ' .. fmt(attempt) .. ' lost its lease at ' .. rfc3339(num(st[3])))
+end
+redis.call('HSET', KEYS[1], 'status', 'running', 'attempt', fmt(attempt + 1), 'attempt_id', ARGV[9],
+  'not_before', '', 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
+index_run(ARGV[2], 'running', deadline, exp, ARGV[12])
+return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+`)
+
+// renew: ARGV now, id, attempt, attempt_id, lease (µs), retention (µs), grace (ms),
+// effect key prefix. ExpireAt never moves back: max(old, ExpiryOf).
+var renewScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'expire_at', 'not_before')
+if not held(st, ARGV[3], ARGV[4]) then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
+local deadline = now + tonumber(ARGV[5])
+local exp = math.max(num(st[4]), expiry(now, deadline, num(st[5]), tonumber(ARGV[6])))
+redis.call('HSET', KEYS[1], 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
+index_run(ARGV[2], 'running', deadline, exp, ARGV[7])
+return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+`)
+
+// finish (complete, fail): ARGV now, id, attempt, attempt_id, status, error, retention
+// (µs), grace (ms), effect key prefix.
+var finishScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'attempts_made')
+if not held(st, ARGV[3], ARGV[4]) then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
+local exp = now + tonumber(ARGV[7])
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'last_error', ARGV[6]) end
+redis.call('HSET', KEYS[1], 'status', ARGV[5], 'attempts_made', fmt(num(st[4]) + 1), 'deadline', '',
+  'not_before', '', 'completed_at', fmt(now), 'updated_at', fmt(now), 'expire_at', fmt(exp))
+index_run(ARGV[2], ARGV[5], 0, exp, ARGV[8])
+return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+`)
+
+// release: ARGV now, id, attempt, attempt_id, error, retry after (µs, ≥ 0), pickup (µs),
+// retention (µs), grace (ms), effect key prefix.
+var releaseScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'attempts_made')
+if not held(st, ARGV[3], ARGV[4]) then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
+local retry = tonumber(ARGV[6])
+local nb = ''
+if retry > 0 then nb = fmt(now + retry) end
+local deadline = now + retry + tonumber(ARGV[7])
+local exp = expiry(now, deadline, num(nb), tonumber(ARGV[8]))
+redis.call('HSET', KEYS[1], 'status', 'queued', 'attempts_made', fmt(num(st[4]) + 1), 'last_error', ARGV[5],
+  'not_before', nb, 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
+index_run(ARGV[2], 'queued', deadline, exp, ARGV[9])
+return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+`)
+
+// rescue: ARGV now, id, status, attempt, deadline (µs), pickup (µs), retention (µs),
+// lost-lease error, grace (ms), effect key prefix.
+var rescueScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'deadline', 'attempts_made')
+if st[1] ~= ARGV[3] or st[2] ~= ARGV[4] or st[3] ~= ARGV[5]
+  or (st[1] ~= 'queued' and st[1] ~= 'running') or num(st[3]) >= now then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+end
+if st[1] == 'running' then
+  redis.call('HSET', KEYS[1], 'attempts_made', fmt(num(st[4]) + 1), 'last_error', ARGV[8],
+    'attempt_id', '', 'status', 'queued')
+end
+local deadline = now + tonumber(ARGV[6])
+local exp = expiry(now, deadline, 0, tonumber(ARGV[7]))
+redis.call('HSET', KEYS[1], 'not_before', '', 'deadline', fmt(deadline), 'updated_at', fmt(now),
+  'expire_at', fmt(exp))
+index_run(ARGV[2], 'queued', deadline, exp, ARGV[9])
+return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+`)
+
+// begin_effect: KEYS[4] the effect; ARGV now, run id, attempt, attempt_id, name, effect
+// key, retention (µs), grace (ms). Answers {written, now, run, effect, previous attempt}.
+var beginEffectScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id')
+local es = redis.call('HMGET', KEYS[4], 'status', 'attempt')
+if not held(st, ARGV[3], ARGV[4]) or es[1] == 'done' then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[4]), '0'}
+end
+local prev = '0'
+if es[1] then
+  prev = es[2]
+else
+  redis.call('HSET', KEYS[4], 'key', ARGV[6], 'run_id', ARGV[2], 'name', ARGV[5], 'created_at', fmt(now),
+    'done_at', '', 'ref', '')
+  local effects = redis.call('HGET', KEYS[1], 'effects')
+  if not effects then effects = ARGV[6] else effects = effects .. ' ' .. ARGV[6] end
+  redis.call('HSET', KEYS[1], 'effects', effects)
+end
+local exp = now + tonumber(ARGV[7])
+redis.call('HSET', KEYS[4], 'status', 'pending', 'attempt', ARGV[3], 'updated_at', fmt(now),
+  'expire_at', fmt(exp))
+keep_effect(KEYS[4], ARGV[6], exp, ARGV[8])
+return {1, fmt(now), {}, redis.call('HGETALL', KEYS[4]), prev}
+`)
+
+// complete_effect: KEYS[4] the effect; ARGV now, run id, attempt, attempt_id, effect key,
+// retention (µs), grace (ms), ref. Answers {written, now, run, effect}.
+var completeEffectScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id')
+local es = redis.call('HMGET', KEYS[4], 'status', 'attempt')
+if not held(st, ARGV[3], ARGV[4]) or es[1] ~= 'pending' or es[2] ~= ARGV[3] then
+  return {0, fmt(now), redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[4])}
+end
+local exp = now + tonumber(ARGV[6])
+redis.call('HSET', KEYS[4], 'status', 'done', 'done_at', fmt(now), 'updated_at', fmt(now),
+  'expire_at', fmt(exp), 'ref', ARGV[8])
+keep_effect(KEYS[4], ARGV[5], exp, ARGV[7])
+return {1, fmt(now), {}, redis.call('HGETALL', KEYS[4])}
+`)
+
+// list_rescue: KEYS[1] the rescue index; ARGV now, limit, run key prefix. Answers
+// {now, {run fields, …}} for live runs past their deadline, oldest deadline first; index
+// entries whose run is gone are dropped.
+var listRescueScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now), 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for _, id in ipairs(ids) do
+  local h = redis.call('HGETALL', ARGV[3] .. id)
+  if #h == 0 then
+    redis.call('ZREM', KEYS[1], id)
+  else
+    table.insert(out, h)
+  end
+end
+return {fmt(now), out}
+`)
+
+// sweep: KEYS[1] the expiry index, KEYS[2] the rescue index; ARGV now, limit, run key
+// prefix, effect key prefix. Deletes records past expire_at (at most limit index entries)
+// and answers how many records it deleted; entries whose key Redis already expired are
+// dropped without counting. An effect goes only once its run is gone: an expired
+// effect of a run past its own expire_at goes with the run, and one of a live run is
+// filed again under the run's expire_at.
+var sweepScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now), 'LIMIT', 0, tonumber(ARGV[2]))
+local n = 0
+local function drop_run(id)
+  redis.call('DEL', ARGV[3] .. id)
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('ZREM', KEYS[1], 'r:' .. id)
+  n = n + 1
+end
+for _, m in ipairs(items) do
+  local kind, id = string.sub(m, 1, 2), string.sub(m, 3)
+  if kind == 'r:' then
+    local e = redis.call('HGET', ARGV[3] .. id, 'expire_at')
+    if e and num(e) < now then
+      drop_run(id)
+    elseif not e then
+      redis.call('ZREM', KEYS[1], m)
+    end
+  else
+    local key = ARGV[4] .. id
+    local f = redis.call('HMGET', key, 'expire_at', 'run_id')
+    if not f[1] then
+      redis.call('ZREM', KEYS[1], m)
+    elseif num(f[1]) < now then
+      local run_exp = redis.call('HGET', ARGV[3] .. (f[2] or ''), 'expire_at')
+      if run_exp and num(run_exp) < now then
+        drop_run(f[2])
+        run_exp = false
+      end
+      if run_exp then
+        redis.call('ZADD', KEYS[1], num(run_exp), m)
+      else
+        redis.call('DEL', key)
+        redis.call('ZREM', KEYS[1], m)
+        n = n + 1
+      end
+    end
+  end
+end
+return n
+`)
+
+// scripts are loaded once when the ledger opens (SCRIPT LOAD) and run with EVALSHA; a
+// server that lost its script cache (a restart, a failover) gets them again through EVAL.
+var scripts = []*redis.Script{
+	claimScript, expediteScript, acquireScript, renewScript, finishScript, releaseScript, rescueScript,
+	beginEffectScript, completeEffectScript, listRescueScript, sweepScript,
+}

@@ -1,0 +1,98 @@
+package spannerledger
+
+import (
+	"context"
+	"fmt"
+
+	database "cloud.google.com/go/spanner/admin/database/apiv1"
+	"cloud.google.com/go/spanner/admin/database/apiv1/databasepb"
+)
+
+// Schema is the DDL of the ledger's tables, in order. The row deletion policy on runs
+// makes Spanner delete a run past expire_at by itself (within about three days). Effects
+// have no policy of their own: they are interleaved in their run and deleted with it
+// (ON DELETE CASCADE), so an effect lives exactly as long as its run.
+var Schema = []string{
+	`CREATE TABLE runs (
+		run_id STRING(64) NOT NULL,
+		namespace STRING(MAX) NOT NULL,
+		job STRING(MAX) NOT NULL,
+		run_key STRING(MAX) NOT NULL,
+		schedule_time TIMESTAMP,
+		payload_hash STRING(MAX) NOT NULL,
+		payload BYTES(MAX),
+		status STRING(16) NOT NULL,
+		attempt INT64 NOT NULL,
+		attempt_id STRING(MAX) NOT NULL,
+		deadline TIMESTAMP,
+		not_before TIMESTAMP,
+		attempts_made INT64 NOT NULL,
+		last_error STRING(MAX) NOT NULL,
+		created_at TIMESTAMP NOT NULL,
+		updated_at TIMESTAMP NOT NULL,
+		completed_at TIMESTAMP,
+		expire_at TIMESTAMP NOT NULL
+	) PRIMARY KEY (run_id),
+	ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))`,
+	// Live runs only: a terminal run's deadline is NULL.
+	`CREATE NULL_FILTERED INDEX runs_by_deadline ON runs (deadline)`,
+	`CREATE INDEX runs_by_expire_at ON runs (expire_at)`,
+	`CREATE TABLE effects (
+		run_id STRING(64) NOT NULL,
+		name STRING(MAX) NOT NULL,
+		effect_key STRING(64) NOT NULL,
+		status STRING(16) NOT NULL,
+		attempt INT64 NOT NULL,
+		created_at TIMESTAMP NOT NULL,
+		updated_at TIMESTAMP NOT NULL,
+		done_at TIMESTAMP,
+		expire_at TIMESTAMP NOT NULL,
+		ref STRING(MAX) NOT NULL
+	) PRIMARY KEY (run_id, name),
+	INTERLEAVE IN PARENT runs ON DELETE CASCADE`,
+}
+
+// Migrate creates the ledger's tables in the database db
+// (projects/P/instances/I/databases/D) when they are missing, through the database admin
+// client, and reports whether it did. The database must exist (Terraform creates it).
+// Teams that manage the schema in a pipeline apply Schema there and open with
+// migrate=false.
+//
+// Instances that start together may both find the tables missing: the loser's DDL fails
+// (the names exist), and Migrate then finds the winner's tables and reports success.
+func Migrate(ctx context.Context, admin *database.DatabaseAdminClient, db string) (bool, error) {
+	exists, err := hasLedgerTables(ctx, admin, db)
+	if err != nil || exists {
+		return false, err
+	}
+	op, err := admin.UpdateDatabaseDdl(ctx, &databasepb.UpdateDatabaseDdlRequest{Database: db, Statements: Schema})
+	if err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		if exists, again := hasLedgerTables(ctx, admin, db); again == nil && exists {
+			return false, nil
+		}
+		return false, fmt.Errorf("spannerledger: create the ledger's tables in %s: %w", db, err)
+	}
+	return true, nil
+}
+
+func hasLedgerTables(ctx context.Context, admin *database.DatabaseAdminClient, db string) (bool, error) {
+	ddl, err := admin.GetDatabaseDdl(ctx, &databasepb.GetDatabaseDdlRequest{Database: db})
+	if err != nil {
+		return false, interpretError("read the schema of "+db, err)
+	}
+	for _, s := range ddl.Statements {
+		if hasTable(s, "runs") {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func hasTable(ddl, table string) bool {
+	var name string
+	_, err := fmt.Sscanf(ddl, "CREATE TABLE %s", &name)
+	return err == nil && name == table
+}
