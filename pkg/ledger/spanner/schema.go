@@ -3,9 +3,12 @@ package spannerledger
 import (
 	"context"
 	"fmt"
+	"time"
 
 	database "cloud.google.com/go/spanner/admin/database/apiv1"
 	"cloud.google.com/go/spanner/admin/database/apiv1/databasepb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Schema is the DDL of the ledger's tables, in order. The row deletion policy on runs
@@ -59,7 +62,9 @@ var Schema = []string{
 // migrate=false.
 //
 // Instances that start together may both find the tables missing: the loser's DDL fails
-// (the names exist), and Migrate then finds the winner's tables and reports success.
+// (the names exist, or Spanner refuses a schema change while another is in progress),
+// and Migrate then waits, for at most migrateWait, until it finds the winner's tables,
+// and reports success.
 func Migrate(ctx context.Context, admin *database.DatabaseAdminClient, db string) (bool, error) {
 	exists, err := hasLedgerTables(ctx, admin, db)
 	if err != nil || exists {
@@ -69,14 +74,26 @@ func Migrate(ctx context.Context, admin *database.DatabaseAdminClient, db string
 	if err == nil {
 		err = op.Wait(ctx)
 	}
-	if err != nil {
+	if err == nil {
+		return true, nil
+	}
+	for give := time.Now().Add(migrateWait); ; {
 		if exists, again := hasLedgerTables(ctx, admin, db); again == nil && exists {
 			return false, nil
 		}
-		return false, fmt.Errorf("spannerledger: create the ledger's tables in %s: %w", db, err)
+		if status.Code(err) != codes.FailedPrecondition || time.Now().After(give) {
+			return false, fmt.Errorf("spannerledger: create the ledger's tables in %s: %w", db, err)
+		}
+		select { // another instance's schema change is in progress: wait for its tables
+		case <-ctx.Done():
+			return false, fmt.Errorf("spannerledger: create the ledger's tables in %s: %w", db, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	return true, nil
 }
+
+// migrateWait bounds how long Migrate waits for another instance's schema change.
+const migrateWait = time.Minute
 
 func hasLedgerTables(ctx context.Context, admin *database.DatabaseAdminClient, db string) (bool, error) {
 	ddl, err := admin.GetDatabaseDdl(ctx, &databasepb.GetDatabaseDdlRequest{Database: db})
