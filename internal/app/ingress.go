@@ -18,7 +18,7 @@ import (
 	"github.com/runonce/runonce/pkg/queue"
 )
 
-// IngressFlags are the ingress's settings (DESIGN.md, "Configuration").
+// IngressFlags are the ingress's settings (docs/design.md and the README's "Configuration reference").
 type IngressFlags struct {
 	ServerFlags
 	Topic, Namespace, Jobs, NamespaceHeader string

@@ -87,7 +87,7 @@ func warnUnknown(log *slog.Logger, command string, p *config.Parsed) {
 	}
 }
 
-// WorkerFlags are the worker's settings (DESIGN.md, "Configuration").
+// WorkerFlags are the worker's settings (docs/design.md and the README's "Configuration reference").
 type WorkerFlags struct {
 	ServerFlags
 	Subscription, Topic, Jobs    string

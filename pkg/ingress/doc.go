@@ -36,7 +36,7 @@
 // expired; the worker deduplicates). A failed publish costs one more ledger write.
 // Nothing is started after the answer is written.
 //
-// The key (DeriveKey) follows DESIGN.md: Cloud Scheduler's job name and strict RFC 3339
+// The key (DeriveKey) follows docs/design.md: Cloud Scheduler's job name and strict RFC 3339
 // schedule time normalised to UTC, else Idempotency-Key, else the JSON body's job_key;
 // a schedule time further in the future than MaxSkew is a forced run and refused. The
 // namespace and the path's job are part of every run ID.

@@ -57,7 +57,7 @@ func fence(r *ledger.Run) ledger.Fence {
 	return ledger.Fence{RunID: r.ID, Attempt: r.Attempt, AttemptID: r.AttemptID}
 }
 
-// TestContract runs one case per row of DESIGN.md's "Ingress HTTP contract" table, against
+// TestContract runs one case per row of docs/design.md's "Ingress HTTP contract" table, against
 // every ledger backend and the in-process Pub/Sub server.
 func TestContract(t *testing.T) {
 	t.Parallel()

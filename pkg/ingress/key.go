@@ -54,7 +54,7 @@ func (e *keyError) Error() string { return e.msg }
 
 func badKey(format string, args ...any) error { return &keyError{fmt.Sprintf(format, args...)} }
 
-// DeriveKey derives the identity of the run a request asks for, as DESIGN.md's "The dedup
+// DeriveKey derives the identity of the run a request asks for, as docs/design.md's "The dedup
 // key" says: the scheduler's X-CloudScheduler-JobName and X-CloudScheduler-ScheduleTime
 // (strict RFC 3339, normalised to UTC; further than maxSkew after now is a forced run
 // and refused), else Idempotency-Key (a bare token or an RFC 8941 string), else the JSON
