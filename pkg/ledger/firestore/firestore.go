@@ -16,6 +16,7 @@ import (
 	"google.golang.org/api/iterator"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/internal/serverclock"
 )
 
 // Collection names, after the prefix.
@@ -56,7 +57,7 @@ type Ledger struct {
 	prefix     string
 	runs       *firestore.CollectionRef
 	effects    *firestore.CollectionRef
-	clock      *serverClock
+	clock      *serverclock.Clock
 	closed     atomic.Bool
 }
 
@@ -86,7 +87,7 @@ func New(ctx context.Context, client *firestore.Client, opts *Options) (*Ledger,
 		prefix:  opts.Prefix,
 		runs:    client.Collection(opts.Prefix + RunsCollection),
 		effects: client.Collection(opts.Prefix + EffectsCollection),
-		clock:   newServerClock(local),
+		clock:   serverclock.New(local),
 	}
 	if err := l.Ping(ctx); err != nil {
 		return nil, err
@@ -107,23 +108,23 @@ func nowUnsupported(op string, now time.Time) error {
 // serverNow is the estimated server time, for the one write that cannot read it first
 // (the ingress claim) and for query bounds.
 func (l *Ledger) serverNow(ctx context.Context) (time.Time, error) {
-	if t, ok := l.clock.now(); ok {
+	if t, ok := l.clock.Now(); ok {
 		return t, nil
 	}
 	if err := l.Ping(ctx); err != nil {
 		return time.Time{}, err
 	}
-	t, _ := l.clock.now()
+	t, _ := l.clock.Now()
 	return t, nil
 }
 
 // getRun reads a run document: (snapshot, nil run, nil) when it does not exist. The
 // snapshot's ReadTime is the server's "now" of a decision made on it.
 func (l *Ledger) getRun(ctx context.Context, ref *firestore.DocumentRef) (*firestore.DocumentSnapshot, *ledger.Run, error) {
-	sent := l.clock.local()
+	sent := l.clock.Local()
 	snap, err := ref.Get(ctx)
 	if snap != nil {
-		l.clock.observe(sent, l.clock.local(), snap.ReadTime)
+		l.clock.Observe(sent, l.clock.Local(), snap.ReadTime)
 	}
 	if err = mapErr(rpcRead, err, "read run %s", ref.ID); err != nil {
 		if errors.Is(err, ledger.ErrNotFound) && snap != nil {
@@ -152,10 +153,10 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	ref := l.runs.Doc(p.RunID)
 	data := encodeClaim(next)
 	for range maxAttempts {
-		sent := l.clock.local()
+		sent := l.clock.Local()
 		wr, err := ref.Create(ctx, data)
 		if err == nil {
-			l.clock.observe(sent, l.clock.local(), wr.UpdateTime)
+			l.clock.Observe(sent, l.clock.Local(), wr.UpdateTime)
 			next.CreatedAt = ledger.Truncate(wr.UpdateTime)
 			next.UpdatedAt = next.CreatedAt
 			return res, nil
@@ -363,7 +364,7 @@ func (l *Ledger) effect(ctx context.Context, op string, f *ledger.Fence, name st
 	effRef := l.effects.Doc(ledger.EffectKey(f.RunID, name))
 	what := fmt.Sprintf("%s %q of run %s", op, name, f.RunID)
 	return retryStale(ctx, what, func(ctx context.Context) error {
-		sent := l.clock.local()
+		sent := l.clock.Local()
 		snaps, err := l.client.GetAll(ctx, []*firestore.DocumentRef{runRef, effRef})
 		if err = mapErr(rpcRead, err, "%s: read", what); err != nil {
 			return err
@@ -372,7 +373,7 @@ func (l *Ledger) effect(ctx context.Context, op string, f *ledger.Fence, name st
 		if runSnap.ReadTime.IsZero() {
 			return fmt.Errorf("firestoreledger: %s: the read carried no server time", what)
 		}
-		l.clock.observe(sent, l.clock.local(), runSnap.ReadTime)
+		l.clock.Observe(sent, l.clock.Local(), runSnap.ReadTime)
 		run, err := decodeRun(runSnap)
 		if err != nil {
 			return err

@@ -458,36 +458,6 @@ func TestMapErr(t *testing.T) {
 	}
 }
 
-func TestServerClock(t *testing.T) {
-	t.Parallel()
-	local := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	c := newServerClock(func() time.Time { return local })
-	if _, ok := c.now(); ok {
-		t.Fatal("an unobserved clock claims to know the time")
-	}
-	skew := 10 * time.Minute // the server is 10 minutes ahead of the local clock
-	// A round trip of 40 ms, the server stamping 10 ms after the request left.
-	c.observe(local, local.Add(40*time.Millisecond), local.Add(skew+10*time.Millisecond))
-	local = local.Add(time.Second)
-	got, _ := c.now()
-	if d := got.Sub(local.Add(skew)); d < -20*time.Millisecond || d > 20*time.Millisecond {
-		t.Fatalf("estimate off by %v after one 40 ms round trip", d)
-	}
-	// A second, tighter round trip narrows the interval.
-	c.observe(local, local.Add(4*time.Millisecond), local.Add(skew+2*time.Millisecond))
-	if u := c.uncertainty(); u > 4*time.Millisecond {
-		t.Fatalf("uncertainty %v after a 4 ms round trip", u)
-	}
-	// The local clock is stepped back an hour: the next observation contradicts the
-	// interval, which restarts from it.
-	local = local.Add(-time.Hour)
-	c.observe(local, local.Add(10*time.Millisecond), local.Add(time.Hour+skew+5*time.Millisecond))
-	got, _ = c.now()
-	if d := got.Sub(local.Add(time.Hour + skew)); d < -10*time.Millisecond || d > 10*time.Millisecond {
-		t.Fatalf("estimate off by %v after the local clock was stepped", d)
-	}
-}
-
 // BenchmarkFirestore runs, in one go test -bench, the limit (a raw Create of a fresh
 // document, the same fields the ingress claim writes) beside the conformance suite's
 // benchmarks of this backend.

@@ -61,7 +61,7 @@ func transact[T any](ctx context.Context, l *Ledger, op string, sql string, para
 	apply func(row *readRow, now time.Time) ([]*spanner.Mutation, T, error),
 ) (T, error) {
 	var out T
-	sent := l.clock.local()
+	sent := l.clock.Local()
 	var serverNow time.Time
 	_, err := l.readWrite(ctx, func(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
 		var row readRow
@@ -87,7 +87,7 @@ func transact[T any](ctx context.Context, l *Ledger, op string, sql string, para
 		}
 		return zero, interpretError(op, err)
 	}
-	l.clock.observe(sent, l.clock.local(), serverNow)
+	l.clock.Observe(sent, l.clock.Local(), serverNow)
 	return out, nil
 }
 
@@ -162,12 +162,12 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	}
 	now := p.Now
 	if now.IsZero() {
-		est, ok := l.clock.now()
+		est, ok := l.clock.Now()
 		if !ok {
 			if err := l.calibrate(ctx); err != nil {
 				return nil, err
 			}
-			est, _ = l.clock.now()
+			est, _ = l.clock.Now()
 		}
 		now = est
 	}

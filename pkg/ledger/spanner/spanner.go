@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/internal/serverclock"
 )
 
 // Scheme is the URL scheme of this backend: spanner://projects/P/instances/I/databases/D.
@@ -44,7 +45,7 @@ type Ledger struct {
 	client     *spanner.Client
 	ownsClient bool
 	db         string
-	clock      *serverClock
+	clock      *serverclock.Clock
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -66,7 +67,7 @@ func New(ctx context.Context, client *spanner.Client, opts *Options) (*Ledger, e
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	l := &Ledger{client: client, db: client.DatabaseName(), clock: newServerClock(o.Clock)}
+	l := &Ledger{client: client, db: client.DatabaseName(), clock: serverclock.New(o.Clock)}
 	// The first read also opens a session; the later ones bound the clock's offset by a
 	// warm round trip.
 	for range 3 {
@@ -151,7 +152,7 @@ func (l *Ledger) Ping(ctx context.Context) error {
 // timestamp, which the emulator places after its latest commit timestamp, tens of
 // milliseconds ahead of its read-write transactions' clock.)
 func (l *Ledger) calibrate(ctx context.Context) error {
-	sent := l.clock.local()
+	sent := l.clock.Local()
 	var now time.Time
 	_, err := l.readWrite(ctx, func(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
 		return txn.Query(ctx, spanner.Statement{SQL: "SELECT CURRENT_TIMESTAMP()"}).Do(func(r *spanner.Row) error {
@@ -161,7 +162,7 @@ func (l *Ledger) calibrate(ctx context.Context) error {
 	if err != nil {
 		return interpretError("read Spanner's clock", err)
 	}
-	l.clock.observe(sent, l.clock.local(), now)
+	l.clock.Observe(sent, l.clock.Local(), now)
 	return nil
 }
 

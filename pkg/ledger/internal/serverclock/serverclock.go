@@ -1,15 +1,17 @@
-package firestoreledger
+// Package serverclock estimates a database server's clock between round trips, for the
+// backends (Firestore, Spanner) whose one-RPC claim must carry a server time it cannot
+// read first.
+package serverclock
 
 import (
 	"sync"
 	"time"
 )
 
-// serverClock estimates Firestore's clock between round trips, for the one write that
-// must carry a server time it cannot read first: the ingress claim's Create (see the
-// package documentation, "The ingress claim and the server's clock").
+// Clock estimates a server's clock between round trips, for a write that must carry a
+// server time it cannot read first (Firestore's and Spanner's one-RPC claim).
 //
-// Every response that carries a server time (a read's ReadTime, a write's UpdateTime)
+// Every response that carries a server time (a read's read time, a write's commit time)
 // was stamped between the moment the request left and the moment the answer came back,
 // so it bounds the offset between the server's clock and the local one:
 //
@@ -20,21 +22,23 @@ import (
 // skew of the local clock cancels out: only the local clock's rate is used, to measure
 // the time elapsed since the last observation. When a new observation contradicts the
 // interval (the local clock was stepped), the interval restarts from it.
-type serverClock struct {
-	local func() time.Time
+type Clock struct {
+	// Local is the process's clock.
+	Local func() time.Time
 
 	mu     sync.Mutex
 	lo, hi time.Duration
 	known  bool
 }
 
-func newServerClock(local func() time.Time) *serverClock {
-	return &serverClock{local: local}
+// New returns a clock that measures elapsed time with local.
+func New(local func() time.Time) *Clock {
+	return &Clock{Local: local}
 }
 
-// observe records that the server stamped server while a request was in flight from
+// Observe records that the server stamped server while a request was in flight from
 // sent to received (local times).
-func (c *serverClock) observe(sent, received, server time.Time) {
+func (c *Clock) Observe(sent, received, server time.Time) {
 	if server.IsZero() || received.Before(sent) {
 		return
 	}
@@ -48,20 +52,20 @@ func (c *serverClock) observe(sent, received, server time.Time) {
 	c.lo, c.hi = max(c.lo, lo), min(c.hi, hi)
 }
 
-// now estimates the server's current time; ok is false before the first observation.
-func (c *serverClock) now() (t time.Time, ok bool) {
+// Now estimates the server's current time; ok is false before the first observation.
+func (c *Clock) Now() (t time.Time, ok bool) {
 	c.mu.Lock()
 	lo, hi, known := c.lo, c.hi, c.known
 	c.mu.Unlock()
 	if !known {
 		return time.Time{}, false
 	}
-	return c.local().Add(lo + (hi-lo)/2), true
+	return c.Local().Add(lo + (hi-lo)/2), true
 }
 
-// uncertainty is the width of the offset interval: the estimate is off by at most half
+// Uncertainty is the width of the offset interval: the estimate is off by at most half
 // of it (plus the local clock's drift since the last observation).
-func (c *serverClock) uncertainty() time.Duration {
+func (c *Clock) Uncertainty() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.hi - c.lo
