@@ -16,7 +16,12 @@
 //
 // Every transition is one SQL statement, so one round trip to the database, with no
 // client-side transaction: the ingress claim, the worker claim, renew, complete, release,
-// fail, expedite, rescue and both effect writes. Each statement is conditional on the
+// fail, expedite, rescue and both effect writes. The ingress claim is an INSERT … ON
+// CONFLICT DO NOTHING that reads the existing run in the same statement, so a duplicate
+// is a read: no row version, no WAL record, no row lock (duplicates of one hot run do not
+// queue behind each other). In the one race it cannot see — the conflicting run was
+// committed by a concurrent claim after the statement's snapshot — a second statement
+// reads it. Each statement is conditional on the
 // record it changes (the fence: status, attempt number and attempt ID), and the rows it
 // returns say what happened; when it changed nothing, it returns the record as it stands
 // (read under a row lock, so that it is the latest committed version, not the statement's
