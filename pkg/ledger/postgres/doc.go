@@ -9,8 +9,10 @@
 // Options.NoMigrate) are runonce's and are removed before the URL reaches pgx; any other
 // parameter named runonce… is refused, and the rest are pgx's (sslmode, pool_max_conns,
 // default_query_exec_mode, …) or server settings (application_name, statement_timeout).
-// pgxpool's default pool is small (4 connections, or the number of CPUs): size it for the
-// process's concurrency with pool_max_conns.
+// Unless the DSN sets pool_max_conns, the pool holds up to DefaultMaxConns (32)
+// connections, opened on demand (Options.MaxConns changes that default): pgxpool's own
+// default of 4 throttles an ingress at a quarter of its rate. Set pool_max_conns to fit
+// the server's max_connections across every process.
 //
 // # Guarantees
 //

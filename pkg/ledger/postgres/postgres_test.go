@@ -912,3 +912,44 @@ func spreadOps(b *testing.B, n, ops int, op func(context.Context) error) time.Du
 	}
 	return time.Since(start)
 }
+
+// TestPoolSize pins the pool's size: DefaultMaxConns unless the DSN's pool_max_conns (URL
+// or key=value) or Options.MaxConns says otherwise.
+func TestPoolSize(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Del("pool_max_conns")
+	q.Set("migrate", "false")
+	u.RawQuery = q.Encode()
+	bare := u.String()
+	q.Set("pool_max_conns", "7")
+	u.RawQuery = q.Encode()
+	seven := u.String()
+	pass, _ := u.User.Password()
+	kv := fmt.Sprintf("host=%s port=%s user=%s password='%s' dbname=%s sslmode=disable pool_max_conns = 5",
+		u.Hostname(), u.Port(), u.User.Username(), pass, strings.TrimPrefix(u.Path, "/"))
+	for _, tc := range []struct {
+		name string
+		dsn  string
+		opts *Options
+		want int32
+	}{
+		{"default", bare, nil, DefaultMaxConns},
+		{"options", bare, &Options{MaxConns: 9}, 9},
+		{"url", seven, &Options{MaxConns: 9}, 7},
+		{"key=value", kv, &Options{NoMigrate: true, MaxConns: 9}, 5},
+	} {
+		l, err := Open(t.Context(), tc.dsn, tc.opts)
+		if err != nil {
+			t.Fatalf("%s: Open: %v", tc.name, err)
+		}
+		if got := l.Pool().Config().MaxConns; got != tc.want {
+			t.Errorf("%s: pool of %d connections, want %d", tc.name, got, tc.want)
+		}
+		l.Close()
+	}
+}
