@@ -3,7 +3,7 @@ GO ?= go
 
 .PHONY: help
 help: ## show the targets
-	@grep -hE '^[a-z/]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z/-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 .PHONY: test
 test: ## start the services, lint, and run every test with -race (what CI runs)
@@ -14,6 +14,10 @@ lint: ## gofmt, go vet, staticcheck
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+.PHONY: bench-floors
+bench-floors: ## runonce against its floors (bare handler, raw chains), paired in one run (BENCHMARKS.md)
+	scripts/bench-floors.sh
 
 .PHONY: bench
 bench: ## run the benchmarks of every package against the real services

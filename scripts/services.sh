@@ -36,8 +36,11 @@ wait_for() {
 	log "$name ready"
 }
 
+# start_postgres runs PostgreSQL without durability (fsync off) for the tests' speed, or
+# with its default durable settings when RUNONCE_PG_DURABLE=1 (the benchmarks' floors).
 start_postgres() {
-	local port pgbin
+	local port pgbin pg_speed="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	if [ "${RUNONCE_PG_DURABLE:-}" = 1 ]; then pg_speed=""; fi
 	port=$(free_port)
 	pgbin=$(dirname "$(readlink -f "$(command -v pg_ctl)")")
 	mkdir -p "$dir/pg"
@@ -45,7 +48,7 @@ start_postgres() {
 	as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 	as_pg "$pgbin/initdb" -D "$dir/pg/data" -A trust -U postgres >"$dir/postgres-initdb.log" 2>&1
 	as_pg "$pgbin/pg_ctl" -D "$dir/pg/data" -l "$dir/postgres.log" -w -t 60 start \
-		-o "-p $port -k $dir/pg -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null
+		-o "-p $port -k $dir/pg -c listen_addresses=127.0.0.1 $pg_speed -c max_connections=300" >/dev/null
 	echo "$pgbin/pg_ctl" >"$dir/pg_ctl"
 	wait_for postgres 30 "$pgbin/pg_isready" -h 127.0.0.1 -p "$port"
 	echo "export TEST_DATABASE_URL='postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable'"

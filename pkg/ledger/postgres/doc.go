@@ -9,14 +9,21 @@
 // Options.NoMigrate) are runonce's and are removed before the URL reaches pgx; any other
 // parameter named runonce… is refused, and the rest are pgx's (sslmode, pool_max_conns,
 // default_query_exec_mode, …) or server settings (application_name, statement_timeout).
-// pgxpool's default pool is small (4 connections, or the number of CPUs): size it for the
-// process's concurrency with pool_max_conns.
+// Unless the DSN sets pool_max_conns, the pool holds up to DefaultMaxConns (32)
+// connections, opened on demand (Options.MaxConns changes that default): pgxpool's own
+// default of 4 throttles an ingress at a quarter of its rate. Set pool_max_conns to fit
+// the server's max_connections across every process.
 //
 // # Guarantees
 //
 // Every transition is one SQL statement, so one round trip to the database, with no
 // client-side transaction: the ingress claim, the worker claim, renew, complete, release,
-// fail, expedite, rescue and both effect writes. Each statement is conditional on the
+// fail, expedite, rescue and both effect writes. The ingress claim is an INSERT … ON
+// CONFLICT DO NOTHING that reads the existing run in the same statement, so a duplicate
+// is a read: no row version, no WAL record, no row lock (duplicates of one hot run do not
+// queue behind each other). In the one race it cannot see — the conflicting run was
+// committed by a concurrent claim after the statement's snapshot — a second statement
+// reads it. Each statement is conditional on the
 // record it changes (the fence: status, attempt number and attempt ID), and the rows it
 // returns say what happened; when it changed nothing, it returns the record as it stands
 // (read under a row lock, so that it is the latest committed version, not the statement's

@@ -19,24 +19,41 @@ const (
 	defaultSweepLimit  = 500
 )
 
-// Claim implements ledger.Ledger with one INSERT … ON CONFLICT statement.
+// claimTries bounds how often Claim starts over when the run it conflicted with is gone
+// by the time it reads it (deleted by a sweep in between: expired, so practically never).
+const claimTries = 3
+
+// Claim implements ledger.Ledger with one INSERT … ON CONFLICT DO NOTHING statement that
+// also reads the existing run: a duplicate writes nothing. Only when the conflicting run
+// was committed after the statement's snapshot does a second statement read it.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	if err := ledger.ValidateClaim(p); err != nil {
 		return nil, err
 	}
-	var (
-		created bool
-		s       runScan
-	)
-	err := l.pool.QueryRow(ctx, l.q.claim, timeArg(p.Now),
-		p.RunID, p.Namespace, p.Job, p.Key, timeArg(p.ScheduleTime), p.PayloadHash, p.AttemptID,
-		micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), p.Payload,
-	).Scan(append([]any{&created}, s.dest()...)...)
-	if err != nil {
-		return nil, interpretError("claim run "+p.RunID, err)
+	for range claimTries {
+		var (
+			created bool
+			s       runScan
+		)
+		dest := append([]any{&created}, s.dest()...)
+		err := l.pool.QueryRow(ctx, l.q.claim, timeArg(p.Now),
+			p.RunID, p.Namespace, p.Job, p.Key, timeArg(p.ScheduleTime), p.PayloadHash, p.AttemptID,
+			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), p.Payload,
+		).Scan(dest...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// The run was committed after the statement's snapshot: a new statement sees it.
+			err = l.pool.QueryRow(ctx, l.q.claimLatest, p.RunID).Scan(dest...)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // swept in between: claim again
+			}
+		}
+		if err != nil {
+			return nil, interpretError("claim run "+p.RunID, err)
+		}
+		r := s.run()
+		return &ledger.ClaimResult{Run: r, Created: created, PayloadMismatch: !created && r.PayloadHash != p.PayloadHash}, nil
 	}
-	r := s.run()
-	return &ledger.ClaimResult{Run: r, Created: created, PayloadMismatch: !created && r.PayloadHash != p.PayloadHash}, nil
+	return nil, fmt.Errorf("postgres: claim run %s: it was deleted under %d claims in a row: %w", p.RunID, claimTries, ledger.ErrContended)
 }
 
 // Expedite implements ledger.Ledger with one conditional UPDATE.

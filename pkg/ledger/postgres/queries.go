@@ -13,18 +13,21 @@ import (
 //
 // Three patterns recur:
 //
-//   - Upsert that must return the row (Claim, Acquire, BeginEffect): INSERT … ON CONFLICT
+//   - Insert or read (Claim): INSERT … ON CONFLICT DO NOTHING, and a read of the existing
+//     row from the statement's snapshot. A duplicate writes nothing and locks nothing; in
+//     the rare race where the conflicting row was committed after the snapshot, the
+//     statement returns no row and a second one reads it (see claimSQL).
+//   - Upsert that must return the row (Acquire, BeginEffect): INSERT … ON CONFLICT
 //     DO UPDATE locks the conflicting row, even one committed after the statement's
-//     snapshot was taken, but RETURNING gives it only if it was updated. Claim always
-//     updates it (a no-op SET run_id = EXCLUDED.run_id), so it always returns the latest
-//     row. Acquire and BeginEffect update only when the transition applies, or when the
+//     snapshot was taken, but RETURNING gives it only if it was updated. Acquire and BeginEffect update only when the transition applies, or when the
 //     locked row is newer than the snapshot (no version with the same ctid is visible to
 //     it), in which case the update is a no-op written only to return the latest row;
 //     otherwise the snapshot already holds the latest version, which a UNION ALL branch
 //     reads (under the lock the upsert took), so a held or terminal run is not rewritten.
-//     ON CONFLICT DO NOTHING followed by a SELECT in the same statement is wrong: under
-//     READ COMMITTED the SELECT uses the statement's snapshot and misses a row that a
-//     concurrent claim committed in between, returning nothing.
+//     ON CONFLICT DO NOTHING followed by a SELECT in the same statement alone is not
+//     enough: under READ COMMITTED the SELECT uses the statement's snapshot and misses a
+//     row that a concurrent claim committed in between, returning nothing: Claim reads
+//     again in that race, the other upserts lock instead.
 //   - Fenced UPDATE (Renew, Complete, Release, Fail, Rescue, Expedite): the WHERE
 //     carries the fence; PostgreSQL re-checks it on the latest version of a concurrently
 //     updated row. When nothing was updated, a FOR SHARE read, which also follows the
@@ -56,16 +59,26 @@ func cols(alias, list string) string {
 
 func us(param string) string { return "(" + param + "::bigint * interval '1 microsecond')" }
 
-// The ingress claim: the INSERT creates the run, or ON CONFLICT DO UPDATE locks the existing
-// row — the latest committed version, even one a concurrent claim committed after this
-// statement's snapshot — and rewrites its run_id with itself, a no-op whose only purpose is
-// to make RETURNING return that row. xmax is 0 only on a tuple this statement inserted.
+// The ingress claim: the INSERT creates the run; on a conflict it does nothing (no row
+// version, no WAL record, no row lock: a duplicate is a read) and the UNION ALL branch
+// reads the existing row from the statement's snapshot. The one case this misses is a row
+// that a concurrent claim committed after the snapshot was taken (the INSERT waited for
+// it, then conflicted): the statement then returns no row, and Claim reads it with
+// claimLatestSQL, a second statement whose new snapshot sees it.
 const claimSQL = `
-INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
-	status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
-VALUES ($2, $3, $4, $5, $6, $7, $11, 'queued', 0, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us9} + {us10})
-ON CONFLICT (run_id) DO UPDATE SET run_id = EXCLUDED.run_id
-RETURNING r.xmax = 0, {r.runCols}`
+WITH ins AS (
+	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
+		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
+	VALUES ($2, $3, $4, $5, $6, $7, $11, 'queued', 0, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us9} + {us10})
+	ON CONFLICT (run_id) DO NOTHING
+	RETURNING true, {r.runCols}
+)
+SELECT * FROM ins
+UNION ALL
+SELECT false, {s.runCols} FROM {runs} s WHERE s.run_id = $2 AND NOT EXISTS (SELECT 1 FROM ins)`
+
+// claimLatestSQL reads the run a claim conflicted with but could not see (above).
+const claimLatestSQL = `SELECT false, {runCols} FROM {runs} WHERE run_id = $1`
 
 // claimable: the existing row r may be taken by a worker claim at {now}.
 // A run whose payload hash differs from the claim's is never claimable: the message is
@@ -242,8 +255,8 @@ SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM e)`
 
 // queries are the statements with the schema's table names filled in.
 type queries struct {
-	claim, acquire, renew, complete, fail, release, rescue, expedite        string
-	get, lockRun, getEffect, beginEffect, completeEffect, listRescue, sweep string
+	claim, claimLatest, acquire, renew, complete, fail, release, rescue, expedite string
+	get, lockRun, getEffect, beginEffect, completeEffect, listRescue, sweep       string
 }
 
 func buildQueries(schema string) queries {
@@ -274,6 +287,7 @@ func buildQueries(schema string) queries {
 	fill := func(s string) string { return r2.Replace(r.Replace(s)) }
 	return queries{
 		claim:          fill(claimSQL),
+		claimLatest:    fill(claimLatestSQL),
 		acquire:        fill(acquireSQL),
 		renew:          fill(renewSQL),
 		complete:       fill(finishSQL("completed")),

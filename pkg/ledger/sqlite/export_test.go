@@ -1,10 +1,28 @@
 package sqlite
 
-import "context"
+import (
+	"context"
+	"sync"
+
+	"github.com/runonce/runonce/pkg/ledger"
+)
 
 // Synchronous reads PRAGMA synchronous on the ledger's connection (2 = FULL, 1 = NORMAL).
 func Synchronous(ctx context.Context, l *Ledger) (int, error) {
 	var v int
 	err := l.db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&v)
 	return v, err
+}
+
+// ClaimLocked is Claim's write path alone (the whole of Claim before duplicates became a
+// read outside the write lock), for the benchmark that compares the two.
+func ClaimLocked(ctx context.Context, l *Ledger, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
+	return l.claimLocked(ctx, p)
+}
+
+// LockWrites takes the ledger's write lock and returns its release (idempotent).
+func LockWrites(l *Ledger) (unlock func()) {
+	l.wmu.Lock()
+	var once sync.Once
+	return func() { once.Do(l.wmu.Unlock) }
 }

@@ -308,8 +308,26 @@ func updateRun[T any](ctx context.Context, l *Ledger, op, id string, apply func(
 	return answer, wrap(op, id, err)
 }
 
-// Claim implements ledger.Ledger.
+// Claim implements ledger.Ledger. A duplicate is one read, outside the write lock: it
+// neither waits for the writers (and their commits' fsyncs) nor makes them wait. Only a
+// run the read did not find takes the write transaction, which reads again under the lock.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
+	if err := ledger.ValidateClaim(p); err != nil {
+		return nil, err
+	}
+	cur, err := getRun(ctx, l.db, p.RunID)
+	if err != nil {
+		return nil, wrap("claim", p.RunID, interpret(err))
+	}
+	if cur != nil {
+		_, res, err := ledger.ApplyClaim(cur, p, l.now(p.Now))
+		return res, err
+	}
+	return l.claimLocked(ctx, p)
+}
+
+// claimLocked is the write path of Claim, for a run the read did not find.
+func (l *Ledger) claimLocked(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	return updateRun(ctx, l, "claim", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.ClaimResult, error) {
 		return ledger.ApplyClaim(cur, p, l.now(p.Now))
 	})

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,5 +243,111 @@ func TestCommitsAreSyncedToDisk(t *testing.T) {
 	}
 	if _, err := ledger.Open(t.Context(), "sqlite://"+filepath.Join(dir, "s.db")+"?synchronous=off"); err == nil {
 		t.Fatal("synchronous=off was accepted")
+	}
+}
+
+// BenchmarkDuplicateVsNew alternates rounds, on one ledger file, of new-run claims, duplicate
+// claims of one hot queued run, and those duplicates through the write transaction (Claim
+// as it was before a duplicate became a read outside the write lock), and reports each rate
+// and the duplicate/new ratios.
+func BenchmarkDuplicateVsNew(b *testing.B) {
+	const round = 400
+	for _, n := range []int{8, 32} {
+		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
+			l := open(b, filepath.Join(b.TempDir(), "ledger.db"))
+			ident := func(key string) ledger.Identity {
+				return ledger.Identity{RunID: ledger.KeyedRunID("bench", "job", key), Namespace: "bench", Job: "job", Key: key,
+					PayloadHash: ledger.PayloadHash([]byte(`{"n":1}`)), Payload: []byte(`{"n":1}`)}
+			}
+			hot := ident("hot")
+			ctx := b.Context()
+			if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: hot, AttemptID: uuid.NewString()}); err != nil {
+				b.Fatal(err)
+			}
+			kinds := []struct {
+				name string
+				op   func(context.Context) error
+			}{
+				{"new", func(ctx context.Context) error {
+					_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ident(uuid.NewString()), AttemptID: uuid.NewString()})
+					return err
+				}},
+				{"dup", func(ctx context.Context) error {
+					_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: hot, AttemptID: uuid.NewString()})
+					return err
+				}},
+				{"dup-locked", func(ctx context.Context) error {
+					_, err := sqlite.ClaimLocked(ctx, l, &ledger.ClaimParams{Identity: hot, AttemptID: uuid.NewString()})
+					return err
+				}},
+			}
+			took := make([]time.Duration, len(kinds))
+			ops := 0
+			b.ResetTimer()
+			for done := 0; done < b.N; done += round {
+				k := min(round, b.N-done)
+				for i, kind := range kinds {
+					start := time.Now()
+					var next atomic.Int64
+					var failed atomic.Value
+					var wg sync.WaitGroup
+					for range n {
+						wg.Go(func() {
+							for next.Add(1) <= int64(k) {
+								if err := kind.op(ctx); err != nil {
+									failed.CompareAndSwap(nil, err)
+									return
+								}
+							}
+						})
+					}
+					wg.Wait()
+					if err, _ := failed.Load().(error); err != nil {
+						b.Fatal(err)
+					}
+					took[i] += time.Since(start)
+				}
+				ops += k
+			}
+			b.StopTimer()
+			rate := map[string]float64{}
+			for i, kind := range kinds {
+				rate[kind.name] = float64(ops) / took[i].Seconds()
+				b.ReportMetric(rate[kind.name], kind.name+"-ops/s")
+			}
+			b.ReportMetric(rate["dup"]/rate["new"], "dup/new")
+			b.ReportMetric(rate["dup-locked"]/rate["new"], "dup-locked/new")
+		})
+	}
+}
+
+// TestDuplicateClaimTakesNoWriteLock holds the ledger's write lock (as a writer waiting for
+// its commit's fsync does) and requires a duplicate claim to answer meanwhile.
+func TestDuplicateClaimTakesNoWriteLock(t *testing.T) {
+	t.Parallel()
+	l := open(t, filepath.Join(t.TempDir(), "ledger.db"))
+	id := ledger.Identity{RunID: ledger.KeyedRunID("ns", "job", "k"), Namespace: "ns", Job: "job", Key: "k", PayloadHash: "h"}
+	if _, err := l.Claim(t.Context(), &ledger.ClaimParams{Identity: id, AttemptID: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	unlock := sqlite.LockWrites(l)
+	defer unlock()
+	done := make(chan error, 1)
+	go func() {
+		res, err := l.Claim(t.Context(), &ledger.ClaimParams{Identity: id, AttemptID: "second"})
+		if err == nil && (res.Created || res.Run.AttemptID != "first") {
+			err = fmt.Errorf("duplicate Claim = %+v, want the first claim's run, not created", res)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		unlock()
+		<-done
+		t.Fatal("a duplicate claim waited for the write lock")
 	}
 }

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the paired floor benchmarks (BENCHMARKS.md): starts the services with a durable
+# PostgreSQL (fsync on), runs each benchmark three times (-count 3), each of which
+# alternates rounds of runonce and of its floor in one process, prints the machine's load
+# before and after, and stops what it started. Extra arguments go to every `go test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/runonce-bench.XXXXXX")
+chmod 755 "$work"
+cleanup() {
+	scripts/services.sh stop "$work" || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+eval "$(RUNONCE_PG_DURABLE=1 scripts/services.sh start "$work")"
+export CI=${CI:-}
+
+bench() { go test -run '^$' -count 3 "$@"; }
+echo "bench: load before: $(uptime)"
+bench -bench BenchmarkPostgresIngressVsBare -benchtime 2000x "$@" ./pkg/ingress/
+bench -bench BenchmarkDuplicateVsNew -benchtime 4000x "$@" ./pkg/ledger/postgres/
+bench -bench BenchmarkDuplicateVsNew -benchtime 2000x "$@" ./pkg/ledger/sqlite/
+bench -bench BenchmarkPostgresNoopJobsVsChain -benchtime 2000x "$@" ./pkg/worker/
+echo "bench: load after: $(uptime)"
