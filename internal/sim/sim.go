@@ -10,20 +10,33 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/memory"
+	_ "github.com/runonce/runonce/pkg/ledger/postgres" // registers postgres://
+	_ "github.com/runonce/runonce/pkg/ledger/redis"    // registers redis://
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
-// Backends the simulation runs on.
-var Backends = []string{"memory", "sqlite"}
+// Backends the simulation runs on: memory and SQLite in-process; PostgreSQL and Redis
+// on the servers TEST_DATABASE_URL and TEST_REDIS_URL name (scripts/services.sh), in a
+// fresh schema or key prefix per schedule.
+var Backends = []string{"memory", "sqlite", "postgres", "redis"}
+
+// ServerEnv names the variable that locates a server backend's test server.
+var ServerEnv = map[string]string{"postgres": "TEST_DATABASE_URL", "redis": "TEST_REDIS_URL"}
+
+// unique tells apart the schemas and prefixes of one process's schedules.
+var unique atomic.Int64
 
 // Timing of the simulated deployment, on the simulation's clock.
 const (
@@ -158,6 +171,21 @@ func (sm *simulation) open(ctx context.Context) (ledger.Ledger, error) {
 		return memory.New(&memory.Options{Clock: sm.clock.Now}), nil
 	case "sqlite":
 		return sqlite.Open(ctx, filepath.Join(sm.opts.Dir, "sim-"+strconv.FormatUint(sm.opts.Seed, 10)+".db"), &sqlite.Options{Clock: sm.clock.Now, RelaxedSync: true})
+	case "postgres", "redis":
+		base := os.Getenv(ServerEnv[sm.opts.Backend])
+		if base == "" {
+			return nil, fmt.Errorf("sim: backend %s needs %s (scripts/services.sh starts one)", sm.opts.Backend, ServerEnv[sm.opts.Backend])
+		}
+		name := fmt.Sprintf("sim_%d_%d_%d", os.Getpid(), sm.opts.Seed, unique.Add(1))
+		sep := "?"
+		if strings.Contains(base, "?") {
+			sep = "&"
+		}
+		param := "schema"
+		if sm.opts.Backend == "redis" {
+			param = "prefix"
+		}
+		return ledger.Open(ctx, base+sep+param+"="+name)
 	}
 	return nil, fmt.Errorf("sim: no backend %q (have %v)", sm.opts.Backend, Backends)
 }

@@ -3,6 +3,7 @@ package sim_test
 import (
 	"flag"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -24,7 +25,7 @@ var (
 // ciSchedules are the schedules CI runs per backend (without -schedules), chosen so
 // that the simulation takes about a minute under -race on 2 cores (README, "Fault
 // exploration"); SQLite's schedules cost several times memory's.
-var ciSchedules = map[string]int{"memory": 500, "sqlite": 100}
+var ciSchedules = map[string]int{"memory": 500, "sqlite": 100, "postgres": 100, "redis": 150}
 
 func backends() []string {
 	if *backend != "" {
@@ -38,6 +39,7 @@ func backends() []string {
 func TestSimulation(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b, func(t *testing.T) {
+			needServer(t, b)
 			if *seed != 0 {
 				runOne(t, b, "", *seed)
 				return
@@ -121,6 +123,19 @@ func explore(t *testing.T, b, mutant string, first uint64, n int) (int, uint64) 
 	return int(ran.Load()), failed
 }
 
+// needServer skips a server backend whose server is not configured, except under CI,
+// where it fails.
+func needServer(t *testing.T, b string) {
+	env, ok := sim.ServerEnv[b]
+	if !ok || os.Getenv(env) != "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is not set under CI: scripts/test.sh starts the %s server the simulation needs", env, b)
+	}
+	t.Skipf("%s is not set: start the servers with scripts/services.sh", env)
+}
+
 // TestMutantsAreCaught proves the checks can fail: each mutant, a deliberately broken
 // ledger, must break a guarantee within the budget of schedules, and the violation
 // must name the guarantee it breaks.
@@ -162,6 +177,7 @@ const mutantBudget = 2000
 // TestScheduleIsReproducible: a seed replays the same schedule, decision for decision.
 func TestScheduleIsReproducible(t *testing.T) {
 	for _, b := range backends() {
+		needServer(t, b)
 		for _, s := range []uint64{7, 8, 9} {
 			var traces [2][]string
 			for i := range traces {
