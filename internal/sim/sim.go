@@ -146,7 +146,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		w, err := worker.New(&worker.Config{
 			Ledger: fl, Handler: mux, Lease: lease, MaxAttempts: maxAttempts, PickupTimeout: pickupTimeout,
 			FinishTimeout: 5 * time.Second, LedgerTimeout: time.Hour, MaxRunTime: time.Hour,
-			Republish: pub, Logger: discard,
+			Republish: pub, Logger: discard, Now: sm.clock.Now,
 		})
 		if err != nil {
 			return nil, err
