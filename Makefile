@@ -19,6 +19,12 @@ lint: ## gofmt, go vet, staticcheck
 bench-floors: ## runonce against its floors (bare handler, raw chains), paired in one run (BENCHMARKS.md)
 	scripts/bench-floors.sh
 
+SCHEDULES ?= 10000
+
+.PHONY: simulate
+simulate: ## run SCHEDULES random fault schedules per backend through the whole pipeline (internal/sim)
+	$(GO) test ./internal/sim -run 'TestSimulation' -count=1 -timeout 0 -v -schedules $(SCHEDULES)
+
 .PHONY: bench
 bench: ## run the benchmarks of every package against the real services
 	RACE= scripts/test.sh -run '^$$' -bench . -benchmem

@@ -69,6 +69,10 @@ type Config struct {
 	Republish Publisher
 	// RescueInterval is how often the rescuer looks for runs to republish. Defaults to 30s.
 	RescueInterval time.Duration
+	// Now is the clock the worker times its own hold of a lease by: when a claim was
+	// sent, and whether its answer came too late to start the job. Defaults to time.Now;
+	// a simulation drives it with the ledger's clock.
+	Now func() time.Time
 	// Logger receives JSON logs. Defaults to discarding them.
 	Logger *slog.Logger
 	// Meter records metrics. Defaults to a no-op meter.
@@ -97,6 +101,9 @@ func (c Config) withDefaults() Config {
 	c.RescueInterval = cmp.Or(c.RescueInterval, 30*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.Meter == nil {
 		c.Meter = noop.NewMeterProvider().Meter("runonce/worker")
@@ -224,7 +231,7 @@ func (w *Worker) Process(ctx context.Context, d *Delivery) (v Verdict) {
 	// run twice.
 	age := w.age(d)
 	mustExist := age > w.cfg.Retention
-	claimStart := time.Now()
+	claimStart := w.cfg.Now()
 	res, err := w.cfg.Ledger.Acquire(ctx, &ledger.AcquireParams{
 		Identity: id, AttemptID: attemptID.String(), Lease: w.cfg.Lease, Retention: w.cfg.Retention, MustExist: mustExist,
 	})
@@ -297,6 +304,15 @@ func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimSt
 	log = log.With(slog.Int64("attempt", run.Attempt), slog.String("attempt_id", run.AttemptID))
 	traceRun(dctx, run)
 	fence := ledger.Fence{RunID: run.ID, Attempt: run.Attempt, AttemptID: run.AttemptID}
+	// A claim answered after the point where the lease keeper would self-fence may
+	// have granted a lease that has already run out, and another attempt may hold the
+	// run: starting the job would run two at once. Nothing is written; the run comes
+	// back after its lease (a takeover or the rescuer).
+	if late := w.cfg.Now().Sub(claimStart); late >= w.cfg.Lease-w.cfg.Lease/6 {
+		log.WarnContext(dctx, "worker claim answered too late to start the job: its lease may have run out; delivery nacked, the run comes back after its lease",
+			slog.Duration("claim_took", late), slog.Duration("lease", w.cfg.Lease))
+		return w.verdict(dctx, Verdict{Outcome: OutcomeLeaseLost})
+	}
 	limit := w.maxAttempts(run.Job)
 	if run.Attempt > int64(limit) {
 		return w.fail(dctx, fence, fmt.Sprintf("attempts exhausted: attempt %d of at most %d (the earlier ones died without an outcome); last error: %s", run.Attempt, limit, run.LastError), log)

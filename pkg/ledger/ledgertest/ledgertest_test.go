@@ -34,23 +34,23 @@ var brokenBackends = map[string]brokenBackend{
 	// Lets every concurrent ingress claim believe it created the run.
 	"TwoClaimWinners": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &lyingClaim{l} },
-		mustFail: []string{"Claim/ConcurrentClaimsOneWinner", "Claim/DuplicateReturnsExisting"},
+		mustFail: []string{"Claim/ConcurrentClaimsOneWinner", "Claim/DuplicateReturnsExisting", "Linearizability/ConcurrentHistories"},
 	},
 	// Takes over live leases.
 	"IgnoresLiveLeases": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &stealingAcquire{l} },
-		mustFail: []string{"Acquire/ConcurrentAcquireOneWinner", "Acquire/LiveLeaseIsHeld", "Acquire/RenewExtendsTheLease"},
+		mustFail: []string{"Acquire/ConcurrentAcquireOneWinner", "Acquire/LiveLeaseIsHeld", "Acquire/RenewExtendsTheLease", "Linearizability/ConcurrentHistories"},
 	},
 	// Fences nothing: every write goes through as whoever holds the run now.
 	"IgnoresFencing": {
 		wrap: func(l ledger.Ledger) ledger.Ledger { return &noFence{l} },
 		mustFail: []string{"Fence/WrongAttemptIDIsRefused", "Fence/WrongAttemptNumberIsRefused",
-			"Acquire/ExpiredLeaseIsTakenOver", "Finish/FinishAfterTakeoverKeepsTheNewHolder"},
+			"Acquire/ExpiredLeaseIsTakenOver", "Finish/FinishAfterTakeoverKeepsTheNewHolder", "Linearizability/ConcurrentHistories"},
 	},
 	// Forgets that effects were done.
 	"ForgetsEffects": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &forgetfulEffects{l} },
-		mustFail: []string{"Effect/DoneEffectIsSkippedByTheNextAttempt", "Effect/Lifecycle"},
+		mustFail: []string{"Effect/DoneEffectIsSkippedByTheNextAttempt", "Effect/Lifecycle", "Linearizability/ConcurrentHistories"},
 	},
 	// Treats a record past expire_at as absent.
 	"ExpiredRecordsDoNotDeduplicate": {
@@ -71,12 +71,12 @@ var brokenBackends = map[string]brokenBackend{
 	// Claims a run whatever payload the delivery carries.
 	"IgnoresPayload": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &anyPayload{l} },
-		mustFail: []string{"Acquire/OtherPayloadIsNeverAcquired"},
+		mustFail: []string{"Acquire/OtherPayloadIsNeverAcquired", "Linearizability/ConcurrentHistories"},
 	},
 	// Rescues without checking that the run is unchanged.
 	"UnconditionalRescue": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &blindRescue{l} },
-		mustFail: []string{"Rescue/ConcurrentRescueOneWinner", "Rescue/RescueRefusedWhenTheRunMoved"},
+		mustFail: []string{"Rescue/ConcurrentRescueOneWinner", "Rescue/RescueRefusedWhenTheRunMoved", "Linearizability/ConcurrentHistories"},
 	},
 }
 

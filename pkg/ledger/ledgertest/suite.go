@@ -44,6 +44,7 @@ func Run(t *testing.T, h Harness) {
 		{"Retention", retentionTests},
 		{"Rescue", rescueTests},
 		{"Clock", clockTests},
+		{"Linearizability", linearizabilityTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

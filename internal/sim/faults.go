@@ -1,0 +1,271 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/queue"
+)
+
+// clock is the simulation's time: it moves only when the driver moves it.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// fault is what the wrappers do to one call.
+type fault int
+
+const (
+	faultNone fault = iota
+	// faultBefore fails the call before it applies.
+	faultBefore
+	// faultAfter applies the call, lets others run, then reports an error or a timeout:
+	// the write landed and the caller does not know.
+	faultAfter
+	// faultSlow applies the call and lets others run before it answers.
+	faultSlow
+)
+
+// faults draws a fault for each call from the schedule's random source. Every draw is
+// made by the actor holding the baton, so the draws follow the schedule.
+type faults struct {
+	rng *rand.Rand
+	// rate is the chance of each of the three faults, per call; zero turns them off.
+	rate float64
+	// log records each fault in the schedule's trace.
+	log func(format string, args ...any)
+}
+
+func (f *faults) draw(ctx context.Context, what string) fault {
+	if f.rate == 0 {
+		return faultNone
+	}
+	x := f.rng.Float64()
+	var d fault
+	switch {
+	case x < f.rate:
+		d = faultBefore
+	case x < 2*f.rate:
+		d = faultAfter
+	case x < 3*f.rate:
+		d = faultSlow
+	default:
+		return faultNone
+	}
+	if f.log != nil {
+		id := 0
+		if a := actorFrom(ctx); a != nil {
+			id = a.id
+		}
+		f.log("fault: actor %d: %s %s", id, what, [...]string{"", "fails before it applies", "applies, then reports an error", "applies, answers late"}[d])
+	}
+	return d
+}
+
+// afterError is the error a call that applied reports: unavailable or a timeout.
+func (f *faults) afterError(what string) error {
+	if f.rng.IntN(2) == 0 {
+		return fmt.Errorf("%w: sim: %s applied, then the connection broke", ledger.ErrUnavailable, what)
+	}
+	return fmt.Errorf("%w: sim: %s applied, then the call timed out: %w", ledger.ErrUnavailable, what, context.DeadlineExceeded)
+}
+
+// faultLedger wraps the ledger under test: every call is a scheduling point, may fail,
+// and runs at the simulation's clock.
+type faultLedger struct {
+	ledger.Ledger
+	s     *sched
+	f     *faults
+	clock *clock
+	// acquired notes every lease a worker claim granted, for the checks.
+	acquired func(r *ledger.Run)
+}
+
+// call runs one ledger call through the point and the fault drawn for it.
+func call[T any](ctx context.Context, l *faultLedger, what string, fn func(now time.Time) (T, error)) (T, error) {
+	var zero T
+	if err := l.s.point(ctx); err != nil {
+		return zero, err
+	}
+	switch l.f.draw(ctx, what) {
+	case faultBefore:
+		return zero, fmt.Errorf("%w: sim: %s refused before it applied", ledger.ErrUnavailable, what)
+	case faultAfter:
+		_, _ = fn(l.clock.Now())
+		if err := l.s.point(ctx); err != nil {
+			return zero, err
+		}
+		return zero, l.f.afterError(what)
+	case faultSlow:
+		v, err := fn(l.clock.Now())
+		if perr := l.s.point(ctx); perr != nil {
+			return zero, perr
+		}
+		return v, err
+	}
+	return fn(l.clock.Now())
+}
+
+func or(t, now time.Time) time.Time {
+	if t.IsZero() {
+		return now
+	}
+	return t
+}
+
+func (l *faultLedger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
+	return call(ctx, l, "claim", func(now time.Time) (*ledger.ClaimResult, error) {
+		q := *p
+		q.Now = or(q.Now, now)
+		return l.Ledger.Claim(ctx, &q)
+	})
+}
+
+func (l *faultLedger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
+	return call(ctx, l, "expedite", func(now time.Time) (*ledger.Run, error) {
+		q := *p
+		q.Now = or(q.Now, now)
+		return l.Ledger.Expedite(ctx, &q)
+	})
+}
+
+func (l *faultLedger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
+	return call(ctx, l, "acquire", func(now time.Time) (*ledger.AcquireResult, error) {
+		q := *p
+		q.Now = or(q.Now, now)
+		res, err := l.Ledger.Acquire(ctx, &q)
+		if err == nil && res.Outcome == ledger.Acquired {
+			l.acquired(res.Run)
+		}
+		return res, err
+	})
+}
+
+func (l *faultLedger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
+	return call(ctx, l, "renew", func(now time.Time) (*ledger.Run, error) {
+		q := *p
+		q.Now = or(q.Now, now)
+		return l.Ledger.Renew(ctx, &q)
+	})
+}
+
+func (l *faultLedger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
+	return call(ctx, l, "complete", func(now time.Time) (*ledger.Run, error) {
+		q := *p
+		q.Now = or(q.Now, now)
+		return l.Ledger.Complete(ctx, &q)
+	})
+}
+
+func (l *faultLedger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
+	return call(ctx, l, "release", func(now time.Time) (*ledger.Run, error) {
+		q := *p
+		q.Now = or(q.Now, now)
+		return l.Ledger.Release(ctx, &q)
+	})
+}
+
+func (l *faultLedger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
+	return call(ctx, l, "fail", func(now time.Time) (*ledger.Run, error) {
+		q := *p
+		q.Now = or(q.Now, now)
+		return l.Ledger.Fail(ctx, &q)
+	})
+}
+
+func (l *faultLedger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
+	return call(ctx, l, "get", func(time.Time) (*ledger.Run, error) { return l.Ledger.Get(ctx, p) })
+}
+
+func (l *faultLedger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
+	return call(ctx, l, "begin effect", func(now time.Time) (*ledger.BeginEffectResult, error) {
+		q := *p
+		q.Now = or(q.Now, now)
+		return l.Ledger.BeginEffect(ctx, &q)
+	})
+}
+
+func (l *faultLedger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
+	return call(ctx, l, "complete effect", func(now time.Time) (*ledger.Effect, error) {
+		q := *p
+		q.Now = or(q.Now, now)
+		return l.Ledger.CompleteEffect(ctx, &q)
+	})
+}
+
+func (l *faultLedger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
+	return call(ctx, l, "get effect", func(time.Time) (*ledger.Effect, error) { return l.Ledger.GetEffect(ctx, p) })
+}
+
+func (l *faultLedger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
+	return call(ctx, l, "list rescue", func(now time.Time) ([]*ledger.Run, error) {
+		q := *p
+		q.Now = or(q.Now, now)
+		return l.Ledger.ListRescue(ctx, &q)
+	})
+}
+
+func (l *faultLedger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
+	return call(ctx, l, "rescue", func(now time.Time) (*ledger.Run, error) {
+		q := *p
+		q.Now = or(q.Now, now)
+		return l.Ledger.Rescue(ctx, &q)
+	})
+}
+
+func (l *faultLedger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
+	return call(ctx, l, "sweep", func(now time.Time) (int, error) {
+		q := *p
+		q.Now = or(q.Now, now)
+		return l.Ledger.Sweep(ctx, &q)
+	})
+}
+
+// faultPublisher publishes into the simulated queue, with the same faults.
+type faultPublisher struct {
+	s *sched
+	f *faults
+	q *simQueue
+}
+
+func (p *faultPublisher) Publish(ctx context.Context, m *queue.Message) (string, error) {
+	if err := p.s.point(ctx); err != nil {
+		return "", err
+	}
+	switch p.f.draw(ctx, "publish of run "+short(m.Identity.RunID)) {
+	case faultBefore:
+		return "", fmt.Errorf("%w: sim: publish refused", queue.ErrUnavailable)
+	case faultAfter:
+		p.q.publish(m)
+		if err := p.s.point(ctx); err != nil {
+			return "", err
+		}
+		return "", fmt.Errorf("%w: sim: published, then the call timed out: %w", queue.ErrUnavailable, context.DeadlineExceeded)
+	case faultSlow:
+		id := p.q.publish(m)
+		if err := p.s.point(ctx); err != nil {
+			return "", err
+		}
+		return id, nil
+	}
+	return p.q.publish(m), nil
+}
+
+func (p *faultPublisher) Ping(context.Context) error { return nil }

@@ -1,0 +1,177 @@
+package sim
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/runonce/runonce/pkg/ledger"
+)
+
+// history records what callers were answered and what jobs observed, and checks the
+// guarantees over it. Its methods are safe for concurrent use.
+type history struct {
+	mu    sync.Mutex
+	clock *clock
+	// sent: the payloads callers sent, by run ID.
+	sent map[string][][]byte
+	// accepted: the payload of a request answered 2xx, by run ID.
+	accepted map[string][]byte
+	// news counts answers "new" (202, not a duplicate), by run ID.
+	news map[string]int
+	// leases: the lease expiry each worker claim granted, by run ID and attempt.
+	leases map[string]map[int64]time.Time
+	// holding: the attempts whose job is running, by run ID.
+	holding map[string][]*holder
+	// calls: downstream calls by effect key; done: effects whose success was recorded.
+	calls map[string]int
+	done  map[string]bool
+	keys  map[string]string // effect name and run → the key seen first
+	// violations found while the schedule ran.
+	violations []string
+}
+
+type holder struct {
+	attempt int64
+	a       *actor
+}
+
+func newHistory(c *clock) *history {
+	return &history{
+		clock: c, sent: map[string][][]byte{}, accepted: map[string][]byte{}, news: map[string]int{},
+		leases: map[string]map[int64]time.Time{}, holding: map[string][]*holder{},
+		calls: map[string]int{}, done: map[string]bool{}, keys: map[string]string{},
+	}
+}
+
+func (h *history) violate(format string, args ...any) {
+	h.violations = append(h.violations, fmt.Sprintf(format, args...))
+}
+
+func (h *history) send(runID string, payload []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sent[runID] = append(h.sent[runID], payload)
+}
+
+// answered records a 2xx answer.
+func (h *history) answered(runID string, payload []byte, isNew bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if prev, ok := h.accepted[runID]; ok && !bytes.Equal(prev, payload) {
+		h.violate("invariant 4: run %s was answered 2xx for payload %q and for payload %q", short(runID), prev, payload)
+	}
+	h.accepted[runID] = payload
+	if isNew {
+		h.news[runID]++
+		if h.news[runID] == 2 {
+			h.violate("invariant 4: run %s was answered \"new\" twice", short(runID))
+		}
+	}
+}
+
+func (h *history) acquired(r *ledger.Run) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.leases[r.ID] == nil {
+		h.leases[r.ID] = map[int64]time.Time{}
+	}
+	h.leases[r.ID][r.Attempt] = r.Deadline
+}
+
+// jobStarted is what a job observes when it starts: no other attempt of its run may
+// still hold the run (be running with a live lease), and its payload must be one a
+// caller sent, the one accepted when a caller got a 2xx.
+func (h *history) jobStarted(a *actor, runID string, attempt int64, payload []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if a.crashed {
+		return
+	}
+	now := h.clock.Now()
+	for _, o := range h.holding[runID] {
+		if exp, ok := h.leases[runID][o.attempt]; !ok || !now.After(exp) {
+			h.violate("invariant 3: attempt %d of run %s started while attempt %d was running with a live lease (until %s, now %s)",
+				attempt, short(runID), o.attempt, exp.Format(time.TimeOnly), now.Format(time.TimeOnly))
+		}
+	}
+	h.holding[runID] = append(h.holding[runID], &holder{attempt: attempt, a: a})
+	if acc, ok := h.accepted[runID]; ok && !bytes.Equal(acc, payload) {
+		h.violate("invariant 4: run %s ran with payload %q, not the accepted %q", short(runID), payload, acc)
+	}
+	known := false
+	for _, p := range h.sent[runID] {
+		known = known || bytes.Equal(p, payload)
+	}
+	if !known {
+		h.violate("invariant 4: run %s ran with payload %q, which no caller sent", short(runID), payload)
+	}
+}
+
+// jobEnded ends every hold of actor a (its job returned or it crashed).
+func (h *history) jobEnded(a *actor) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, hs := range h.holding {
+		out := hs[:0]
+		for _, o := range hs {
+			if o.a != a {
+				out = append(out, o)
+			}
+		}
+		h.holding[id] = out
+	}
+}
+
+// downstream records a call of an effect's function with its key.
+func (h *history) downstream(a *actor, runID, name, key string, atMostOnce bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if a.crashed {
+		return
+	}
+	if want := ledger.EffectKey(runID, name); key != want {
+		h.violate("invariant 2: effect %q of run %s was called with key %s, not %s", name, short(runID), short(key), short(want))
+	}
+	if first, ok := h.keys[runID+"/"+name]; ok && first != key {
+		h.violate("invariant 2: effect %q of run %s was called with two keys", name, short(runID))
+	}
+	h.keys[runID+"/"+name] = key
+	h.calls[key]++
+	if h.done[key] {
+		h.violate("invariant 2: effect %q of run %s was done again after its success was recorded", name, short(runID))
+	}
+	if atMostOnce && h.calls[key] == 2 {
+		h.violate("invariant 2: at-most-once effect %q of run %s started twice", name, short(runID))
+	}
+}
+
+// effectDone records that the ledger recorded an effect's success.
+func (h *history) effectDone(a *actor, key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !a.crashed {
+		h.done[key] = true
+	}
+}
+
+// acceptedRuns returns the runs some caller got a 2xx for, sorted.
+func (h *history) acceptedRuns() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.accepted))
+	for id := range h.accepted {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

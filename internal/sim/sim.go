@@ -1,0 +1,531 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/runonce/runonce/pkg/auth"
+	"github.com/runonce/runonce/pkg/ingress"
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/memory"
+	_ "github.com/runonce/runonce/pkg/ledger/postgres" // registers postgres://
+	_ "github.com/runonce/runonce/pkg/ledger/redis"    // registers redis://
+	"github.com/runonce/runonce/pkg/ledger/sqlite"
+	"github.com/runonce/runonce/pkg/worker"
+)
+
+// Backends the simulation runs on: memory and SQLite in-process; PostgreSQL and Redis
+// on the servers TEST_DATABASE_URL and TEST_REDIS_URL name (scripts/services.sh), in a
+// fresh schema or key prefix per schedule.
+var Backends = []string{"memory", "sqlite", "postgres", "redis"}
+
+// ServerEnv names the variable that locates a server backend's test server.
+var ServerEnv = map[string]string{"postgres": "TEST_DATABASE_URL", "redis": "TEST_REDIS_URL"}
+
+// unique tells apart the schemas and prefixes of one process's schedules.
+var unique atomic.Int64
+
+// Timing of the simulated deployment, on the simulation's clock.
+const (
+	lease         = 10 * time.Minute
+	pickupTimeout = 5 * time.Minute
+	ackDeadline   = time.Minute
+	nackBackoff   = 10 * time.Second
+	maxAttempts   = 4
+	// steps is how many driver decisions a schedule makes with faults on, before it
+	// quiesces (faults off) and lets everything finish.
+	steps = 250
+	// quiesceSteps bounds the quiet phase: a run still live after it is stuck.
+	quiesceSteps = 3000
+	jobName      = "sim"
+	namespace    = "sim"
+)
+
+// Options select one schedule.
+type Options struct {
+	Seed uint64
+	// Backend is "memory" or "sqlite".
+	Backend string
+	// Dir holds the SQLite file.
+	Dir string
+	// Mutant, when set, names a deliberately broken ledger (Mutants) to run on instead.
+	Mutant string
+}
+
+// Result is what a schedule came to.
+type Result struct {
+	// Violations of the guarantees; empty when the schedule passed.
+	Violations []string
+	// Trace is the driver's decisions, for a failing schedule's report.
+	Trace []string
+	// Calls counts the actors the schedule ran.
+	Actors int
+}
+
+// caller is one Cloud Scheduler-like sender of one run: it retries every non-2xx
+// (and every lost answer) with backoff, up to its retry count.
+type caller struct {
+	key       string
+	payload   []byte
+	retries   int
+	attempt   int
+	nextAt    time.Time
+	inflight  bool
+	done      bool
+	sentFirst bool
+}
+
+type simulation struct {
+	opts    Options
+	rng     *rand.Rand
+	clock   *clock
+	s       *sched
+	f       *faults
+	q       *simQueue
+	h       *history
+	raw     ledger.Ledger
+	ingress http.Handler
+	workers []*worker.Worker
+	callers []*caller
+	crashed []*actor
+	trace   []string
+	actors  int
+}
+
+// Run runs the schedule of opts.Seed and checks it.
+func Run(ctx context.Context, opts Options) (*Result, error) {
+	sm := &simulation{opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, 0x5eed))}
+	sm.clock = &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	sm.s = newSched()
+	// Each schedule has its own fault intensity, from none to heavy.
+	sm.f = &faults{rng: sm.rng, rate: []float64{0, 0.02, 0.05, 0.1, 0.2}[sm.rng.IntN(5)], log: sm.log}
+	sm.q = &simQueue{clock: sm.clock}
+	sm.h = newHistory(sm.clock)
+	raw, err := sm.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer raw.Close()
+	sm.raw = raw
+	var l ledger.Ledger = raw
+	if opts.Mutant != "" {
+		m, ok := Mutants[opts.Mutant]
+		if !ok {
+			return nil, fmt.Errorf("sim: no mutant %q", opts.Mutant)
+		}
+		l = m(raw)
+		sm.raw = l
+	}
+	fl := &faultLedger{Ledger: l, s: sm.s, f: sm.f, clock: sm.clock, acquired: sm.h.acquired}
+	pub := &faultPublisher{s: sm.s, f: sm.f, q: sm.q}
+	discard := slog.New(slog.DiscardHandler)
+	in, err := ingress.New(ingress.Config{
+		Ledger: fl, Publisher: pub, Namespace: namespace, Auth: auth.None{}, Logger: discard,
+		Now: sm.clock.Now, LedgerTimeout: time.Hour, PublishTimeout: time.Hour, PickupTimeout: pickupTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	sm.ingress = in
+	mux := worker.NewMux()
+	mux.HandleFunc(jobName, sm.job)
+	for range 3 {
+		w, err := worker.New(&worker.Config{
+			Ledger: fl, Handler: mux, Lease: lease, MaxAttempts: maxAttempts, PickupTimeout: pickupTimeout,
+			FinishTimeout: 5 * time.Second, LedgerTimeout: time.Hour, MaxRunTime: time.Hour,
+			Republish: pub, Logger: discard, Now: sm.clock.Now,
+		})
+		if err != nil {
+			return nil, err
+		}
+		sm.workers = append(sm.workers, w)
+	}
+	sm.plan()
+	runErr := sm.drive(ctx)
+	sm.s.end(sm.crashed)
+	if runErr != nil {
+		return nil, runErr
+	}
+	res := &Result{Trace: sm.trace, Actors: sm.actors}
+	res.Violations = append(res.Violations, sm.h.violations...)
+	res.Violations = append(res.Violations, sm.finalChecks(ctx)...)
+	return res, nil
+}
+
+func (sm *simulation) open(ctx context.Context) (ledger.Ledger, error) {
+	switch sm.opts.Backend {
+	case "memory", "":
+		return memory.New(&memory.Options{Clock: sm.clock.Now}), nil
+	case "sqlite":
+		return sqlite.Open(ctx, filepath.Join(sm.opts.Dir, "sim-"+strconv.FormatUint(sm.opts.Seed, 10)+".db"), &sqlite.Options{Clock: sm.clock.Now, RelaxedSync: true})
+	case "postgres", "redis":
+		base := os.Getenv(ServerEnv[sm.opts.Backend])
+		if base == "" {
+			return nil, fmt.Errorf("sim: backend %s needs %s (scripts/services.sh starts one)", sm.opts.Backend, ServerEnv[sm.opts.Backend])
+		}
+		name := fmt.Sprintf("sim_%d_%d_%d", os.Getpid(), sm.opts.Seed, unique.Add(1))
+		sep := "?"
+		if strings.Contains(base, "?") {
+			sep = "&"
+		}
+		param := "schema"
+		if sm.opts.Backend == "redis" {
+			param = "prefix"
+		}
+		return ledger.Open(ctx, base+sep+param+"="+name)
+	}
+	return nil, fmt.Errorf("sim: no backend %q (have %v)", sm.opts.Backend, Backends)
+}
+
+// plan draws the workload: a few runs, each sent by one to three callers, some of them
+// with another payload under the same key.
+func (sm *simulation) plan() {
+	runs := 1 + sm.rng.IntN(4)
+	for r := range runs {
+		key := fmt.Sprintf("run-%d", r)
+		payload := fmt.Appendf(nil, `{"run":%d}`, r)
+		for c := range 1 + sm.rng.IntN(3) {
+			p := payload
+			if c > 0 && sm.rng.IntN(8) == 0 {
+				p = fmt.Appendf(nil, `{"run":%d,"other":true}`, r)
+			}
+			sm.callers = append(sm.callers, &caller{
+				key: key, payload: p, retries: sm.rng.IntN(4),
+				nextAt: sm.clock.Now().Add(time.Duration(sm.rng.IntN(120)) * time.Second),
+			})
+		}
+	}
+}
+
+func (sm *simulation) log(format string, args ...any) {
+	sm.trace = append(sm.trace, fmt.Sprintf("%s %s", sm.clock.Now().Format("15:04:05"), fmt.Sprintf(format, args...)))
+}
+
+// drive makes the schedule's decisions: first with faults, then quietly until every
+// run is done.
+func (sm *simulation) drive(ctx context.Context) error {
+	for range steps {
+		if err := sm.step(ctx, false); err != nil {
+			return err
+		}
+	}
+	sm.f.rate = 0
+	sm.log("quiesce: faults off")
+	for range quiesceSteps {
+		if sm.settled(ctx) {
+			return nil
+		}
+		if err := sm.step(ctx, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settled: nothing parked, no caller left, no message, every accepted run terminal.
+func (sm *simulation) settled(ctx context.Context) bool {
+	if sm.s.nparked() > 0 || sm.q.len() > 0 {
+		return false
+	}
+	for _, c := range sm.callers {
+		if !c.done {
+			return false
+		}
+	}
+	for _, id := range sm.h.acceptedRuns() {
+		r, err := sm.raw.Get(ctx, &ledger.GetParams{RunID: id})
+		if err == nil && !r.Status.Terminal() {
+			return false
+		}
+	}
+	return true
+}
+
+type choice struct {
+	w  int
+	do func() error
+}
+
+// step makes one decision.
+func (sm *simulation) step(ctx context.Context, quiet bool) error {
+	var cs []choice
+	if n := sm.s.nparked(); n > 0 {
+		cs = append(cs, choice{60, func() error {
+			i := sm.rng.IntN(n)
+			sm.log("go on: %s", sm.s.name(i))
+			return sm.s.grant(i)
+		}})
+		if !quiet {
+			cs = append(cs, choice{2, func() error { sm.crash(sm.rng.IntN(n)); return nil }})
+		}
+	}
+	var ready []*caller
+	for _, c := range sm.callers {
+		if !c.done && !c.inflight && !c.nextAt.After(sm.clock.Now()) {
+			ready = append(ready, c)
+		}
+	}
+	if len(ready) > 0 {
+		cs = append(cs, choice{15, func() error { return sm.request(ctx, ready[sm.rng.IntN(len(ready))]) }})
+	}
+	if r := sm.q.ready(); len(r) > 0 {
+		cs = append(cs, choice{20, func() error { return sm.deliver(ctx, r[sm.rng.IntN(len(r))]) }})
+		if !quiet {
+			cs = append(cs, choice{1, func() error { // lost
+				e := sm.q.take(r[sm.rng.IntN(len(r))])
+				sm.log("queue: message %s of run %s lost", e.id, short(e.m.Identity.RunID))
+				return nil
+			}})
+			cs = append(cs, choice{1, func() error { // duplicated
+				e := sm.q.take(r[sm.rng.IntN(len(r))])
+				sm.q.back(e, e.availableAt)
+				id := sm.q.publish(e.m)
+				sm.log("queue: message %s of run %s duplicated as %s", e.id, short(e.m.Identity.RunID), id)
+				return nil
+			}})
+			cs = append(cs, choice{1, func() error { // delayed
+				e := sm.q.take(r[sm.rng.IntN(len(r))])
+				d := time.Duration(1+sm.rng.IntN(600)) * time.Second
+				sm.q.back(e, sm.clock.Now().Add(d))
+				sm.log("queue: message %s of run %s delayed %s", e.id, short(e.m.Identity.RunID), d)
+				return nil
+			}})
+			cs = append(cs, choice{1, func() error { // a stale or forged message
+				e := sm.q.take(r[sm.rng.IntN(len(r))])
+				sm.q.back(e, e.availableAt)
+				forged := *e.m
+				forged.Payload = []byte(`{"forged":true}`)
+				id := sm.q.publish(&forged)
+				sm.log("queue: forged message %s for run %s with another payload", id, short(e.m.Identity.RunID))
+				return nil
+			}})
+		}
+	}
+	cs = append(cs, choice{3, func() error { return sm.rescue(ctx) }})
+	cs = append(cs, choice{1, func() error { return sm.sweep(ctx) }})
+	cs = append(cs, choice{4, func() error {
+		d := sm.advance(quiet)
+		sm.clock.advance(d)
+		sm.log("clock +%s", d)
+		return nil
+	}})
+	total := 0
+	for _, c := range cs {
+		total += c.w
+	}
+	x := sm.rng.IntN(total)
+	for _, c := range cs {
+		if x < c.w {
+			return c.do()
+		}
+		x -= c.w
+	}
+	return nil
+}
+
+// advance draws how far the clock moves: mostly seconds, sometimes past a pickup
+// deadline or a lease.
+func (sm *simulation) advance(quiet bool) time.Duration {
+	if quiet {
+		return time.Duration(1+sm.rng.IntN(6)) * time.Minute
+	}
+	switch sm.rng.IntN(10) {
+	case 0:
+		return lease + time.Duration(sm.rng.IntN(300))*time.Second
+	case 1, 2:
+		return pickupTimeout + time.Duration(sm.rng.IntN(60))*time.Second
+	}
+	return time.Duration(1+sm.rng.IntN(60)) * time.Second
+}
+
+func (sm *simulation) crash(i int) {
+	a := sm.s.crash(i)
+	sm.crashed = append(sm.crashed, a)
+	sm.h.jobEnded(a)
+	sm.log("crash: actor %d (%s) crashed", a.id, a.name)
+	if a.onCrash != nil {
+		a.onCrash()
+	}
+}
+
+// request sends one caller's next request as an actor.
+func (sm *simulation) request(ctx context.Context, c *caller) error {
+	c.inflight = true
+	c.attempt++
+	runID := ledger.KeyedRunID(namespace, jobName, c.key)
+	if !c.sentFirst {
+		c.sentFirst = true
+		sm.h.send(runID, c.payload)
+	}
+	retry := func(why string) {
+		c.inflight = false
+		if c.attempt > c.retries {
+			c.done = true
+			sm.log("caller %s gives up after %d attempts (%s)", c.key, c.attempt, why)
+			return
+		}
+		backoff := time.Duration(5<<min(c.attempt, 6)) * time.Second
+		c.nextAt = sm.clock.Now().Add(backoff)
+	}
+	sm.actors++
+	sm.log("start: actor %d request %s attempt %d", sm.s.nextID+1, c.key, c.attempt)
+	a, err := sm.s.spawn(ctx, "request "+c.key, func(ctx context.Context, a *actor) {
+		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/jobs/"+jobName, bytes.NewReader(c.payload))
+		req.Header.Set(ingress.HeaderIdempotencyKey, c.key)
+		rec := httptest.NewRecorder()
+		sm.ingress.ServeHTTP(rec, req)
+		if a.crashed {
+			return // the answer never reached the caller; onCrash retried
+		}
+		var resp ingress.Response
+		_ = json.Unmarshal(rec.Body.Bytes(), &resp)
+		sm.log("request %s attempt %d: %d %s %s", c.key, c.attempt, rec.Code, resp.Status, resp.Error)
+		if rec.Code/100 == 2 {
+			sm.h.answered(resp.RunID, c.payload, rec.Code == http.StatusAccepted && !resp.Duplicate)
+			c.inflight, c.done = false, true
+			return
+		}
+		if rec.Code == http.StatusUnprocessableEntity {
+			c.inflight, c.done = false, true // the caller's own mistake: retrying cannot help
+			return
+		}
+		retry(strconv.Itoa(rec.Code))
+	})
+	if a != nil {
+		a.onCrash = func() { retry("no answer") }
+	}
+	return err
+}
+
+// deliver hands the i-th ready message to a worker as an actor.
+func (sm *simulation) deliver(ctx context.Context, i int) error {
+	e := sm.q.take(i)
+	e.deliveries++
+	w := sm.workers[sm.rng.IntN(len(sm.workers))]
+	sm.actors++
+	sm.log("start: actor %d delivers message %s of run %s", sm.s.nextID+1, e.id, short(e.m.Identity.RunID))
+	a, err := sm.s.spawn(ctx, "deliver "+e.id, func(ctx context.Context, a *actor) {
+		v := w.Process(ctx, &worker.Delivery{Message: e.m, DeliveryAttempt: e.deliveries, PublishTime: e.publishedAt})
+		if a.crashed {
+			return
+		}
+		sm.log("deliver %s (run %s): %s ack=%v", e.id, short(e.m.Identity.RunID), v.Outcome, v.Ack)
+		if v.Ack {
+			return
+		}
+		at := sm.clock.Now().Add(nackBackoff)
+		if v.RetryAt.After(at) {
+			at = v.RetryAt
+		}
+		sm.q.back(e, at)
+	})
+	if a != nil {
+		a.onCrash = func() { sm.q.back(e, sm.clock.Now().Add(ackDeadline)) }
+	}
+	return err
+}
+
+func (sm *simulation) rescue(ctx context.Context) error {
+	w := sm.workers[sm.rng.IntN(len(sm.workers))]
+	sm.actors++
+	sm.log("start: actor %d rescue round", sm.s.nextID+1)
+	_, err := sm.s.spawn(ctx, "rescue", func(ctx context.Context, a *actor) {
+		n, err := w.RescueOnce(ctx)
+		if !a.crashed && (n > 0 || err != nil) {
+			sm.log("rescue: %d republished, %v", n, err)
+		}
+	})
+	return err
+}
+
+func (sm *simulation) sweep(ctx context.Context) error {
+	w := sm.workers[sm.rng.IntN(len(sm.workers))]
+	sm.actors++
+	_, err := sm.s.spawn(ctx, "sweep", func(ctx context.Context, a *actor) { _, _ = w.SweepOnce(ctx, 500) })
+	return err
+}
+
+// job is the simulated job: it checks what it observes, does one keyed effect and one
+// at-most-once effect, and then succeeds, fails retryably or for good, panics, or asks
+// for a retry later, as the schedule draws.
+func (sm *simulation) job(ctx context.Context, j *worker.Job) error {
+	a := actorFrom(ctx)
+	sm.h.jobStarted(a, j.RunID, j.Attempt, j.Payload)
+	defer sm.h.jobEnded(a)
+	for _, e := range []struct {
+		name       string
+		atMostOnce bool
+	}{{"charge", false}, {"email", true}} {
+		called := false
+		fn := func(ctx context.Context, key string) error {
+			sm.h.downstream(a, j.RunID, e.name, key, e.atMostOnce)
+			called = true
+			if err := sm.s.point(ctx); err != nil { // the downstream call takes a while
+				return err
+			}
+			if sm.f.rate > 0 && sm.rng.Float64() < sm.f.rate {
+				return errors.New("sim: downstream failed")
+			}
+			return nil
+		}
+		var err error
+		if e.atMostOnce {
+			err = worker.AtMostOnce(ctx, e.name, fn)
+			if errors.Is(err, worker.ErrEffectUncertain) {
+				err = nil // the job goes on without it
+			}
+		} else {
+			err = worker.Effect(ctx, e.name, fn)
+		}
+		if err == nil && called {
+			sm.h.effectDone(a, ledger.EffectKey(j.RunID, e.name))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if a.crashed {
+		return errCrashed
+	}
+	switch x := sm.rng.IntN(20); {
+	case x < 1:
+		return worker.Permanent(errors.New("sim: permanent failure"))
+	case x < 3:
+		return errors.New("sim: retryable failure")
+	case x < 4:
+		panic("sim: the job panics")
+	case x < 5:
+		return worker.RetryAfter(time.Duration(1+sm.rng.IntN(1800))*time.Second, errors.New("sim: come back later"))
+	}
+	return nil
+}
+
+// finalChecks: every run a caller got a 2xx for ended completed or failed.
+func (sm *simulation) finalChecks(ctx context.Context) []string {
+	var out []string
+	for _, id := range sm.h.acceptedRuns() {
+		r, err := sm.raw.Get(ctx, &ledger.GetParams{RunID: id})
+		switch {
+		case errors.Is(err, ledger.ErrNotFound):
+			out = append(out, fmt.Sprintf("invariant 1: run %s was answered 2xx and is gone: lost", short(id)))
+		case err != nil:
+			out = append(out, fmt.Sprintf("invariant 1: run %s: %v", short(id), err))
+		case !r.Status.Terminal():
+			out = append(out, fmt.Sprintf("invariant 1: run %s was answered 2xx and is still %s after the quiet phase: stuck", short(id), r.Status))
+		}
+	}
+	return out
+}

@@ -1,0 +1,526 @@
+package ledgertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/google/uuid"
+
+	"github.com/runonce/runonce/pkg/ledger"
+)
+
+// The linearizability check: goroutines make random concurrent calls on a few runs
+// through the backend's real clock, and porcupine checks that the history is that of
+// some sequential order of the calls, each inside its call's interval, judged by a model
+// built from the state machine's Apply functions (machine.go).
+//
+// The model ignores time: leases are long (no lease expires during a history), and
+// pickup deadlines are a millisecond, so that every queued run is rescuable: a rescue
+// may succeed only on a queued run whose status and attempt are as listed (a conflict is
+// always legal, since whether a deadline passed and whether it is still the listed one
+// are matters of time the model does not follow). Stored times are not compared. A call that fails with an error that
+// does not say what happened (unavailable, contended, a timeout) may or may not have
+// applied: the model allows both.
+
+const (
+	linClients = 6
+	linOps     = 30
+	linRuns    = 3
+	linRounds  = 2
+	linLease   = time.Minute
+	linPickup  = time.Millisecond
+	linEffect  = "lin"
+	// linTimeout bounds porcupine's search of one history.
+	linTimeout = 30 * time.Second
+)
+
+var linearizabilityTests = map[string]func(*testing.T, Harness){
+	"ConcurrentHistories": func(t *testing.T, h Harness) {
+		f := setup(t, h)
+		for round := range linRounds {
+			ops := recordHistory(f, uint64(round))
+			res, info := porcupine.CheckOperationsVerbose(linModel.ToModel(), ops, linTimeout)
+			switch res {
+			case porcupine.Ok:
+				continue
+			case porcupine.Unknown:
+				t.Fatalf("round %d: porcupine could not decide a history of %d calls within %s", round, len(ops), linTimeout)
+			}
+			out, err := os.CreateTemp("", "ledgertest-linearizability-*.html")
+			if err == nil {
+				err = porcupine.Visualize(linModel.ToModel(), info, out)
+				out.Close()
+			}
+			if err != nil {
+				t.Fatalf("round %d: the history of %d calls is not linearizable (writing the visualization failed: %v)", round, len(ops), err)
+			}
+			t.Fatalf("round %d: the history of %d concurrent calls is not linearizable against the state machine: see %s", round, len(ops), out.Name())
+		}
+	},
+}
+
+type linInput struct {
+	op      string
+	run     string
+	attempt string // the claim's or the worker claim's new attempt ID, or expedite's
+	fence   ledger.Fence
+	payload string // payload hash of claim and acquire
+	rescue  ledger.RescueParams
+}
+
+type linOutput struct {
+	err     string // "", lease_lost, not_found, conflict, invalid, unknown
+	created bool
+	outcome ledger.AcquireOutcome
+	run     linRun
+	done    bool
+	prev    int64
+	fxBy    int64
+}
+
+// linRun is what the model compares of a run; deadline is taken from answers.
+type linRun struct {
+	exists    bool
+	status    ledger.Status
+	attempt   int64
+	attemptID string
+	made      int64
+	payload   string
+}
+
+type linState struct {
+	run  linRun
+	fx   ledger.EffectStatus
+	fxBy int64
+}
+
+func errKind(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ledger.ErrLeaseLost):
+		return "lease_lost"
+	case errors.Is(err, ledger.ErrNotFound):
+		return "not_found"
+	case errors.Is(err, ledger.ErrConflict):
+		return "conflict"
+	case errors.Is(err, ledger.ErrInvalid):
+		return "invalid"
+	}
+	return "unknown"
+}
+
+func snap(r *ledger.Run) linRun {
+	if r == nil {
+		return linRun{}
+	}
+	return linRun{exists: true, status: r.Status, attempt: r.Attempt, attemptID: r.AttemptID, made: r.AttemptsMade, payload: r.PayloadHash}
+}
+
+func (s linState) record() *ledger.Run {
+	if !s.run.exists {
+		return nil
+	}
+	return &ledger.Run{
+		ID: "", Status: s.run.status, Attempt: s.run.attempt, AttemptID: s.run.attemptID,
+		AttemptsMade: s.run.made, PayloadHash: s.run.payload, Deadline: linLeaseEnd,
+	}
+}
+
+func (s linState) effect() *ledger.Effect {
+	if s.fx == "" {
+		return nil
+	}
+	return &ledger.Effect{Status: s.fx, Attempt: s.fxBy}
+}
+
+// linNow is the model's clock, and linLeaseEnd every run's deadline in the model:
+// every lease is live.
+var (
+	linNow      = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	linLeaseEnd = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// apply is the sequential step: the state after in and the answer it must give.
+func apply(s linState, in linInput) (linState, linOutput) {
+	cur := s.record()
+	if cur != nil {
+		cur.ID = in.run
+	}
+	var out linOutput
+	n := s
+	fence := in.fence
+	fence.RunID = in.run
+	switch in.op {
+	case "claim":
+		id := ledger.Identity{RunID: in.run, PayloadHash: in.payload}
+		w, res, err := ledger.ApplyClaim(cur, &ledger.ClaimParams{Identity: id, AttemptID: in.attempt}, linNow)
+		out.err = errKind(err)
+		if err == nil {
+			out.created, out.run = res.Created, snap(res.Run)
+			if w != nil {
+				n.run = snap(w)
+			}
+		}
+	case "acquire":
+		id := ledger.Identity{RunID: in.run, PayloadHash: in.payload}
+		w, res, err := ledger.ApplyAcquire(cur, &ledger.AcquireParams{Identity: id, AttemptID: in.attempt}, linNow)
+		out.err = errKind(err)
+		if err == nil {
+			out.outcome, out.run = res.Outcome, snap(res.Run)
+			if w != nil {
+				n.run = snap(w)
+			}
+		}
+	case "renew":
+		w, err := ledger.ApplyRenew(cur, &ledger.RenewParams{Fence: fence}, linNow)
+		out.err = errKind(err)
+		if err == nil {
+			out.run, n.run = snap(w), snap(w)
+		}
+	case "complete", "fail", "release":
+		var w, ans *ledger.Run
+		var err error
+		switch in.op {
+		case "complete":
+			w, ans, err = ledger.ApplyComplete(cur, &ledger.CompleteParams{Fence: fence}, linNow)
+		case "fail":
+			w, ans, err = ledger.ApplyFail(cur, &ledger.FailParams{Fence: fence, Error: "lin"}, linNow)
+		default:
+			w, ans, err = ledger.ApplyRelease(cur, &ledger.ReleaseParams{Fence: fence, Error: "lin"}, linNow)
+		}
+		out.err = errKind(err)
+		if err == nil {
+			out.run = snap(ans)
+			if w != nil {
+				n.run = snap(w)
+			}
+		}
+	case "get":
+		if cur == nil {
+			out.err = "not_found"
+		} else {
+			out.run = snap(cur)
+		}
+	case "expedite":
+		w, err := ledger.ApplyExpedite(cur, &ledger.ExpediteParams{RunID: in.run, AttemptID: in.attempt}, linNow)
+		out.err = errKind(err)
+		if err == nil {
+			out.run, n.run = snap(w), snap(w)
+		}
+	case "begin":
+		w, res, err := ledger.ApplyBeginEffect(cur, s.effect(), &ledger.BeginEffectParams{Fence: fence, Name: linEffect}, linNow)
+		out.err = errKind(err)
+		if err == nil {
+			out.done, out.prev, out.fxBy = res.Done, res.PreviousAttempt, res.Effect.Attempt
+			if w != nil {
+				n.fx, n.fxBy = w.Status, w.Attempt
+			}
+		}
+	case "completefx":
+		w, _, err := ledger.ApplyCompleteEffect(cur, s.effect(), &ledger.CompleteEffectParams{Fence: fence, Name: linEffect}, linNow)
+		out.err = errKind(err)
+		if err == nil && w != nil {
+			n.fx, n.fxBy = w.Status, w.Attempt
+		}
+	}
+	return n, out
+}
+
+var linModel = porcupine.NondeterministicModel{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		by := map[string][]porcupine.Operation{}
+		var order []string
+		for _, op := range history {
+			id := op.Input.(linInput).run
+			if _, ok := by[id]; !ok {
+				order = append(order, id)
+			}
+			by[id] = append(by[id], op)
+		}
+		out := make([][]porcupine.Operation, 0, len(order))
+		for _, id := range order {
+			out = append(out, by[id])
+		}
+		return out
+	},
+	Init: func() []any { return []any{linState{}} },
+	Step: func(state, input, output any) []any {
+		s, in, got := state.(linState), input.(linInput), output.(linOutput)
+		if in.op == "rescue" {
+			return stepRescue(s, in, got)
+		}
+		n, want := apply(s, in)
+		if got.err == "unknown" {
+			return []any{s, n} // it may or may not have applied
+		}
+		prevOK := got.prev == want.prev ||
+			// Two concurrent begins of one effect by one attempt: the later may report the
+			// effect's previous attempt as it was before the earlier (PostgreSQL reads it
+			// from the statement's snapshot). Unspecified, and harmless: the attempt is
+			// the caller's own, and the worker treats both answers as "began before".
+			in.op == "begin" && want.prev == in.fence.Attempt && got.prev < in.fence.Attempt
+		if got.err != want.err || got.created != want.created || got.outcome != want.outcome || got.run != want.run ||
+			got.done != want.done || !prevOK || got.fxBy != want.fxBy {
+			return nil
+		}
+		return []any{n}
+	},
+	Equal: func(a, b any) bool { return a.(linState) == b.(linState) },
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(linInput), output.(linOutput)
+		arg := ""
+		switch in.op {
+		case "claim", "acquire", "expedite":
+			arg = short(in.attempt)
+		case "rescue":
+			arg = fmt.Sprintf("%s@%d", in.rescue.Status, in.rescue.Attempt)
+		default:
+			arg = fmt.Sprintf("%d/%s", in.fence.Attempt, short(in.fence.AttemptID))
+		}
+		res := out.err
+		switch {
+		case res != "":
+		case in.op == "claim":
+			res = fmt.Sprintf("created=%v %s", out.created, describeRun(out.run))
+		case in.op == "acquire":
+			res = fmt.Sprintf("%s %s", out.outcome, describeRun(out.run))
+		case in.op == "begin":
+			res = fmt.Sprintf("done=%v prev=%d by=%d", out.done, out.prev, out.fxBy)
+		default:
+			res = describeRun(out.run)
+		}
+		return fmt.Sprintf("%s(%s) → %s", in.op, arg, res)
+	},
+	DescribeState: func(state any) string {
+		s := state.(linState)
+		return fmt.Sprintf("%s effect=%s/%d", describeRun(s.run), s.fx, s.fxBy)
+	},
+}
+
+func short(s string) string {
+	if len(s) > 8 {
+		return s[len(s)-8:]
+	}
+	return s
+}
+
+func describeRun(r linRun) string {
+	if !r.exists {
+		return "absent"
+	}
+	return fmt.Sprintf("%s attempt %d/%s made %d", r.status, r.attempt, short(r.attemptID), r.made)
+}
+
+// stepRescue: a rescue succeeds only on a queued run whose listed status, attempt and
+// deadline match (leases are live, so never on a running one); a conflict is legal
+// whenever no lease expired, since whether a pickup deadline passed is a matter of time.
+func stepRescue(s linState, in linInput, got linOutput) []any {
+	rescuable := s.run.exists && s.run.status == ledger.StatusQueued &&
+		s.run.status == in.rescue.Status && s.run.attempt == in.rescue.Attempt
+	applied := func() linState {
+		cur := s.record()
+		cur.ID = in.run
+		p := in.rescue
+		p.RunID = in.run
+		p.Deadline = cur.Deadline
+		w, err := ledger.ApplyRescue(cur, &p, time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC))
+		if err != nil {
+			return s
+		}
+		n := s
+		n.run = snap(w)
+		return n
+	}
+	switch got.err {
+	case "unknown":
+		if rescuable {
+			return []any{s, applied()}
+		}
+		return []any{s}
+	case "conflict", "not_found":
+		if got.err == "not_found" && s.run.exists {
+			return nil
+		}
+		return []any{s}
+	case "":
+		if !rescuable || got.run != snap(func() *ledger.Run { n := applied(); return n.record() }()) {
+			return nil
+		}
+		return []any{applied()}
+	}
+	return nil
+}
+
+// recordHistory runs linClients goroutines of linOps random calls on linRuns fresh runs
+// and returns the history.
+func recordHistory(f *fixture, round uint64) []porcupine.Operation {
+	runs := make([]string, linRuns)
+	for i := range runs {
+		runs[i] = newRunID()
+	}
+	good := identity(runs[0]).PayloadHash
+	other := ledger.PayloadHash([]byte("another payload"))
+	var (
+		mu      sync.Mutex
+		ops     []porcupine.Operation
+		fences  []ledger.Fence // every fence granted, for stale use
+		claims  []linInput     // every claim made, for expedite
+		listing []ledger.Run   // runs read, for rescue
+		// clock orders calls and returns as they happened.
+		clock atomic.Int64
+	)
+	now := func() int64 { return clock.Add(1) }
+	var wg sync.WaitGroup
+	for c := range linClients {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(round, uint64(c)))
+			pick := func() string { return runs[rng.IntN(len(runs))] }
+			for range linOps {
+				mu.Lock()
+				var fence ledger.Fence
+				if len(fences) > 0 {
+					fence = fences[len(fences)-1-rng.IntN(min(len(fences), 4))]
+				}
+				var claim linInput
+				if len(claims) > 0 {
+					claim = claims[rng.IntN(len(claims))]
+				}
+				var listed ledger.Run
+				if len(listing) > 0 {
+					listed = listing[rng.IntN(len(listing))]
+				}
+				mu.Unlock()
+				in := linInput{run: pick()}
+				switch x := rng.IntN(100); {
+				case x < 15:
+					in.op, in.attempt, in.payload = "claim", uuid.NewString(), good
+				case x < 35:
+					in.op, in.attempt, in.payload = "acquire", uuid.NewString(), good
+					if rng.IntN(8) == 0 {
+						in.payload = other
+					}
+				case x < 45 && fence.RunID != "":
+					in.op, in.fence, in.run = "renew", fence, fence.RunID
+				case x < 55 && fence.RunID != "":
+					in.op, in.fence, in.run = "complete", fence, fence.RunID
+				case x < 63 && fence.RunID != "":
+					in.op, in.fence, in.run = "release", fence, fence.RunID
+				case x < 66 && fence.RunID != "":
+					in.op, in.fence, in.run = "fail", fence, fence.RunID
+				case x < 76 && fence.RunID != "":
+					in.op, in.fence, in.run = "begin", fence, fence.RunID
+				case x < 84 && fence.RunID != "":
+					in.op, in.fence, in.run = "completefx", fence, fence.RunID
+				case x < 88 && claim.run != "":
+					in.op, in.run, in.attempt = "expedite", claim.run, claim.attempt
+				case x < 94 && listed.ID != "":
+					in.op, in.run = "rescue", listed.ID
+					in.rescue = ledger.RescueParams{Status: listed.Status, Attempt: listed.Attempt, Deadline: listed.Deadline}
+				default:
+					in.op = "get"
+				}
+				for {
+					call := now()
+					out, granted, read := linCall(f, in)
+					ret := now()
+					mu.Lock()
+					ops = append(ops, porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
+					if granted != nil {
+						fences = append(fences, *granted)
+					}
+					if in.op == "claim" {
+						claims = append(claims, in)
+					}
+					if read != nil {
+						listing = append(listing, *read)
+					}
+					mu.Unlock()
+					// An effect just done is begun again: it must be reported done.
+					if in.op != "completefx" || out.err != "" {
+						break
+					}
+					in.op = "begin"
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return ops
+}
+
+// linCall makes one call and returns its answer, the fence it granted and the run it
+// read (for a later rescue).
+func linCall(f *fixture, in linInput) (linOutput, *ledger.Fence, *ledger.Run) {
+	ctx, cancel := context.WithTimeout(f.ctx, 20*time.Second)
+	defer cancel()
+	l := f.l
+	var out linOutput
+	var r *ledger.Run
+	var err error
+	var granted *ledger.Fence
+	fence := in.fence
+	switch in.op {
+	case "claim":
+		id := identity(in.run)
+		id.PayloadHash = in.payload
+		var res *ledger.ClaimResult
+		res, err = l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: in.attempt, PickupTimeout: linPickup})
+		if err == nil {
+			out.created, r = res.Created, res.Run
+		}
+	case "acquire":
+		id := identity(in.run)
+		id.PayloadHash = in.payload
+		var res *ledger.AcquireResult
+		res, err = l.Acquire(ctx, &ledger.AcquireParams{Identity: id, AttemptID: in.attempt, Lease: linLease})
+		if err == nil {
+			out.outcome, r = res.Outcome, res.Run
+			if res.Outcome == ledger.Acquired {
+				granted = &ledger.Fence{RunID: in.run, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}
+			}
+		}
+	case "renew":
+		r, err = l.Renew(ctx, &ledger.RenewParams{Fence: fence, Lease: linLease})
+	case "complete":
+		r, err = l.Complete(ctx, &ledger.CompleteParams{Fence: fence})
+	case "release":
+		r, err = l.Release(ctx, &ledger.ReleaseParams{Fence: fence, Error: "lin", PickupTimeout: linPickup})
+	case "fail":
+		r, err = l.Fail(ctx, &ledger.FailParams{Fence: fence, Error: "lin"})
+	case "get":
+		r, err = l.Get(ctx, &ledger.GetParams{RunID: in.run})
+	case "expedite":
+		r, err = l.Expedite(ctx, &ledger.ExpediteParams{RunID: in.run, AttemptID: in.attempt})
+	case "rescue":
+		p := in.rescue
+		p.RunID, p.PickupTimeout = in.run, linPickup
+		r, err = l.Rescue(ctx, &p)
+	case "begin":
+		var res *ledger.BeginEffectResult
+		res, err = l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: fence, Name: linEffect})
+		if err == nil {
+			out.done, out.prev, out.fxBy = res.Done, res.PreviousAttempt, res.Effect.Attempt
+		}
+	case "completefx":
+		_, err = l.CompleteEffect(ctx, &ledger.CompleteEffectParams{Fence: fence, Name: linEffect})
+	}
+	out.err = errKind(err)
+	if err == nil && r != nil {
+		out.run = snap(r)
+	}
+	var read *ledger.Run
+	if in.op == "get" && err == nil {
+		c := *r
+		read = &c
+	}
+	return out, granted, read
+}
