@@ -224,15 +224,7 @@ func republishQueued(ctx context.Context, led ledger.Ledger, pub *queue.Publishe
 		if r.Status != ledger.StatusQueued || r.Namespace != namespace {
 			continue
 		}
-		msg := &queue.Message{
-			Identity: ledger.Identity{
-				RunID: r.ID, Namespace: r.Namespace, Job: r.Job, Key: r.Key,
-				ScheduleTime: r.ScheduleTime, PayloadHash: r.PayloadHash,
-			},
-			EnqueuedAt: r.CreatedAt,
-			Payload:    r.Payload,
-		}
-		if _, err := pub.Publish(ctx, msg); err != nil {
+		if _, err := pub.Publish(ctx, queue.RunMessage(r)); err != nil {
 			return n, fmt.Errorf("republish run %s: %w", r.ID, err)
 		}
 		n++

@@ -357,7 +357,7 @@ func (h *Handler) claim(ctx context.Context, key *Key, body []byte) answer {
 		return a
 	}
 	if h.needsRepublish(run) {
-		msg.Identity = identityOf(run)
+		msg.Identity = queue.RunMessage(run).Identity
 		if err := h.publish(ctx, msg); err != nil {
 			return h.unavailable(id.RunID, "Pub/Sub is unavailable; retry later", err)
 		}
@@ -378,10 +378,6 @@ func (h *Handler) needsRepublish(run *ledger.Run) bool {
 		return run.Deadline.Before(now)
 	}
 	return false
-}
-
-func identityOf(r *ledger.Run) ledger.Identity {
-	return ledger.Identity{RunID: r.ID, Namespace: r.Namespace, Job: r.Job, Key: r.Key, ScheduleTime: r.ScheduleTime, PayloadHash: r.PayloadHash}
 }
 
 func (h *Handler) publish(ctx context.Context, m *queue.Message) error {

@@ -85,3 +85,16 @@ func Decode(attrs map[string]string, data []byte) (*Message, error) {
 	}
 	return m, nil
 }
+
+// RunMessage is the message that republishes the run r: its identity and stored payload,
+// EnqueuedAt its creation.
+func RunMessage(r *ledger.Run) *Message {
+	return &Message{
+		Identity: ledger.Identity{
+			RunID: r.ID, Namespace: r.Namespace, Job: r.Job, Key: r.Key,
+			ScheduleTime: r.ScheduleTime, PayloadHash: r.PayloadHash,
+		},
+		EnqueuedAt: r.CreatedAt,
+		Payload:    r.Payload,
+	}
+}

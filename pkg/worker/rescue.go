@@ -37,14 +37,7 @@ func (w *Worker) RescueOnce(ctx context.Context) (int, error) {
 			errs = append(errs, err)
 			continue
 		}
-		msg := &queue.Message{
-			Identity: ledger.Identity{
-				RunID: rescued.ID, Namespace: rescued.Namespace, Job: rescued.Job, Key: rescued.Key,
-				ScheduleTime: rescued.ScheduleTime, PayloadHash: rescued.PayloadHash,
-			},
-			EnqueuedAt: rescued.CreatedAt,
-			Payload:    rescued.Payload,
-		}
+		msg := queue.RunMessage(rescued)
 		pctx, cancel := context.WithTimeout(ctx, w.cfg.LedgerTimeout)
 		_, err = w.cfg.Republish.Publish(pctx, msg)
 		cancel()
