@@ -21,4 +21,8 @@ type Harness struct {
 	// SupportsNow is true when the backend honours the params' Now; when false, the suite
 	// checks that a Now is refused with ledger.ErrNowUnsupported and uses real time.
 	SupportsNow bool
+	// LinearizabilityRounds is how many random concurrent histories the linearizability
+	// check records and checks; zero means 2. The suite's self-test raises it so that a
+	// broken backend is caught whatever the interleaving.
+	LinearizabilityRounds int
 }

@@ -1,6 +1,7 @@
 package ledgertest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,7 +46,7 @@ const (
 var linearizabilityTests = map[string]func(*testing.T, Harness){
 	"ConcurrentHistories": func(t *testing.T, h Harness) {
 		f := setup(t, h)
-		for round := range linRounds {
+		for round := range cmp.Or(h.LinearizabilityRounds, linRounds) {
 			ops := recordHistory(f, uint64(round))
 			res, info := porcupine.CheckOperationsVerbose(linModel.ToModel(), ops, linTimeout)
 			switch res {
