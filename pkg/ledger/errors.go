@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"errors"
-	"fmt"
 )
 
 // Sentinel errors. Backends map their native errors to these in one place; callers check
@@ -35,18 +34,4 @@ var (
 // (contention or unavailability), as opposed to a verdict about the run.
 func Retryable(err error) bool {
 	return errors.Is(err, ErrContended) || errors.Is(err, ErrUnavailable)
-}
-
-// Invalidf returns an error wrapping ErrInvalid.
-func Invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
-}
-
-// leaseLost returns ErrLeaseLost with what the record holds instead.
-func leaseLost(f Fence, cur *Run) error {
-	if cur == nil {
-		return fmt.Errorf("%w: run %s is gone", ErrLeaseLost, f.RunID)
-	}
-	return fmt.Errorf("%w: run %s is %s at attempt %d (%s), not attempt %d (%s)",
-		ErrLeaseLost, f.RunID, cur.Status, cur.Attempt, cur.AttemptID, f.Attempt, f.AttemptID)
 }

@@ -9,6 +9,7 @@ import (
 	"cloud.google.com/go/firestore"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // Field names of a run document. See the package documentation for the layout.
@@ -62,14 +63,14 @@ func stamp(t time.Time) any {
 	if t.IsZero() {
 		return nil
 	}
-	return ledger.Truncate(t)
+	return driver.Micros(t)
 }
 
 func unstamp(t *time.Time) time.Time {
 	if t == nil {
 		return time.Time{}
 	}
-	return ledger.Truncate(*t)
+	return driver.Micros(*t)
 }
 
 // encodeRun returns every field of a run document.
@@ -136,7 +137,7 @@ func decodeRun(s *firestore.DocumentSnapshot) (*ledger.Run, error) {
 	// A document the ingress claim created and nothing rewrote since carries its
 	// times as the document's create time (see encodeClaim).
 	if r.CreatedAt.IsZero() {
-		r.CreatedAt = ledger.Truncate(s.CreateTime)
+		r.CreatedAt = driver.Micros(s.CreateTime)
 	}
 	if r.UpdatedAt.IsZero() {
 		r.UpdatedAt = r.CreatedAt

@@ -79,7 +79,7 @@
 //	Get, GetEffect, Ping       1 read
 //
 // A single-document transition is a compare-and-set: it reads the run, decides with the
-// state machine of package ledger (the ledger.Apply* functions) at the read's time,
+// state machine of package driver (the driver.Apply* functions) at the read's time,
 // and writes only if the document's update time is still the one it read. If another
 // writer got there first, the precondition fails (nothing was written) and the
 // operation reads and decides again, so of 64 concurrent worker claims exactly one

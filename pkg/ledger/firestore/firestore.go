@@ -16,6 +16,7 @@ import (
 	"google.golang.org/api/iterator"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 	"github.com/runonce/runonce/pkg/ledger/internal/serverclock"
 )
 
@@ -146,7 +147,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	if err != nil {
 		return nil, err
 	}
-	next, res, err := ledger.ApplyClaim(nil, p, est)
+	next, res, err := driver.ApplyClaim(nil, p, est)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +158,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 		wr, err := ref.Create(ctx, data)
 		if err == nil {
 			l.clock.Observe(sent, l.clock.Local(), wr.UpdateTime)
-			next.CreatedAt = ledger.Truncate(wr.UpdateTime)
+			next.CreatedAt = driver.Micros(wr.UpdateTime)
 			next.UpdatedAt = next.CreatedAt
 			return res, nil
 		}
@@ -172,7 +173,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 		if cur == nil {
 			continue // deleted (swept) since: create it again
 		}
-		_, dup, err := ledger.ApplyClaim(cur, p, snap.ReadTime)
+		_, dup, err := driver.ApplyClaim(cur, p, snap.ReadTime)
 		if err != nil {
 			return nil, err
 		}
@@ -220,7 +221,7 @@ func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *led
 		if snap.ReadTime.IsZero() {
 			return fmt.Errorf("firestoreledger: %s run %s: the read carried no server time", op, id)
 		}
-		c, err := decide(cur, ledger.Truncate(snap.ReadTime))
+		c, err := decide(cur, driver.Micros(snap.ReadTime))
 		if err != nil {
 			return err
 		}
@@ -244,12 +245,12 @@ func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledge
 	if err := nowUnsupported("expedite", p.Now); err != nil {
 		return nil, err
 	}
-	if err := ledger.ValidateExpedite(p); err != nil {
+	if err := driver.ValidateExpedite(p); err != nil {
 		return nil, err
 	}
 	var answer *ledger.Run
 	err := l.update(ctx, "expedite", p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
-		next, err := ledger.ApplyExpedite(cur, p, now)
+		next, err := driver.ApplyExpedite(cur, p, now)
 		answer = next
 		return change{put: next}, err
 	})
@@ -264,7 +265,7 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	if err := nowUnsupported("acquire", p.Now); err != nil {
 		return nil, err
 	}
-	if err := ledger.ValidateIdentity(&p.Identity); err != nil {
+	if err := driver.ValidateIdentity(&p.Identity); err != nil {
 		return nil, err
 	}
 	var res *ledger.AcquireResult
@@ -274,7 +275,7 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 			res = &ledger.AcquireResult{Outcome: ledger.Acquired, Run: cur}
 			return change{}, nil
 		}
-		next, r, err := ledger.ApplyAcquire(cur, p, now)
+		next, r, err := driver.ApplyAcquire(cur, p, now)
 		res = r
 		return change{put: next}, err
 	})
@@ -289,7 +290,7 @@ func (l *Ledger) fenced(ctx context.Context, op string, f *ledger.Fence, now tim
 	if err := nowUnsupported(op, now); err != nil {
 		return nil, err
 	}
-	if err := ledger.ValidateFence(f); err != nil {
+	if err := driver.ValidateFence(f); err != nil {
 		return nil, err
 	}
 	var answer *ledger.Run
@@ -307,7 +308,7 @@ func (l *Ledger) fenced(ctx context.Context, op string, f *ledger.Fence, now tim
 // Renew implements ledger.Ledger.
 func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
 	return l.fenced(ctx, "renew", &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyRenew(cur, p, now)
+		next, err := driver.ApplyRenew(cur, p, now)
 		return next, next, err
 	})
 }
@@ -315,21 +316,21 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 // Complete implements ledger.Ledger.
 func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	return l.fenced(ctx, "complete", &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyComplete(cur, p, now)
+		return driver.ApplyComplete(cur, p, now)
 	})
 }
 
 // Release implements ledger.Ledger.
 func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
 	return l.fenced(ctx, "release", &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyRelease(cur, p, now)
+		return driver.ApplyRelease(cur, p, now)
 	})
 }
 
 // Fail implements ledger.Ledger.
 func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
 	return l.fenced(ctx, "fail", &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyFail(cur, p, now)
+		return driver.ApplyFail(cur, p, now)
 	})
 }
 
@@ -357,7 +358,7 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 // A transaction is the client's only atomic multi-document write (WriteBatch is
 // deprecated); it holds no read, so it costs BeginTransaction and Commit.
 func (l *Ledger) effect(ctx context.Context, op string, f *ledger.Fence, name string, apply func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
-	if err := ledger.ValidateFence(f); err != nil {
+	if err := driver.ValidateFence(f); err != nil {
 		return err
 	}
 	runRef := l.runs.Doc(f.RunID)
@@ -382,7 +383,7 @@ func (l *Ledger) effect(ctx context.Context, op string, f *ledger.Fence, name st
 		if err != nil {
 			return err
 		}
-		next, err := apply(run, cur, ledger.Truncate(runSnap.ReadTime))
+		next, err := apply(run, cur, driver.Micros(runSnap.ReadTime))
 		if err != nil || next == nil {
 			return err
 		}
@@ -411,7 +412,7 @@ func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (
 	}
 	var res *ledger.BeginEffectResult
 	err := l.effect(ctx, "begin effect", &p.Fence, p.Name, func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error) {
-		next, r, err := ledger.ApplyBeginEffect(run, cur, p, now)
+		next, r, err := driver.ApplyBeginEffect(run, cur, p, now)
 		res = r
 		return next, err
 	})
@@ -428,7 +429,7 @@ func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectPar
 	}
 	var answer *ledger.Effect
 	err := l.effect(ctx, "complete effect", &p.Fence, p.Name, func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error) {
-		next, a, err := ledger.ApplyCompleteEffect(run, cur, p, now)
+		next, a, err := driver.ApplyCompleteEffect(run, cur, p, now)
 		answer = a
 		return next, err
 	})
@@ -485,7 +486,7 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 		if err != nil {
 			return nil, err
 		}
-		if ledger.NeedsRescue(r, ledger.Truncate(snap.ReadTime)) {
+		if driver.NeedsRescue(r, driver.Micros(snap.ReadTime)) {
 			out = append(out, r)
 		}
 	}
@@ -496,12 +497,12 @@ func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Ru
 	if err := nowUnsupported("rescue", p.Now); err != nil {
 		return nil, err
 	}
-	if err := ledger.ValidateRescue(p); err != nil {
+	if err := driver.ValidateRescue(p); err != nil {
 		return nil, err
 	}
 	var answer *ledger.Run
 	err := l.update(ctx, "rescue", p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
-		next, err := ledger.ApplyRescue(cur, p, now)
+		next, err := driver.ApplyRescue(cur, p, now)
 		answer = next
 		return change{put: next}, err
 	})

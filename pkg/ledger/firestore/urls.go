@@ -9,6 +9,7 @@ import (
 	"cloud.google.com/go/firestore"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // Scheme is the URL scheme of this backend: firestore://PROJECT[/DATABASE]?prefix=P.
@@ -54,7 +55,7 @@ func parseURL(u *url.URL) (project, database, prefix string, err error) {
 	if u.User != nil {
 		return "", "", "", fmt.Errorf("%s: credentials come from the environment, never from the URL", form)
 	}
-	if err := ledger.CheckQuery(u, "prefix"); err != nil {
+	if err := driver.CheckQuery(u, "prefix"); err != nil {
 		return "", "", "", fmt.Errorf("%s: %w", form, err)
 	}
 	if u.Opaque != "" || u.Host == "" || u.Port() != "" {

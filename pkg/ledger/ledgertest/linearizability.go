@@ -16,12 +16,13 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // The linearizability check: goroutines make random concurrent calls on a few runs
 // through the backend's real clock, and porcupine checks that the history is that of
 // some sequential order of the calls, each inside its call's interval, judged by a model
-// built from the state machine's Apply functions (machine.go).
+// built from the state machine's Apply functions (package driver).
 //
 // The model ignores time: leases are long (no lease expires during a history), and
 // pickup deadlines are a millisecond, so that every queued run is rescuable: a rescue
@@ -163,7 +164,7 @@ func apply(s linState, in linInput) (linState, linOutput) {
 	switch in.op {
 	case "claim":
 		id := ledger.Identity{RunID: in.run, PayloadHash: in.payload}
-		w, res, err := ledger.ApplyClaim(cur, &ledger.ClaimParams{Identity: id, AttemptID: in.attempt}, linNow)
+		w, res, err := driver.ApplyClaim(cur, &ledger.ClaimParams{Identity: id, AttemptID: in.attempt}, linNow)
 		out.err = errKind(err)
 		if err == nil {
 			out.created, out.run = res.Created, snap(res.Run)
@@ -173,7 +174,7 @@ func apply(s linState, in linInput) (linState, linOutput) {
 		}
 	case "acquire":
 		id := ledger.Identity{RunID: in.run, PayloadHash: in.payload}
-		w, res, err := ledger.ApplyAcquire(cur, &ledger.AcquireParams{Identity: id, AttemptID: in.attempt}, linNow)
+		w, res, err := driver.ApplyAcquire(cur, &ledger.AcquireParams{Identity: id, AttemptID: in.attempt}, linNow)
 		out.err = errKind(err)
 		if err == nil {
 			out.outcome, out.run = res.Outcome, snap(res.Run)
@@ -182,7 +183,7 @@ func apply(s linState, in linInput) (linState, linOutput) {
 			}
 		}
 	case "renew":
-		w, err := ledger.ApplyRenew(cur, &ledger.RenewParams{Fence: fence}, linNow)
+		w, err := driver.ApplyRenew(cur, &ledger.RenewParams{Fence: fence}, linNow)
 		out.err = errKind(err)
 		if err == nil {
 			out.run, n.run = snap(w), snap(w)
@@ -192,11 +193,11 @@ func apply(s linState, in linInput) (linState, linOutput) {
 		var err error
 		switch in.op {
 		case "complete":
-			w, ans, err = ledger.ApplyComplete(cur, &ledger.CompleteParams{Fence: fence}, linNow)
+			w, ans, err = driver.ApplyComplete(cur, &ledger.CompleteParams{Fence: fence}, linNow)
 		case "fail":
-			w, ans, err = ledger.ApplyFail(cur, &ledger.FailParams{Fence: fence, Error: "lin"}, linNow)
+			w, ans, err = driver.ApplyFail(cur, &ledger.FailParams{Fence: fence, Error: "lin"}, linNow)
 		default:
-			w, ans, err = ledger.ApplyRelease(cur, &ledger.ReleaseParams{Fence: fence, Error: "lin"}, linNow)
+			w, ans, err = driver.ApplyRelease(cur, &ledger.ReleaseParams{Fence: fence, Error: "lin"}, linNow)
 		}
 		out.err = errKind(err)
 		if err == nil {
@@ -212,13 +213,13 @@ func apply(s linState, in linInput) (linState, linOutput) {
 			out.run = snap(cur)
 		}
 	case "expedite":
-		w, err := ledger.ApplyExpedite(cur, &ledger.ExpediteParams{RunID: in.run, AttemptID: in.attempt}, linNow)
+		w, err := driver.ApplyExpedite(cur, &ledger.ExpediteParams{RunID: in.run, AttemptID: in.attempt}, linNow)
 		out.err = errKind(err)
 		if err == nil {
 			out.run, n.run = snap(w), snap(w)
 		}
 	case "begin":
-		w, res, err := ledger.ApplyBeginEffect(cur, s.effect(), &ledger.BeginEffectParams{Fence: fence, Name: linEffect}, linNow)
+		w, res, err := driver.ApplyBeginEffect(cur, s.effect(), &ledger.BeginEffectParams{Fence: fence, Name: linEffect}, linNow)
 		out.err = errKind(err)
 		if err == nil {
 			out.done, out.prev, out.fxBy = res.Done, res.PreviousAttempt, res.Effect.Attempt
@@ -227,7 +228,7 @@ func apply(s linState, in linInput) (linState, linOutput) {
 			}
 		}
 	case "completefx":
-		w, _, err := ledger.ApplyCompleteEffect(cur, s.effect(), &ledger.CompleteEffectParams{Fence: fence, Name: linEffect}, linNow)
+		w, _, err := driver.ApplyCompleteEffect(cur, s.effect(), &ledger.CompleteEffectParams{Fence: fence, Name: linEffect}, linNow)
 		out.err = errKind(err)
 		if err == nil && w != nil {
 			n.fx, n.fxBy = w.Status, w.Attempt
@@ -333,7 +334,7 @@ func stepRescue(s linState, in linInput, got linOutput) []any {
 		p := in.rescue
 		p.RunID = in.run
 		p.Deadline = cur.Deadline
-		w, err := ledger.ApplyRescue(cur, &p, time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC))
+		w, err := driver.ApplyRescue(cur, &p, time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC))
 		if err != nil {
 			return s
 		}

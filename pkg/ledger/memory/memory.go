@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // Scheme is the URL scheme of this backend: memory://NAME.
@@ -26,7 +27,7 @@ var (
 )
 
 func openURL(_ context.Context, u *url.URL) (ledger.Ledger, error) {
-	if err := ledger.CheckQuery(u); err != nil {
+	if err := driver.CheckQuery(u); err != nil {
 		return nil, err
 	}
 	name := u.Host + u.Path
@@ -120,14 +121,14 @@ func update[T any](l *Ledger, id string, apply func(cur *ledger.Run) (*ledger.Ru
 // Claim implements ledger.Ledger.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.ClaimResult, error) {
-		return ledger.ApplyClaim(cur, p, l.now(p.Now))
+		return driver.ApplyClaim(cur, p, l.now(p.Now))
 	})
 }
 
 // Expedite implements ledger.Ledger.
 func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
 	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyExpedite(cur, p, l.now(p.Now))
+		next, err := driver.ApplyExpedite(cur, p, l.now(p.Now))
 		return next, next, err
 	})
 }
@@ -135,14 +136,14 @@ func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledge
 // Acquire implements ledger.Ledger.
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.AcquireResult, error) {
-		return ledger.ApplyAcquire(cur, p, l.now(p.Now))
+		return driver.ApplyAcquire(cur, p, l.now(p.Now))
 	})
 }
 
 // Renew implements ledger.Ledger.
 func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
 	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyRenew(cur, p, l.now(p.Now))
+		next, err := driver.ApplyRenew(cur, p, l.now(p.Now))
 		return next, next, err
 	})
 }
@@ -150,21 +151,21 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 // Complete implements ledger.Ledger.
 func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyComplete(cur, p, l.now(p.Now))
+		return driver.ApplyComplete(cur, p, l.now(p.Now))
 	})
 }
 
 // Release implements ledger.Ledger.
 func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
 	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyRelease(cur, p, l.now(p.Now))
+		return driver.ApplyRelease(cur, p, l.now(p.Now))
 	})
 }
 
 // Fail implements ledger.Ledger.
 func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
 	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyFail(cur, p, l.now(p.Now))
+		return driver.ApplyFail(cur, p, l.now(p.Now))
 	})
 }
 
@@ -200,14 +201,14 @@ func updateEffect[T any](l *Ledger, runID, name string, apply func(run *ledger.R
 // BeginEffect implements ledger.Ledger.
 func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
 	return updateEffect(l, p.RunID, p.Name, func(run *ledger.Run, cur *ledger.Effect) (*ledger.Effect, *ledger.BeginEffectResult, error) {
-		return ledger.ApplyBeginEffect(run, cur, p, l.now(p.Now))
+		return driver.ApplyBeginEffect(run, cur, p, l.now(p.Now))
 	})
 }
 
 // CompleteEffect implements ledger.Ledger.
 func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
 	return updateEffect(l, p.RunID, p.Name, func(run *ledger.Run, cur *ledger.Effect) (*ledger.Effect, *ledger.Effect, error) {
-		return ledger.ApplyCompleteEffect(run, cur, p, l.now(p.Now))
+		return driver.ApplyCompleteEffect(run, cur, p, l.now(p.Now))
 	})
 }
 
@@ -226,10 +227,10 @@ func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*led
 func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := ledger.Truncate(l.now(p.Now))
+	now := driver.Micros(l.now(p.Now))
 	var out []*ledger.Run
 	for _, r := range l.runs {
-		if ledger.NeedsRescue(r, now) {
+		if driver.NeedsRescue(r, now) {
 			out = append(out, copyRun(r))
 		}
 	}
@@ -243,7 +244,7 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 // Rescue implements ledger.Ledger.
 func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
 	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyRescue(cur, p, l.now(p.Now))
+		next, err := driver.ApplyRescue(cur, p, l.now(p.Now))
 		return next, next, err
 	})
 }
@@ -252,7 +253,7 @@ func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Ru
 func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := ledger.Truncate(l.now(p.Now))
+	now := driver.Micros(l.now(p.Now))
 	limit := cmp.Or(p.Limit, 500)
 	n := 0
 	for id, r := range l.runs {

@@ -29,7 +29,7 @@
 // (read under a row lock, so that it is the latest committed version, not the statement's
 // snapshot), and the verdict — an idempotent repeat, ErrLeaseLost with what the record
 // holds, Held until …, Terminal — is taken by the pure rules of package ledger
-// (ledger.ApplyComplete and friends) over that record, so the two cannot disagree.
+// (driver.ApplyComplete and friends) over that record, so the two cannot disagree.
 //
 // Time comes from the database: every statement computes coalesce($now, now()), so leases,
 // deadlines and expiry are judged by PostgreSQL's clock, never the caller's; a params' Now

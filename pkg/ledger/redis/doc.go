@@ -60,7 +60,7 @@
 // # Retention
 //
 // Every write of a run sets its ExpireAt to the retention after the latest of now, its
-// deadline and its not-before (ledger.ExpiryOf; a renewal never moves it back), and sets
+// deadline and its not-before (driver.ExpiryOf; a renewal never moves it back), and sets
 // the record's key to expire (PEXPIREAT) at its ExpireAt plus Options.Grace (1h by
 // default), so Redis deletes old records by itself: no sweeper is needed. Each new run's claim also drops up to ten expiry-index entries older than the
 // grace (their keys have expired), so the index does not grow either. Sweep deletes

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // Default bounds, as in the ledger's documentation.
@@ -115,11 +116,11 @@ func (l *Ledger) runKeys(id string) []string { return []string{l.runKey(id), l.r
 // Claim implements ledger.Ledger with one script: the record is created when absent, and
 // a duplicate's answer is the record as it stands.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	if err := ledger.ValidateClaim(p); err != nil {
+	if err := driver.ValidateClaim(p); err != nil {
 		return nil, err
 	}
 	a, err := l.call(ctx, "claim run "+p.RunID, claimScript, l.runKeys(p.RunID),
-		timeArg(p.Now), p.RunID, p.Namespace, p.Job, p.Key, timeArg(ledger.Truncate(p.ScheduleTime)), p.PayloadHash,
+		timeArg(p.Now), p.RunID, p.Namespace, p.Job, p.Key, timeArg(driver.Micros(p.ScheduleTime)), p.PayloadHash,
 		p.Payload, p.AttemptID, micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)),
 		micros(retention(p.Retention)), l.grace(), l.effectPrefix())
 	if err != nil {
@@ -137,24 +138,24 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 // Expedite implements ledger.Ledger with one fenced script: an untouched ingress claim's
 // deadline becomes the server's now.
 func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
-	if err := ledger.ValidateExpedite(p); err != nil {
+	if err := driver.ValidateExpedite(p); err != nil {
 		return nil, err
 	}
 	return l.fenced(ctx, "expedite", p.RunID, expediteScript,
 		[]any{timeArg(p.Now), p.RunID, p.AttemptID, micros(retention(p.Retention)), l.grace(), l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-			next, err := ledger.ApplyExpedite(cur, p, now)
+			next, err := driver.ApplyExpedite(cur, p, now)
 			return next, next, err
 		})
 }
 
 // Acquire implements ledger.Ledger with one script.
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	if err := ledger.ValidateAcquire(p); err != nil {
+	if err := driver.ValidateAcquire(p); err != nil {
 		return nil, err
 	}
 	a, err := l.call(ctx, "acquire run "+p.RunID, acquireScript, l.runKeys(p.RunID),
-		timeArg(p.Now), p.RunID, p.Namespace, p.Job, p.Key, timeArg(ledger.Truncate(p.ScheduleTime)), p.PayloadHash,
+		timeArg(p.Now), p.RunID, p.Namespace, p.Job, p.Key, timeArg(driver.Micros(p.ScheduleTime)), p.PayloadHash,
 		p.Payload, p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), l.grace(),
 		mustExist(p.MustExist), l.effectPrefix())
 	if err != nil {
@@ -165,7 +166,7 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	if r != nil && r.Status == ledger.StatusRunning && r.AttemptID == p.AttemptID && r.PayloadHash == p.PayloadHash {
 		return &ledger.AcquireResult{Outcome: ledger.Acquired, Run: r}, nil
 	}
-	next, res, err := ledger.ApplyAcquire(r, p, a.now)
+	next, res, err := driver.ApplyAcquire(r, p, a.now)
 	if err != nil {
 		return nil, err
 	}
@@ -209,73 +210,73 @@ func attempt(f *ledger.Fence) string { return strconv.FormatInt(f.Attempt, 10) }
 
 // Renew implements ledger.Ledger with one fenced script.
 func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	if err := ledger.ValidateFence(&p.Fence); err != nil {
+	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
 	return l.fenced(ctx, "renew", p.RunID, renewScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)),
 			micros(retention(p.Retention)), l.grace(), l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-			next, err := ledger.ApplyRenew(cur, p, now)
+			next, err := driver.ApplyRenew(cur, p, now)
 			return next, next, err
 		})
 }
 
 // Complete implements ledger.Ledger with one fenced script.
 func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	if err := ledger.ValidateFence(&p.Fence); err != nil {
+	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
 	return l.fenced(ctx, "complete", p.RunID, finishScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, string(ledger.StatusCompleted), "",
 			micros(retention(p.Retention)), l.grace(), l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-			return ledger.ApplyComplete(cur, p, now)
+			return driver.ApplyComplete(cur, p, now)
 		})
 }
 
 // Fail implements ledger.Ledger with one fenced script.
 func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	if err := ledger.ValidateFence(&p.Fence); err != nil {
+	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
 	return l.fenced(ctx, "fail", p.RunID, finishScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, string(ledger.StatusFailed), p.Error,
 			micros(retention(p.Retention)), l.grace(), l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-			return ledger.ApplyFail(cur, p, now)
+			return driver.ApplyFail(cur, p, now)
 		})
 }
 
 // Release implements ledger.Ledger with one fenced script.
 func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	if err := ledger.ValidateFence(&p.Fence); err != nil {
+	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
-	if err := ledger.ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
+	if err := driver.ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
 		return nil, err
 	}
 	return l.fenced(ctx, "release", p.RunID, releaseScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, p.Error, micros(p.RetryAfter),
 			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), l.grace(), l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-			return ledger.ApplyRelease(cur, p, now)
+			return driver.ApplyRelease(cur, p, now)
 		})
 }
 
 // Rescue implements ledger.Ledger with one conditional script.
 func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	if err := ledger.ValidateRescue(p); err != nil {
+	if err := driver.ValidateRescue(p); err != nil {
 		return nil, err
 	}
-	deadline := ledger.Truncate(p.Deadline)
+	deadline := driver.Micros(p.Deadline)
 	lost := fmt.Sprintf("attempt %d lost its lease at %s", p.Attempt, deadline.Format(time.RFC3339Nano))
 	return l.fenced(ctx, "rescue", p.RunID, rescueScript,
 		[]any{timeArg(p.Now), p.RunID, string(p.Status), strconv.FormatInt(p.Attempt, 10), timeArg(deadline),
 			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), lost, l.grace(),
 			l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-			next, err := ledger.ApplyRescue(cur, p, now)
+			next, err := driver.ApplyRescue(cur, p, now)
 			return next, next, err
 		})
 }
@@ -302,7 +303,7 @@ func (l *Ledger) effectKeys(runID, key string) []string {
 
 // BeginEffect implements ledger.Ledger with one fenced script.
 func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
-	if err := ledger.ValidateEffect(&p.Fence, p.Name); err != nil {
+	if err := driver.ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, err
 	}
 	key := ledger.EffectKey(p.RunID, p.Name)
@@ -319,7 +320,7 @@ func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (
 		}
 		return &ledger.BeginEffectResult{Effect: a.effect, PreviousAttempt: prev}, nil
 	}
-	next, res, err := ledger.ApplyBeginEffect(a.run, a.effect, p, a.now)
+	next, res, err := driver.ApplyBeginEffect(a.run, a.effect, p, a.now)
 	if err != nil {
 		return nil, err
 	}
@@ -331,11 +332,11 @@ func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (
 
 // CompleteEffect implements ledger.Ledger with one fenced script.
 func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
-	if err := ledger.ValidateEffect(&p.Fence, p.Name); err != nil {
+	if err := driver.ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, err
 	}
 	if len(p.Ref) > ledger.MaxEffectRef {
-		return nil, ledger.Invalidf("effect %q of run %s: ref is %d bytes, the limit is %d", p.Name, p.RunID, len(p.Ref), ledger.MaxEffectRef)
+		return nil, driver.Invalidf("effect %q of run %s: ref is %d bytes, the limit is %d", p.Name, p.RunID, len(p.Ref), ledger.MaxEffectRef)
 	}
 	key := ledger.EffectKey(p.RunID, p.Name)
 	a, err := l.call(ctx, "complete effect "+p.Name+" of run "+p.RunID, completeEffectScript, l.effectKeys(p.RunID, key),
@@ -346,7 +347,7 @@ func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectPar
 	if a.written {
 		return a.effect, nil
 	}
-	next, ans, err := ledger.ApplyCompleteEffect(a.run, a.effect, p, a.now)
+	next, ans, err := driver.ApplyCompleteEffect(a.run, a.effect, p, a.now)
 	if err != nil {
 		return nil, err
 	}
@@ -398,7 +399,7 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 		if err != nil {
 			return nil, err
 		}
-		if r != nil && ledger.NeedsRescue(r, now) {
+		if r != nil && driver.NeedsRescue(r, now) {
 			out = append(out, r)
 		}
 	}

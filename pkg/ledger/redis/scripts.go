@@ -28,7 +28,7 @@ local function num(s)
 end
 local function floordiv(a, b) return math.floor(a / b) end
 
--- expiry is ledger.ExpiryOf: the retention after the latest of now, the deadline and the
+-- expiry is driver.ExpiryOf: the retention after the latest of now, the deadline and the
 -- not-before (0 for none), so that a run never expires before its retry or rescue is due.
 local function expiry(now, deadline, nb, ret)
   return math.max(now, deadline, nb) + ret

@@ -6,6 +6,7 @@ import (
 	"cloud.google.com/go/spanner"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // runColumns are the runs table's columns in the order runRow and runValues use.
@@ -58,7 +59,7 @@ func tm(t spanner.NullTime) time.Time {
 	if !t.Valid {
 		return time.Time{}
 	}
-	return ledger.Truncate(t.Time)
+	return driver.Micros(t.Time)
 }
 
 func (r *runRow) run() *ledger.Run {

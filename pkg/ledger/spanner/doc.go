@@ -30,7 +30,7 @@
 //
 // The row deletion policy is the retention: Spanner deletes a run past expire_at (the
 // retention after the latest of its last write, its deadline and its not-before,
-// ledger.ExpiryOf) by itself, typically within three days, so no sweeper is needed;
+// driver.ExpiryOf) by itself, typically within three days, so no sweeper is needed;
 // Sweep deletes expired runs sooner (at most Limit in one transaction). Effects are
 // interleaved in their run: they sit beside it in storage, are read with it in one query,
 // and go when it goes (ON DELETE CASCADE, by the policy or by Sweep) and never sooner:
@@ -62,7 +62,7 @@
 //
 // Every later transition reads the run in a read-write transaction, which locks what it
 // reads until it commits, takes the verdict with the pure rules of package ledger
-// (ledger.ApplyComplete and friends) over that record and Spanner's time, and buffers the
+// (driver.ApplyComplete and friends) over that record and Spanner's time, and buffers the
 // writes: the fence (status, attempt number and attempt ID) holds when they land. The
 // read locks an absent run's key too, so a worker claim with MustExist that finds no run,
 // or one that leaves a run of another payload untouched, answers over a record no

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // Default bounds, as in the ledger's documentation.
@@ -134,7 +135,7 @@ func vanished(err error) bool {
 }
 
 // nowParam is a params' Now as a query parameter: NULL (Spanner's time) when zero.
-func nowParam(t time.Time) spanner.NullTime { return nullTime(ledger.Truncate(t)) }
+func nowParam(t time.Time) spanner.NullTime { return nullTime(driver.Micros(t)) }
 
 // isVerdict reports whether err is the state machine's answer rather than Spanner's.
 func isVerdict(err error) bool {
@@ -157,7 +158,7 @@ func writeRun(r *ledger.Run) []*spanner.Mutation {
 // without a read (ApplyAtLeastOnce); a duplicate's insert fails with AlreadyExists and
 // costs one strong read more.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	if err := ledger.ValidateClaim(p); err != nil {
+	if err := driver.ValidateClaim(p); err != nil {
 		return nil, err
 	}
 	now := p.Now
@@ -173,7 +174,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	}
 	// The record's times are Spanner's clock as estimated between round trips (see the
 	// package doc, "The ingress claim and Spanner's clock").
-	_, res, err := ledger.ApplyClaim(nil, p, now)
+	_, res, err := driver.ApplyClaim(nil, p, now)
 	if err != nil {
 		return nil, err
 	}
@@ -199,11 +200,11 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 // Expedite implements ledger.Ledger with one read-write transaction: an untouched
 // ingress claim's deadline becomes Spanner's now.
 func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
-	if err := ledger.ValidateExpedite(p); err != nil {
+	if err := driver.ValidateExpedite(p); err != nil {
 		return nil, err
 	}
 	return l.runTransition(ctx, "expedite", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyExpedite(cur, p, now)
+		next, err := driver.ApplyExpedite(cur, p, now)
 		return next, next, err
 	})
 }
@@ -213,12 +214,12 @@ func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledge
 // a run left untouched for a payload mismatch, cannot change under it (a sweep's delete
 // waits or aborts).
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	if err := ledger.ValidateAcquire(p); err != nil {
+	if err := driver.ValidateAcquire(p); err != nil {
 		return nil, err
 	}
 	return transact(ctx, l, "acquire run "+p.RunID, readRunSQL, runParams(p.RunID), p.Now,
 		func(row *readRow, now time.Time) ([]*spanner.Mutation, *ledger.AcquireResult, error) {
-			next, res, err := ledger.ApplyAcquire(row.run(), p, now)
+			next, res, err := driver.ApplyAcquire(row.run(), p, now)
 			return writeRun(next), res, err
 		})
 }
@@ -237,7 +238,7 @@ func (l *Ledger) runTransition(ctx context.Context, op, runID string, override t
 // Renew implements ledger.Ledger with one read-write transaction fenced by the attempt.
 func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
 	return l.runTransition(ctx, "renew", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyRenew(cur, p, now)
+		next, err := driver.ApplyRenew(cur, p, now)
 		return next, next, err
 	})
 }
@@ -245,21 +246,21 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 // Complete implements ledger.Ledger with one read-write transaction fenced by the attempt.
 func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	return l.runTransition(ctx, "complete", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyComplete(cur, p, now)
+		return driver.ApplyComplete(cur, p, now)
 	})
 }
 
 // Release implements ledger.Ledger with one read-write transaction fenced by the attempt.
 func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
 	return l.runTransition(ctx, "release", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyRelease(cur, p, now)
+		return driver.ApplyRelease(cur, p, now)
 	})
 }
 
 // Fail implements ledger.Ledger with one read-write transaction fenced by the attempt.
 func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
 	return l.runTransition(ctx, "fail", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyFail(cur, p, now)
+		return driver.ApplyFail(cur, p, now)
 	})
 }
 
@@ -267,7 +268,7 @@ func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, e
 // as listed.
 func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
 	return l.runTransition(ctx, "rescue", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyRescue(cur, p, now)
+		next, err := driver.ApplyRescue(cur, p, now)
 		return next, next, err
 	})
 }
@@ -299,24 +300,24 @@ func effectParams(runID, name string) map[string]any {
 // BeginEffect implements ledger.Ledger with one read-write transaction that reads the run
 // (the fence) and the effect in one query.
 func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
-	if err := ledger.ValidateEffect(&p.Fence, p.Name); err != nil {
+	if err := driver.ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, err
 	}
 	return transact(ctx, l, "begin effect "+p.Name+" of run "+p.RunID, readEffectSQL, effectParams(p.RunID, p.Name), p.Now,
 		func(row *readRow, now time.Time) ([]*spanner.Mutation, *ledger.BeginEffectResult, error) {
-			next, res, err := ledger.ApplyBeginEffect(row.run(), row.effect(), p, now)
+			next, res, err := driver.ApplyBeginEffect(row.run(), row.effect(), p, now)
 			return writeEffect(next), res, err
 		})
 }
 
 // CompleteEffect implements ledger.Ledger with one read-write transaction.
 func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
-	if err := ledger.ValidateEffect(&p.Fence, p.Name); err != nil {
+	if err := driver.ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, err
 	}
 	return transact(ctx, l, "complete effect "+p.Name+" of run "+p.RunID, readEffectSQL, effectParams(p.RunID, p.Name), p.Now,
 		func(row *readRow, now time.Time) ([]*spanner.Mutation, *ledger.Effect, error) {
-			next, answer, err := ledger.ApplyCompleteEffect(row.run(), row.effect(), p, now)
+			next, answer, err := driver.ApplyCompleteEffect(row.run(), row.effect(), p, now)
 			return writeEffect(next), answer, err
 		})
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 	"github.com/runonce/runonce/pkg/ledger/internal/serverclock"
 )
 
@@ -120,7 +121,7 @@ func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
 	if u.User != nil {
 		return nil, fmt.Errorf("%s: credentials come from the environment, never from the URL", form)
 	}
-	if err := ledger.CheckQuery(u, ParamMigrate); err != nil {
+	if err := driver.CheckQuery(u, ParamMigrate); err != nil {
 		return nil, fmt.Errorf("%s: %w", form, err)
 	}
 	var o Options

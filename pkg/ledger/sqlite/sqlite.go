@@ -19,6 +19,7 @@ import (
 	sqlite3lib "modernc.org/sqlite/lib"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // Scheme is the URL scheme of this backend.
@@ -57,7 +58,7 @@ type Ledger struct {
 var _ ledger.Ledger = (*Ledger)(nil)
 
 func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
-	if err := ledger.CheckQuery(u, "busy_timeout", "synchronous"); err != nil {
+	if err := driver.CheckQuery(u, "busy_timeout", "synchronous"); err != nil {
 		return nil, err
 	}
 	path := u.Path
@@ -312,7 +313,7 @@ func updateRun[T any](ctx context.Context, l *Ledger, op, id string, apply func(
 // neither waits for the writers (and their commits' fsyncs) nor makes them wait. Only a
 // run the read did not find takes the write transaction, which reads again under the lock.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	if err := ledger.ValidateClaim(p); err != nil {
+	if err := driver.ValidateClaim(p); err != nil {
 		return nil, err
 	}
 	cur, err := getRun(ctx, l.db, p.RunID)
@@ -320,7 +321,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 		return nil, wrap("claim", p.RunID, interpret(err))
 	}
 	if cur != nil {
-		_, res, err := ledger.ApplyClaim(cur, p, l.now(p.Now))
+		_, res, err := driver.ApplyClaim(cur, p, l.now(p.Now))
 		return res, err
 	}
 	return l.claimLocked(ctx, p)
@@ -329,14 +330,14 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 // claimLocked is the write path of Claim, for a run the read did not find.
 func (l *Ledger) claimLocked(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	return updateRun(ctx, l, "claim", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.ClaimResult, error) {
-		return ledger.ApplyClaim(cur, p, l.now(p.Now))
+		return driver.ApplyClaim(cur, p, l.now(p.Now))
 	})
 }
 
 // Expedite implements ledger.Ledger.
 func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
 	return updateRun(ctx, l, "expedite", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyExpedite(cur, p, l.now(p.Now))
+		next, err := driver.ApplyExpedite(cur, p, l.now(p.Now))
 		return next, next, err
 	})
 }
@@ -344,14 +345,14 @@ func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledge
 // Acquire implements ledger.Ledger.
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	return updateRun(ctx, l, "acquire", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.AcquireResult, error) {
-		return ledger.ApplyAcquire(cur, p, l.now(p.Now))
+		return driver.ApplyAcquire(cur, p, l.now(p.Now))
 	})
 }
 
 // Renew implements ledger.Ledger.
 func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
 	return updateRun(ctx, l, "renew", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyRenew(cur, p, l.now(p.Now))
+		next, err := driver.ApplyRenew(cur, p, l.now(p.Now))
 		return next, next, err
 	})
 }
@@ -359,28 +360,28 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 // Complete implements ledger.Ledger.
 func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	return updateRun(ctx, l, "complete", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyComplete(cur, p, l.now(p.Now))
+		return driver.ApplyComplete(cur, p, l.now(p.Now))
 	})
 }
 
 // Release implements ledger.Ledger.
 func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
 	return updateRun(ctx, l, "release", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyRelease(cur, p, l.now(p.Now))
+		return driver.ApplyRelease(cur, p, l.now(p.Now))
 	})
 }
 
 // Fail implements ledger.Ledger.
 func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
 	return updateRun(ctx, l, "fail", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyFail(cur, p, l.now(p.Now))
+		return driver.ApplyFail(cur, p, l.now(p.Now))
 	})
 }
 
 // Rescue implements ledger.Ledger.
 func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
 	return updateRun(ctx, l, "rescue", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyRescue(cur, p, l.now(p.Now))
+		next, err := driver.ApplyRescue(cur, p, l.now(p.Now))
 		return next, next, err
 	})
 }
@@ -420,7 +421,7 @@ func (l *Ledger) effectTx(ctx context.Context, op, runID, name string, apply fun
 // BeginEffect implements ledger.Ledger.
 func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (res *ledger.BeginEffectResult, err error) {
 	err = l.effectTx(ctx, "begin effect", p.RunID, p.Name, func(run *ledger.Run, cur *ledger.Effect) (next *ledger.Effect, err error) {
-		next, res, err = ledger.ApplyBeginEffect(run, cur, p, l.now(p.Now))
+		next, res, err = driver.ApplyBeginEffect(run, cur, p, l.now(p.Now))
 		return next, err
 	})
 	return res, err
@@ -429,7 +430,7 @@ func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (
 // CompleteEffect implements ledger.Ledger.
 func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (res *ledger.Effect, err error) {
 	err = l.effectTx(ctx, "complete effect", p.RunID, p.Name, func(run *ledger.Run, cur *ledger.Effect) (next *ledger.Effect, err error) {
-		next, res, err = ledger.ApplyCompleteEffect(run, cur, p, l.now(p.Now))
+		next, res, err = driver.ApplyCompleteEffect(run, cur, p, l.now(p.Now))
 		return next, err
 	})
 	return res, err
@@ -449,7 +450,7 @@ func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*led
 
 // ListRescue implements ledger.Ledger.
 func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
-	now := ledger.Truncate(l.now(p.Now))
+	now := driver.Micros(l.now(p.Now))
 	rows, err := l.db.QueryContext(ctx, "SELECT "+runColumns+` FROM runs
 		WHERE status IN ('queued', 'running') AND deadline < ? ORDER BY deadline LIMIT ?`,
 		micros(now), cmp.Or(p.Limit, 100))
@@ -470,7 +471,7 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 
 // Sweep implements ledger.Ledger. It deletes in one bounded transaction.
 func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
-	now := micros(ledger.Truncate(l.now(p.Now)))
+	now := micros(driver.Micros(l.now(p.Now)))
 	limit := cmp.Or(p.Limit, 500)
 	n := 0
 	err := l.tx(ctx, func(tx *sql.Tx) error {

@@ -1,9 +1,11 @@
-package ledger
+package driver
 
 import (
 	"cmp"
 	"fmt"
 	"time"
+
+	"github.com/runonce/runonce/pkg/ledger"
 )
 
 // This file is the run state machine as pure functions over records. Backends that read
@@ -15,27 +17,27 @@ import (
 // "now", and returns the record to write (nil when nothing is to be written) and the
 // answer. None of them reads a clock.
 
-// Truncate normalises a time to what every backend stores exactly: UTC, microseconds.
-func Truncate(t time.Time) time.Time {
+// Micros normalises a time to what every backend stores exactly: UTC, microseconds.
+func Micros(t time.Time) time.Time {
 	if t.IsZero() {
 		return time.Time{}
 	}
 	return t.UTC().Truncate(time.Microsecond)
 }
 
-func retention(d time.Duration) time.Duration { return cmp.Or(d, DefaultRetention) }
+func retention(d time.Duration) time.Duration { return cmp.Or(d, ledger.DefaultRetention) }
 
 // ValidateIdentity checks the fields a claim needs.
-func ValidateIdentity(id *Identity) error {
-	if !ValidRunID(id.RunID) {
+func ValidateIdentity(id *ledger.Identity) error {
+	if !ledger.ValidRunID(id.RunID) {
 		return Invalidf("run ID %q is not 64 lower-case hex digits", id.RunID)
 	}
 	return nil
 }
 
 // ValidateFence checks the fields a fenced transition needs.
-func ValidateFence(f *Fence) error {
-	if !ValidRunID(f.RunID) {
+func ValidateFence(f *ledger.Fence) error {
+	if !ledger.ValidRunID(f.RunID) {
 		return Invalidf("run ID %q is not 64 lower-case hex digits", f.RunID)
 	}
 	if f.Attempt <= 0 || f.AttemptID == "" {
@@ -45,7 +47,7 @@ func ValidateFence(f *Fence) error {
 }
 
 // ValidateClaim checks the parameters of an ingress claim.
-func ValidateClaim(p *ClaimParams) error {
+func ValidateClaim(p *ledger.ClaimParams) error {
 	if err := ValidateIdentity(&p.Identity); err != nil {
 		return err
 	}
@@ -56,7 +58,7 @@ func ValidateClaim(p *ClaimParams) error {
 }
 
 // ValidateAcquire checks the parameters of a worker claim.
-func ValidateAcquire(p *AcquireParams) error {
+func ValidateAcquire(p *ledger.AcquireParams) error {
 	if err := ValidateIdentity(&p.Identity); err != nil {
 		return err
 	}
@@ -67,7 +69,7 @@ func ValidateAcquire(p *AcquireParams) error {
 }
 
 // ValidateEffect checks the parameters of an effect write.
-func ValidateEffect(f *Fence, name string) error {
+func ValidateEffect(f *ledger.Fence, name string) error {
 	if err := ValidateFence(f); err != nil {
 		return err
 	}
@@ -78,19 +80,19 @@ func ValidateEffect(f *Fence, name string) error {
 }
 
 // ValidateRescue checks the parameters of a rescue.
-func ValidateRescue(p *RescueParams) error {
-	if !ValidRunID(p.RunID) {
+func ValidateRescue(p *ledger.RescueParams) error {
+	if !ledger.ValidRunID(p.RunID) {
 		return Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
 	}
 	return nil
 }
 
 // Holds reports whether r is running under fence f.
-func Holds(r *Run, f *Fence) bool {
-	return r != nil && r.Status == StatusRunning && r.Attempt == f.Attempt && r.AttemptID == f.AttemptID
+func Holds(r *ledger.Run, f *ledger.Fence) bool {
+	return r != nil && r.Status == ledger.StatusRunning && r.Attempt == f.Attempt && r.AttemptID == f.AttemptID
 }
 
-func sameAttempt(r *Run, f *Fence) bool {
+func sameAttempt(r *ledger.Run, f *ledger.Fence) bool {
 	return r != nil && r.Attempt == f.Attempt && r.AttemptID == f.AttemptID
 }
 
@@ -98,7 +100,7 @@ func sameAttempt(r *Run, f *Fence) bool {
 // last moment anything is due on the run (now, its deadline, its not-before), so that
 // a sweeper can never delete a run before its retry or its rescue is due, nor sooner
 // than a retention after either.
-func touch(r *Run, now time.Time, keep time.Duration) {
+func touch(r *ledger.Run, now time.Time, keep time.Duration) {
 	r.UpdatedAt = now
 	r.ExpireAt = ExpiryOf(r, now, keep)
 }
@@ -107,14 +109,14 @@ func touch(r *Run, now time.Time, keep time.Duration) {
 // retention after the latest of now, its Deadline and its NotBefore. Every backend keeps
 // ExpireAt ≥ max(Deadline, NotBefore) + retention on every write (the conformance suite
 // checks it after every transition).
-func ExpiryOf(r *Run, now time.Time, keep time.Duration) time.Time {
+func ExpiryOf(r *ledger.Run, now time.Time, keep time.Duration) time.Time {
 	last := now
 	for _, t := range []time.Time{r.Deadline, r.NotBefore} {
 		if t.After(last) {
 			last = t
 		}
 	}
-	return Truncate(last.Add(retention(keep)))
+	return Micros(last.Add(retention(keep)))
 }
 
 // ValidateRetryAfter checks a release's delay: not negative, and no longer than the
@@ -127,44 +129,44 @@ func ValidateRetryAfter(runID string, d, keep time.Duration) error {
 }
 
 // ApplyClaim is the ingress claim.
-func ApplyClaim(cur *Run, p *ClaimParams, now time.Time) (*Run, *ClaimResult, error) {
-	now = Truncate(now)
+func ApplyClaim(cur *ledger.Run, p *ledger.ClaimParams, now time.Time) (*ledger.Run, *ledger.ClaimResult, error) {
+	now = Micros(now)
 	if err := ValidateClaim(p); err != nil {
 		return nil, nil, err
 	}
 	if cur != nil {
-		return nil, &ClaimResult{Run: cur, PayloadMismatch: cur.PayloadHash != p.PayloadHash}, nil
+		return nil, &ledger.ClaimResult{Run: cur, PayloadMismatch: cur.PayloadHash != p.PayloadHash}, nil
 	}
-	r := &Run{
+	r := &ledger.Run{
 		ID: p.RunID, Namespace: p.Namespace, Job: p.Job, Key: p.Key,
-		ScheduleTime: Truncate(p.ScheduleTime), PayloadHash: p.PayloadHash, Payload: p.Payload,
-		Status: StatusQueued, AttemptID: p.AttemptID,
-		Deadline:  Truncate(now.Add(cmp.Or(p.PickupTimeout, DefaultPickupTimeout))),
+		ScheduleTime: Micros(p.ScheduleTime), PayloadHash: p.PayloadHash, Payload: p.Payload,
+		Status: ledger.StatusQueued, AttemptID: p.AttemptID,
+		Deadline:  Micros(now.Add(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout))),
 		CreatedAt: now,
 	}
 	touch(r, now, p.Retention)
-	return r, &ClaimResult{Run: r, Created: true}, nil
+	return r, &ledger.ClaimResult{Run: r, Created: true}, nil
 }
 
 // ValidateExpedite checks the parameters of Expedite.
-func ValidateExpedite(p *ExpediteParams) error {
-	if !ValidRunID(p.RunID) || p.AttemptID == "" {
+func ValidateExpedite(p *ledger.ExpediteParams) error {
+	if !ledger.ValidRunID(p.RunID) || p.AttemptID == "" {
 		return Invalidf("expedite needs a run ID and the ingress claim's attempt ID (got %q, %q)", p.RunID, p.AttemptID)
 	}
 	return nil
 }
 
 // ApplyExpedite makes an untouched ingress claim due now (see Ledger.Expedite).
-func ApplyExpedite(cur *Run, p *ExpediteParams, now time.Time) (*Run, error) {
-	now = Truncate(now)
+func ApplyExpedite(cur *ledger.Run, p *ledger.ExpediteParams, now time.Time) (*ledger.Run, error) {
+	now = Micros(now)
 	if err := ValidateExpedite(p); err != nil {
 		return nil, err
 	}
 	if cur == nil {
-		return nil, fmt.Errorf("%w: run %s", ErrNotFound, p.RunID)
+		return nil, fmt.Errorf("%w: run %s", ledger.ErrNotFound, p.RunID)
 	}
-	if cur.Status != StatusQueued || cur.Attempt != 0 || cur.AttemptID != p.AttemptID {
-		return nil, leaseLost(Fence{RunID: p.RunID, AttemptID: p.AttemptID}, cur)
+	if cur.Status != ledger.StatusQueued || cur.Attempt != 0 || cur.AttemptID != p.AttemptID {
+		return nil, leaseLost(ledger.Fence{RunID: p.RunID, AttemptID: p.AttemptID}, cur)
 	}
 	r := *cur
 	r.Deadline = now
@@ -173,48 +175,48 @@ func ApplyExpedite(cur *Run, p *ExpediteParams, now time.Time) (*Run, error) {
 }
 
 // ApplyAcquire is the worker claim.
-func ApplyAcquire(cur *Run, p *AcquireParams, now time.Time) (*Run, *AcquireResult, error) {
-	now = Truncate(now)
+func ApplyAcquire(cur *ledger.Run, p *ledger.AcquireParams, now time.Time) (*ledger.Run, *ledger.AcquireResult, error) {
+	now = Micros(now)
 	if err := ValidateAcquire(p); err != nil {
 		return nil, nil, err
 	}
-	var r Run
+	var r ledger.Run
 	switch {
 	case cur == nil && p.MustExist:
-		return nil, nil, fmt.Errorf("%w: run %s (the claim may not create it)", ErrNotFound, p.RunID)
+		return nil, nil, fmt.Errorf("%w: run %s (the claim may not create it)", ledger.ErrNotFound, p.RunID)
 	case cur != nil && cur.PayloadHash != p.PayloadHash:
-		return nil, &AcquireResult{Outcome: PayloadMismatch, Run: cur}, nil
+		return nil, &ledger.AcquireResult{Outcome: ledger.PayloadMismatch, Run: cur}, nil
 	case cur == nil:
-		r = Run{
+		r = ledger.Run{
 			ID: p.RunID, Namespace: p.Namespace, Job: p.Job, Key: p.Key,
-			ScheduleTime: Truncate(p.ScheduleTime), PayloadHash: p.PayloadHash, Payload: p.Payload,
+			ScheduleTime: Micros(p.ScheduleTime), PayloadHash: p.PayloadHash, Payload: p.Payload,
 			CreatedAt: now,
 		}
 	case cur.Status.Terminal():
-		return nil, &AcquireResult{Outcome: Terminal, Run: cur}, nil
-	case cur.Status == StatusQueued && cur.NotBefore.After(now):
-		return nil, &AcquireResult{Outcome: Held, Run: cur, Until: cur.NotBefore}, nil
-	case cur.Status == StatusRunning && !cur.Deadline.Before(now):
-		return nil, &AcquireResult{Outcome: Held, Run: cur, Until: cur.Deadline}, nil
-	case cur.Status == StatusRunning: // the lease expired: take it over
+		return nil, &ledger.AcquireResult{Outcome: ledger.Terminal, Run: cur}, nil
+	case cur.Status == ledger.StatusQueued && cur.NotBefore.After(now):
+		return nil, &ledger.AcquireResult{Outcome: ledger.Held, Run: cur, Until: cur.NotBefore}, nil
+	case cur.Status == ledger.StatusRunning && !cur.Deadline.Before(now):
+		return nil, &ledger.AcquireResult{Outcome: ledger.Held, Run: cur, Until: cur.Deadline}, nil
+	case cur.Status == ledger.StatusRunning: // the lease expired: take it over
 		r = *cur
 		r.AttemptsMade++
 		r.LastError = fmt.Sprintf("attempt %d lost its lease at %s", cur.Attempt, cur.Deadline.Format(time.RFC3339Nano))
 	default:
 		r = *cur
 	}
-	r.Status = StatusRunning
+	r.Status = ledger.StatusRunning
 	r.Attempt++
 	r.AttemptID = p.AttemptID
 	r.NotBefore = time.Time{}
-	r.Deadline = Truncate(now.Add(cmp.Or(p.Lease, DefaultLease)))
+	r.Deadline = Micros(now.Add(cmp.Or(p.Lease, ledger.DefaultLease)))
 	touch(&r, now, p.Retention)
-	return &r, &AcquireResult{Outcome: Acquired, Run: &r}, nil
+	return &r, &ledger.AcquireResult{Outcome: ledger.Acquired, Run: &r}, nil
 }
 
 // ApplyRenew extends the caller's lease.
-func ApplyRenew(cur *Run, p *RenewParams, now time.Time) (*Run, error) {
-	now = Truncate(now)
+func ApplyRenew(cur *ledger.Run, p *ledger.RenewParams, now time.Time) (*ledger.Run, error) {
+	now = Micros(now)
 	if err := ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
@@ -222,7 +224,7 @@ func ApplyRenew(cur *Run, p *RenewParams, now time.Time) (*Run, error) {
 		return nil, leaseLost(p.Fence, cur)
 	}
 	r := *cur
-	r.Deadline = Truncate(now.Add(cmp.Or(p.Lease, DefaultLease)))
+	r.Deadline = Micros(now.Add(cmp.Or(p.Lease, ledger.DefaultLease)))
 	r.UpdatedAt = now
 	if exp := ExpiryOf(&r, now, p.Retention); r.ExpireAt.Before(exp) {
 		r.ExpireAt = exp
@@ -231,19 +233,19 @@ func ApplyRenew(cur *Run, p *RenewParams, now time.Time) (*Run, error) {
 }
 
 // ApplyComplete completes the caller's run. A repeat by the same attempt writes nothing.
-func ApplyComplete(cur *Run, p *CompleteParams, now time.Time) (*Run, *Run, error) {
-	now = Truncate(now)
-	return finish(cur, &p.Fence, StatusCompleted, "", p.Retention, now)
+func ApplyComplete(cur *ledger.Run, p *ledger.CompleteParams, now time.Time) (*ledger.Run, *ledger.Run, error) {
+	now = Micros(now)
+	return finish(cur, &p.Fence, ledger.StatusCompleted, "", p.Retention, now)
 }
 
 // ApplyFail fails the caller's run for good. A repeat by the same attempt writes nothing.
-func ApplyFail(cur *Run, p *FailParams, now time.Time) (*Run, *Run, error) {
-	now = Truncate(now)
-	return finish(cur, &p.Fence, StatusFailed, p.Error, p.Retention, now)
+func ApplyFail(cur *ledger.Run, p *ledger.FailParams, now time.Time) (*ledger.Run, *ledger.Run, error) {
+	now = Micros(now)
+	return finish(cur, &p.Fence, ledger.StatusFailed, p.Error, p.Retention, now)
 }
 
 // finish returns (record to write or nil, answer, error).
-func finish(cur *Run, f *Fence, to Status, errText string, keep time.Duration, now time.Time) (*Run, *Run, error) {
+func finish(cur *ledger.Run, f *ledger.Fence, to ledger.Status, errText string, keep time.Duration, now time.Time) (*ledger.Run, *ledger.Run, error) {
 	if err := ValidateFence(f); err != nil {
 		return nil, nil, err
 	}
@@ -268,97 +270,97 @@ func finish(cur *Run, f *Fence, to Status, errText string, keep time.Duration, n
 
 // ApplyRelease returns the caller's run to queued. A repeat by the same attempt writes
 // nothing.
-func ApplyRelease(cur *Run, p *ReleaseParams, now time.Time) (*Run, *Run, error) {
-	now = Truncate(now)
+func ApplyRelease(cur *ledger.Run, p *ledger.ReleaseParams, now time.Time) (*ledger.Run, *ledger.Run, error) {
+	now = Micros(now)
 	if err := ValidateFence(&p.Fence); err != nil {
 		return nil, nil, err
 	}
 	if err := ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
 		return nil, nil, err
 	}
-	if cur != nil && cur.Status == StatusQueued && sameAttempt(cur, &p.Fence) {
+	if cur != nil && cur.Status == ledger.StatusQueued && sameAttempt(cur, &p.Fence) {
 		return nil, cur, nil
 	}
 	if !Holds(cur, &p.Fence) {
 		return nil, nil, leaseLost(p.Fence, cur)
 	}
 	r := *cur
-	r.Status = StatusQueued
+	r.Status = ledger.StatusQueued
 	r.AttemptsMade++
 	r.LastError = p.Error
 	r.NotBefore = time.Time{}
 	if p.RetryAfter > 0 {
-		r.NotBefore = Truncate(now.Add(p.RetryAfter))
+		r.NotBefore = Micros(now.Add(p.RetryAfter))
 	}
-	r.Deadline = Truncate(now.Add(p.RetryAfter + cmp.Or(p.PickupTimeout, DefaultPickupTimeout)))
+	r.Deadline = Micros(now.Add(p.RetryAfter + cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)))
 	touch(&r, now, p.Retention)
 	return &r, &r, nil
 }
 
 // ApplyRescue returns a listed run to queued with a fresh pickup deadline.
-func ApplyRescue(cur *Run, p *RescueParams, now time.Time) (*Run, error) {
-	now = Truncate(now)
+func ApplyRescue(cur *ledger.Run, p *ledger.RescueParams, now time.Time) (*ledger.Run, error) {
+	now = Micros(now)
 	if err := ValidateRescue(p); err != nil {
 		return nil, err
 	}
 	if cur == nil {
-		return nil, fmt.Errorf("%w: run %s", ErrNotFound, p.RunID)
+		return nil, fmt.Errorf("%w: run %s", ledger.ErrNotFound, p.RunID)
 	}
-	if cur.Status != p.Status || cur.Attempt != p.Attempt || !cur.Deadline.Equal(Truncate(p.Deadline)) {
+	if cur.Status != p.Status || cur.Attempt != p.Attempt || !cur.Deadline.Equal(Micros(p.Deadline)) {
 		return nil, fmt.Errorf("%w: run %s is %s at attempt %d with deadline %s since it was listed",
-			ErrConflict, p.RunID, cur.Status, cur.Attempt, cur.Deadline.Format(time.RFC3339Nano))
+			ledger.ErrConflict, p.RunID, cur.Status, cur.Attempt, cur.Deadline.Format(time.RFC3339Nano))
 	}
 	if cur.Status.Terminal() || !cur.Deadline.Before(now) {
-		return nil, fmt.Errorf("%w: run %s is %s and not past its deadline", ErrConflict, p.RunID, cur.Status)
+		return nil, fmt.Errorf("%w: run %s is %s and not past its deadline", ledger.ErrConflict, p.RunID, cur.Status)
 	}
 	r := *cur
-	if r.Status == StatusRunning {
+	if r.Status == ledger.StatusRunning {
 		r.AttemptsMade++
 		r.LastError = fmt.Sprintf("attempt %d lost its lease at %s", cur.Attempt, cur.Deadline.Format(time.RFC3339Nano))
 		r.AttemptID = ""
-		r.Status = StatusQueued
+		r.Status = ledger.StatusQueued
 	}
 	r.NotBefore = time.Time{}
-	r.Deadline = Truncate(now.Add(cmp.Or(p.PickupTimeout, DefaultPickupTimeout)))
+	r.Deadline = Micros(now.Add(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)))
 	touch(&r, now, p.Retention)
 	return &r, nil
 }
 
 // NeedsRescue reports whether r is queued past its pickup deadline or running past its
 // lease at now.
-func NeedsRescue(r *Run, now time.Time) bool {
-	return (r.Status == StatusQueued || r.Status == StatusRunning) && r.Deadline.Before(now)
+func NeedsRescue(r *ledger.Run, now time.Time) bool {
+	return (r.Status == ledger.StatusQueued || r.Status == ledger.StatusRunning) && r.Deadline.Before(now)
 }
 
 // ApplyBeginEffect records an effect as pending for the caller's attempt.
-func ApplyBeginEffect(run *Run, cur *Effect, p *BeginEffectParams, now time.Time) (*Effect, *BeginEffectResult, error) {
-	now = Truncate(now)
+func ApplyBeginEffect(run *ledger.Run, cur *ledger.Effect, p *ledger.BeginEffectParams, now time.Time) (*ledger.Effect, *ledger.BeginEffectResult, error) {
+	now = Micros(now)
 	if err := ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, nil, err
 	}
 	if !Holds(run, &p.Fence) {
 		return nil, nil, leaseLost(p.Fence, run)
 	}
-	if cur != nil && cur.Status == EffectDone {
-		return nil, &BeginEffectResult{Effect: cur, Done: true}, nil
+	if cur != nil && cur.Status == ledger.EffectDone {
+		return nil, &ledger.BeginEffectResult{Effect: cur, Done: true}, nil
 	}
-	e := &Effect{Key: EffectKey(p.RunID, p.Name), RunID: p.RunID, Name: p.Name, CreatedAt: now}
+	e := &ledger.Effect{Key: ledger.EffectKey(p.RunID, p.Name), RunID: p.RunID, Name: p.Name, CreatedAt: now}
 	var prev int64
 	if cur != nil {
 		*e = *cur
 		prev = cur.Attempt
 	}
-	e.Status = EffectPending
+	e.Status = ledger.EffectPending
 	e.Attempt = p.Attempt
 	e.UpdatedAt = now
-	e.ExpireAt = Truncate(now.Add(retention(p.Retention)))
-	return e, &BeginEffectResult{Effect: e, PreviousAttempt: prev}, nil
+	e.ExpireAt = Micros(now.Add(retention(p.Retention)))
+	return e, &ledger.BeginEffectResult{Effect: e, PreviousAttempt: prev}, nil
 }
 
 // ApplyCompleteEffect marks an effect the caller's attempt began as done. A repeat by the
 // same attempt writes nothing.
-func ApplyCompleteEffect(run *Run, cur *Effect, p *CompleteEffectParams, now time.Time) (*Effect, *Effect, error) {
-	now = Truncate(now)
+func ApplyCompleteEffect(run *ledger.Run, cur *ledger.Effect, p *ledger.CompleteEffectParams, now time.Time) (*ledger.Effect, *ledger.Effect, error) {
+	now = Micros(now)
 	if err := ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, nil, err
 	}
@@ -366,22 +368,22 @@ func ApplyCompleteEffect(run *Run, cur *Effect, p *CompleteEffectParams, now tim
 		return nil, nil, leaseLost(p.Fence, run)
 	}
 	if cur == nil {
-		return nil, nil, fmt.Errorf("%w: effect %q of run %s was never begun", ErrNotFound, p.Name, p.RunID)
+		return nil, nil, fmt.Errorf("%w: effect %q of run %s was never begun", ledger.ErrNotFound, p.Name, p.RunID)
 	}
 	if cur.Attempt != p.Attempt {
 		return nil, nil, Invalidf("effect %q of run %s was begun by attempt %d, not %d: begin it first", p.Name, p.RunID, cur.Attempt, p.Attempt)
 	}
-	if len(p.Ref) > MaxEffectRef {
-		return nil, nil, Invalidf("effect %q of run %s: ref is %d bytes, the limit is %d", p.Name, p.RunID, len(p.Ref), MaxEffectRef)
+	if len(p.Ref) > ledger.MaxEffectRef {
+		return nil, nil, Invalidf("effect %q of run %s: ref is %d bytes, the limit is %d", p.Name, p.RunID, len(p.Ref), ledger.MaxEffectRef)
 	}
-	if cur.Status == EffectDone {
+	if cur.Status == ledger.EffectDone {
 		return nil, cur, nil
 	}
 	e := *cur
-	e.Status = EffectDone
+	e.Status = ledger.EffectDone
 	e.Ref = p.Ref
 	e.DoneAt = now
 	e.UpdatedAt = now
-	e.ExpireAt = Truncate(now.Add(retention(p.Retention)))
+	e.ExpireAt = Micros(now.Add(retention(p.Retention)))
 	return &e, &e, nil
 }
