@@ -151,7 +151,7 @@ func (l *faultLedger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*le
 		q := *p
 		q.Now = or(q.Now, now)
 		res, err := l.Ledger.Acquire(ctx, &q)
-		if err == nil && res.Outcome == ledger.Acquired {
+		if err == nil && res.Outcome == ledger.OutcomeAcquired {
 			l.acquired(res.Run)
 		}
 		return res, err

@@ -40,7 +40,7 @@ type stealing struct{ ledger.Ledger }
 
 func (b *stealing) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	res, err := b.Ledger.Acquire(ctx, p)
-	if err == nil && res.Outcome == ledger.Held && res.Run.Status == ledger.StatusRunning {
+	if err == nil && res.Outcome == ledger.OutcomeHeld && res.Run.Status == ledger.StatusRunning {
 		q := *p
 		q.Now = res.Until.Add(time.Millisecond)
 		return b.Ledger.Acquire(ctx, &q)

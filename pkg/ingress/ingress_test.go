@@ -47,7 +47,7 @@ func acquire(tb testing.TB, l ledger.Ledger, runID string, lease time.Duration) 
 	}
 	res, err := l.Acquire(context.Background(), &ledger.AcquireParams{
 		Identity: id, AttemptID: uuid.NewString(), Lease: lease})
-	if err != nil || res.Outcome != ledger.Acquired {
+	if err != nil || res.Outcome != ledger.OutcomeAcquired {
 		tb.Fatalf("acquire %s: %v %+v", runID, err, res)
 	}
 	return res.Run

@@ -176,29 +176,29 @@ type AcquireOutcome int
 
 // The outcomes of a worker claim.
 const (
-	// Acquired: the caller now holds the run (Run.Attempt, Run.AttemptID).
-	Acquired AcquireOutcome = iota + 1
-	// Held: another live attempt holds the run, or a released run may not be retried
+	// OutcomeAcquired: the caller now holds the run (Run.Attempt, Run.AttemptID).
+	OutcomeAcquired AcquireOutcome = iota + 1
+	// OutcomeHeld: another live attempt holds the run, or a released run may not be retried
 	// yet; Until says when to come back. Not an error: the delivery is nacked.
-	Held
-	// Terminal: the run is completed or failed; nothing to do.
-	Terminal
-	// PayloadMismatch: the run exists with another payload hash than the claim's
+	OutcomeHeld
+	// OutcomeFinished: the run is completed or failed; nothing to do.
+	OutcomeFinished
+	// OutcomePayloadMismatch: the run exists with another payload hash than the claim's
 	// (Identity.PayloadHash, which the worker computes from the message's data): the
 	// message is not the one the run was accepted with, and must never run. The run is
 	// untouched.
-	PayloadMismatch
+	OutcomePayloadMismatch
 )
 
 func (o AcquireOutcome) String() string {
 	switch o {
-	case Acquired:
+	case OutcomeAcquired:
 		return "acquired"
-	case Held:
+	case OutcomeHeld:
 		return "held"
-	case Terminal:
-		return "terminal"
-	case PayloadMismatch:
+	case OutcomeFinished:
+		return "finished"
+	case OutcomePayloadMismatch:
 		return "payload_mismatch"
 	}
 	return "unknown"

@@ -249,15 +249,15 @@ func (w *Worker) Process(ctx context.Context, d *Delivery) (v Verdict) {
 		return w.verdict(ctx, Verdict{Outcome: OutcomeError})
 	}
 	switch res.Outcome {
-	case ledger.PayloadMismatch:
+	case ledger.OutcomePayloadMismatch:
 		log.ErrorContext(ctx, "delivery carries another payload than the run was accepted with: never run, acked; the run is untouched",
 			slog.String("message_payload_sha256", id.PayloadHash), slog.String("run_payload_sha256", res.Run.PayloadHash),
 			slog.String("status", string(res.Run.Status)))
 		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomePayloadMismatch})
-	case ledger.Terminal:
+	case ledger.OutcomeFinished:
 		log.InfoContext(ctx, "duplicate delivery of a finished run acked", slog.String("status", string(res.Run.Status)))
 		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeTerminal})
-	case ledger.Held:
+	case ledger.OutcomeHeld:
 		w.metrics.nackedHeld.Add(ctx, 1)
 		log.InfoContext(ctx, "run held by another attempt; delivery nacked", slog.Time("held_until", res.Until), slog.Int64("holder_attempt", res.Run.Attempt))
 		w.nackDelay(ctx, res.Until)

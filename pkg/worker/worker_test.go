@@ -293,7 +293,7 @@ func TestLeaseLostCancelsTheJobAndFencesItsWrites(t *testing.T) {
 		// Another worker takes the run over (the ledger is told the lease has expired).
 		run, _ := mem.Get(ctx, &ledger.GetParams{RunID: j.RunID})
 		res, err := mem.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: j.RunID, PayloadHash: run.PayloadHash}, AttemptID: uuid.NewString(), Now: run.Deadline.Add(time.Millisecond)})
-		if err != nil || res.Outcome != ledger.Acquired {
+		if err != nil || res.Outcome != ledger.OutcomeAcquired {
 			t.Errorf("takeover: %v, %v", res, err)
 		}
 		close(took)

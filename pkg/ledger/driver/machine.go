@@ -185,7 +185,7 @@ func ApplyAcquire(cur *ledger.Run, p *ledger.AcquireParams, now time.Time) (*led
 	case cur == nil && p.MustExist:
 		return nil, nil, fmt.Errorf("%w: run %s (the claim may not create it)", ledger.ErrNotFound, p.RunID)
 	case cur != nil && cur.PayloadHash != p.PayloadHash:
-		return nil, &ledger.AcquireResult{Outcome: ledger.PayloadMismatch, Run: cur}, nil
+		return nil, &ledger.AcquireResult{Outcome: ledger.OutcomePayloadMismatch, Run: cur}, nil
 	case cur == nil:
 		r = ledger.Run{
 			ID: p.RunID, Namespace: p.Namespace, Job: p.Job, Key: p.Key,
@@ -193,11 +193,11 @@ func ApplyAcquire(cur *ledger.Run, p *ledger.AcquireParams, now time.Time) (*led
 			CreatedAt: now,
 		}
 	case cur.Status.Terminal():
-		return nil, &ledger.AcquireResult{Outcome: ledger.Terminal, Run: cur}, nil
+		return nil, &ledger.AcquireResult{Outcome: ledger.OutcomeFinished, Run: cur}, nil
 	case cur.Status == ledger.StatusQueued && cur.NotBefore.After(now):
-		return nil, &ledger.AcquireResult{Outcome: ledger.Held, Run: cur, Until: cur.NotBefore}, nil
+		return nil, &ledger.AcquireResult{Outcome: ledger.OutcomeHeld, Run: cur, Until: cur.NotBefore}, nil
 	case cur.Status == ledger.StatusRunning && !cur.Deadline.Before(now):
-		return nil, &ledger.AcquireResult{Outcome: ledger.Held, Run: cur, Until: cur.Deadline}, nil
+		return nil, &ledger.AcquireResult{Outcome: ledger.OutcomeHeld, Run: cur, Until: cur.Deadline}, nil
 	case cur.Status == ledger.StatusRunning: // the lease expired: take it over
 		r = *cur
 		r.AttemptsMade++
@@ -211,7 +211,7 @@ func ApplyAcquire(cur *ledger.Run, p *ledger.AcquireParams, now time.Time) (*led
 	r.NotBefore = time.Time{}
 	r.Deadline = Micros(now.Add(cmp.Or(p.Lease, ledger.DefaultLease)))
 	touch(&r, now, p.Retention)
-	return &r, &ledger.AcquireResult{Outcome: ledger.Acquired, Run: &r}, nil
+	return &r, &ledger.AcquireResult{Outcome: ledger.OutcomeAcquired, Run: &r}, nil
 }
 
 // ApplyRenew extends the caller's lease.

@@ -272,7 +272,7 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	err := l.update(ctx, "acquire", p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
 		if cur != nil && cur.Status == ledger.StatusRunning && cur.AttemptID == p.AttemptID {
 			// Our own write landed on an earlier round whose answer was lost.
-			res = &ledger.AcquireResult{Outcome: ledger.Acquired, Run: cur}
+			res = &ledger.AcquireResult{Outcome: ledger.OutcomeAcquired, Run: cur}
 			return change{}, nil
 		}
 		next, r, err := driver.ApplyAcquire(cur, p, now)

@@ -200,13 +200,13 @@ func TestRoundTrips(t *testing.T) {
 	check("a duplicate claim", "Commit", "BatchGetDocuments")
 
 	a, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: uuid.NewString(), Lease: time.Minute})
-	if err != nil || a.Outcome != ledger.Acquired {
+	if err != nil || a.Outcome != ledger.OutcomeAcquired {
 		t.Fatalf("Acquire = %+v, %v", a, err)
 	}
 	check("a worker claim", "BatchGetDocuments", "Commit")
 
 	held, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: uuid.NewString(), Lease: time.Minute})
-	if err != nil || held.Outcome != ledger.Held {
+	if err != nil || held.Outcome != ledger.OutcomeHeld {
 		t.Fatalf("second Acquire = %+v, %v", held, err)
 	}
 	check("a worker claim of a held run", "BatchGetDocuments")
@@ -244,7 +244,7 @@ func TestConcurrentTakeover(t *testing.T) {
 	id := ledger.KeyedRunID("ns", "job", uuid.NewString())
 	ident := ledger.Identity{RunID: id, Namespace: "ns", Job: "job", Key: "k"}
 	first, err := a.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: uuid.NewString(), Lease: time.Second})
-	if err != nil || first.Outcome != ledger.Acquired {
+	if err != nil || first.Outcome != ledger.OutcomeAcquired {
 		t.Fatalf("Acquire = %+v, %v", first, err)
 	}
 	// Wait until the lease expired by the server's clock (a read's ReadTime).
@@ -286,12 +286,12 @@ func TestConcurrentTakeover(t *testing.T) {
 			contended++
 		case errs[i] != nil:
 			t.Fatalf("worker claim %d: %v; want a result or ledger.ErrContended", i, errs[i])
-		case r.Outcome == ledger.Acquired:
+		case r.Outcome == ledger.OutcomeAcquired:
 			if winner != nil {
 				t.Fatalf("two worker claims took the run over: attempts %q and %q", winner.AttemptID, r.Run.AttemptID)
 			}
 			winner = r.Run
-		case r.Outcome != ledger.Held:
+		case r.Outcome != ledger.OutcomeHeld:
 			t.Fatalf("worker claim %d = %v, want acquired or held", i, r.Outcome)
 		}
 	}
@@ -315,7 +315,7 @@ func TestConcurrentEffects(t *testing.T) {
 	ctx := t.Context()
 	id := ledger.KeyedRunID("ns", "job", uuid.NewString())
 	a, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id}, AttemptID: uuid.NewString(), Lease: time.Minute})
-	if err != nil || a.Outcome != ledger.Acquired {
+	if err != nil || a.Outcome != ledger.OutcomeAcquired {
 		t.Fatalf("Acquire = %+v, %v", a, err)
 	}
 	f := ledger.Fence{RunID: id, Attempt: a.Run.Attempt, AttemptID: a.Run.AttemptID}

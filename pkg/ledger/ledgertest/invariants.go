@@ -91,7 +91,7 @@ func (c *checked) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger
 	res, err := c.Ledger.Acquire(ctx, p)
 	if err == nil {
 		c.t.Helper()
-		if res.Outcome == ledger.Acquired {
+		if res.Outcome == ledger.OutcomeAcquired {
 			c.written("Acquire", res.Run, p.Retention)
 		} else {
 			c.returned("Acquire ("+res.Outcome.String()+")", res.Run)

@@ -149,7 +149,7 @@ type stealingAcquire struct{ ledger.Ledger }
 
 func (b *stealingAcquire) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	res, err := b.Ledger.Acquire(ctx, p)
-	if err == nil && res.Outcome == ledger.Held {
+	if err == nil && res.Outcome == ledger.OutcomeHeld {
 		q := *p
 		q.Now = res.Until.Add(time.Millisecond)
 		return b.Ledger.Acquire(ctx, &q)
@@ -249,7 +249,7 @@ func (b *shortExpiry) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger
 
 func (b *shortExpiry) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	res, err := b.Ledger.Acquire(ctx, p)
-	if err == nil && res.Outcome == ledger.Acquired {
+	if err == nil && res.Outcome == ledger.OutcomeAcquired {
 		short(res.Run, p.Retention)
 	}
 	return res, err

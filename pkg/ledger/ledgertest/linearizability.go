@@ -486,7 +486,7 @@ func linCall(f *fixture, in linInput) (linOutput, *ledger.Fence, *ledger.Run) {
 		res, err = l.Acquire(ctx, &ledger.AcquireParams{Identity: id, AttemptID: in.attempt, Lease: linLease})
 		if err == nil {
 			out.outcome, r = res.Outcome, res.Run
-			if res.Outcome == ledger.Acquired {
+			if res.Outcome == ledger.OutcomeAcquired {
 				granted = &ledger.Fence{RunID: in.run, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}
 			}
 		}

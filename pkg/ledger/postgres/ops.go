@@ -111,7 +111,7 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	}
 	r := s.run()
 	if written && r.Status == ledger.StatusRunning && r.AttemptID == p.AttemptID {
-		return &ledger.AcquireResult{Outcome: ledger.Acquired, Run: r}, nil
+		return &ledger.AcquireResult{Outcome: ledger.OutcomeAcquired, Run: r}, nil
 	}
 	// Nothing taken: the state machine says why (held until …, or terminal).
 	next, res, err := driver.ApplyAcquire(r, p, now)

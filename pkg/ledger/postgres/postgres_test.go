@@ -567,7 +567,7 @@ func TestOneStatementPerTransition(t *testing.T) {
 		})
 		count("Acquire (held)", func() error {
 			res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: uuid.NewString()})
-			if err == nil && res.Outcome != ledger.Held {
+			if err == nil && res.Outcome != ledger.OutcomeHeld {
 				err = fmt.Errorf("outcome %v, want held", res.Outcome)
 			}
 			return err
@@ -702,7 +702,7 @@ func TestRacesReturnTheLatestRow(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if res.Outcome != ledger.Held || res.Run == nil || res.Run.AttemptID != "holder" || res.Until.IsZero() {
+			if res.Outcome != ledger.OutcomeHeld || res.Run == nil || res.Run.AttemptID != "holder" || res.Until.IsZero() {
 				return fmt.Errorf("Acquire = %+v, want held by the concurrently inserted attempt", res)
 			}
 			return nil

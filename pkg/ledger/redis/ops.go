@@ -164,7 +164,7 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	r := a.run
 	// Written, or written by this very attempt on a try the client retried.
 	if r != nil && r.Status == ledger.StatusRunning && r.AttemptID == p.AttemptID && r.PayloadHash == p.PayloadHash {
-		return &ledger.AcquireResult{Outcome: ledger.Acquired, Run: r}, nil
+		return &ledger.AcquireResult{Outcome: ledger.OutcomeAcquired, Run: r}, nil
 	}
 	next, res, err := driver.ApplyAcquire(r, p, a.now)
 	if err != nil {

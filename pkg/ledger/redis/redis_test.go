@@ -224,7 +224,7 @@ func TestRFC3339(t *testing.T) {
 			t.Fatal(err)
 		}
 		b, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id}, AttemptID: "two", Now: at.Add(time.Second)})
-		if err != nil || b.Outcome != ledger.Acquired {
+		if err != nil || b.Outcome != ledger.OutcomeAcquired {
 			t.Fatalf("takeover = %+v, %v", b, err)
 		}
 		want := fmt.Sprintf("attempt 1 lost its lease at %s", a.Run.Deadline.Format(time.RFC3339Nano))
@@ -662,7 +662,7 @@ func TestMustExistAgainstSweep(t *testing.T) {
 		if sweepErr != nil {
 			t.Fatalf("round %d: Sweep: %v", round, sweepErr)
 		}
-		acquired := acqErr == nil && res.Outcome == ledger.Acquired
+		acquired := acqErr == nil && res.Outcome == ledger.OutcomeAcquired
 		if !acquired && !errors.Is(acqErr, ledger.ErrNotFound) {
 			t.Fatalf("round %d: Acquire = %+v, %v; want acquired or ErrNotFound", round, res, acqErr)
 		}

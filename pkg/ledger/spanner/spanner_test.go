@@ -428,7 +428,7 @@ func TestMustExistAgainstSweep(t *testing.T) {
 		if sweepErr != nil {
 			t.Fatalf("round %d: Sweep: %v", round, sweepErr)
 		}
-		acquired := acqErr == nil && res.Outcome == ledger.Acquired
+		acquired := acqErr == nil && res.Outcome == ledger.OutcomeAcquired
 		if !acquired && !errors.Is(acqErr, ledger.ErrNotFound) {
 			t.Fatalf("round %d: Acquire = %+v, %v; want acquired or ErrNotFound", round, res, acqErr)
 		}

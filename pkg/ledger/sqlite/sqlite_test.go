@@ -144,7 +144,7 @@ func race(ctx context.Context, l ledger.Ledger, who string, win func(string)) er
 				if c.Created {
 					win("claim " + id)
 				}
-				if a.Outcome == ledger.Acquired {
+				if a.Outcome == ledger.OutcomeAcquired {
 					win("acquire " + id)
 				}
 				mu.Unlock()
