@@ -22,7 +22,7 @@ import (
 
 	"github.com/runonce/runonce/internal/app"
 	"github.com/runonce/runonce/internal/config"
-	spannerledger "github.com/runonce/runonce/pkg/ledger/spanner"
+	spannerledger "github.com/runonce/runonce/pkg/ledger/spannerledger"
 )
 
 // The Terraform tree the checks read: the module and every example root that calls it.

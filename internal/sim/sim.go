@@ -21,8 +21,8 @@ import (
 	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/memory"
-	_ "github.com/runonce/runonce/pkg/ledger/postgres" // registers postgres://
-	_ "github.com/runonce/runonce/pkg/ledger/redis"    // registers redis://
+	_ "github.com/runonce/runonce/pkg/ledger/postgres"    // registers postgres://
+	_ "github.com/runonce/runonce/pkg/ledger/redisledger" // registers redis://
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
 	"github.com/runonce/runonce/pkg/worker"
 )

@@ -22,7 +22,7 @@ import (
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/ledger"
-	_ "github.com/runonce/runonce/pkg/ledger/firestore"
+	_ "github.com/runonce/runonce/pkg/ledger/firestoreledger"
 	"github.com/runonce/runonce/pkg/ledger/memory"
 	_ "github.com/runonce/runonce/pkg/ledger/postgres"
 	"github.com/runonce/runonce/pkg/ledger/sqlite"

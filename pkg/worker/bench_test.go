@@ -15,7 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runonce/runonce/pkg/ledger"
-	firestoreledger "github.com/runonce/runonce/pkg/ledger/firestore"
+	firestoreledger "github.com/runonce/runonce/pkg/ledger/firestoreledger"
 	"github.com/runonce/runonce/pkg/ledger/memory"
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
 	"github.com/runonce/runonce/pkg/queue"

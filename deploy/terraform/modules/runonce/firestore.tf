@@ -1,5 +1,5 @@
 # The ledger: one Firestore (Native mode) database with two collections, PREFIXruns and
-# PREFIXeffects (pkg/ledger/firestore/doc.go). Nothing here with ledger = "spanner"
+# PREFIXeffects (pkg/ledger/firestoreledger/doc.go). Nothing here with ledger = "spanner"
 # (spanner.tf).
 
 resource "google_firestore_database" "ledger" {

@@ -1,6 +1,6 @@
 # The ledger on Cloud Spanner instead of Firestore (ledger = "spanner"): an optional
 # instance, the database with the ledger's tables and the runs' row deletion policy
-# (pkg/ledger/spanner, Schema), and the services' one grant on it.
+# (pkg/ledger/spannerledger, Schema), and the services' one grant on it.
 #
 # The DDL is the ledger's own (deploy/deploy_test.go checks that it matches
 # spannerledger.Schema), applied here so that the services open the database with
