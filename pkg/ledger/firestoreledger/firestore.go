@@ -53,13 +53,14 @@ type Options struct {
 
 // Ledger is a ledger on Firestore. It is safe for concurrent use.
 type Ledger struct {
-	client     *firestore.Client
-	ownsClient bool
-	prefix     string
-	runs       *firestore.CollectionRef
-	effects    *firestore.CollectionRef
-	clock      *serverclock.Clock
-	closed     atomic.Bool
+	client             *firestore.Client
+	ownsClient         bool
+	prefix             string
+	runs               *firestore.CollectionRef
+	effects            *firestore.CollectionRef
+	clock              *serverclock.Clock
+	driver.Transitions // the fenced transitions, over store (Acquire is this package's)
+	closed             atomic.Bool
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -90,6 +91,7 @@ func New(ctx context.Context, client *firestore.Client, opts *Options) (*Ledger,
 		effects: client.Collection(opts.Prefix + EffectsCollection),
 		clock:   serverclock.New(local),
 	}
+	l.Transitions = driver.Transitions{Store: store{l}}
 	if err := l.Ping(ctx); err != nil {
 		return nil, err
 	}
@@ -240,24 +242,27 @@ func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *led
 	})
 }
 
-// Expedite implements ledger.Ledger: a read, then an update-time-fenced write.
-func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
-	if err := nowUnsupported("expedite", p.Now); err != nil {
-		return nil, err
+// store is the driver.Store of the ledger: a run's transition is update's read and
+// update-time-fenced write, an effect's is effect's.
+type store struct{ l *Ledger }
+
+// UpdateRun implements driver.Store.
+func (s store) UpdateRun(ctx context.Context, op, id string, override time.Time, decide func(cur *ledger.Run, now time.Time) (*ledger.Run, error)) error {
+	if err := nowUnsupported(op, override); err != nil {
+		return err
 	}
-	if err := driver.ValidateExpedite(p); err != nil {
-		return nil, err
-	}
-	var answer *ledger.Run
-	err := l.update(ctx, "expedite", p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
-		next, err := driver.ApplyExpedite(cur, p, now)
-		answer = next
+	return s.l.update(ctx, op, id, func(cur *ledger.Run, now time.Time) (change, error) {
+		next, err := decide(cur, now)
 		return change{put: next}, err
 	})
-	if err != nil {
-		return nil, err
+}
+
+// UpdateEffect implements driver.Store.
+func (s store) UpdateEffect(ctx context.Context, op, runID, name string, override time.Time, decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
+	if err := nowUnsupported(op, override); err != nil {
+		return err
 	}
-	return answer, nil
+	return s.l.effect(ctx, op, runID, name, decide)
 }
 
 // Acquire implements ledger.Ledger: a read, then an update-time-fenced write.
@@ -285,55 +290,6 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	return res, nil
 }
 
-// fenced runs a fenced transition of the run the fence names.
-func (l *Ledger) fenced(ctx context.Context, op string, f *ledger.Fence, now time.Time, apply func(cur *ledger.Run, now time.Time) (next, answer *ledger.Run, err error)) (*ledger.Run, error) {
-	if err := nowUnsupported(op, now); err != nil {
-		return nil, err
-	}
-	if err := driver.ValidateFence(f); err != nil {
-		return nil, err
-	}
-	var answer *ledger.Run
-	err := l.update(ctx, op, f.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
-		next, a, err := apply(cur, now)
-		answer = a
-		return change{put: next}, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return answer, nil
-}
-
-// Renew implements ledger.Ledger.
-func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	return l.fenced(ctx, "renew", &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		next, err := driver.ApplyRenew(cur, p, now)
-		return next, next, err
-	})
-}
-
-// Complete implements ledger.Ledger.
-func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	return l.fenced(ctx, "complete", &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		return driver.ApplyComplete(cur, p, now)
-	})
-}
-
-// Release implements ledger.Ledger.
-func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	return l.fenced(ctx, "release", &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		return driver.ApplyRelease(cur, p, now)
-	})
-}
-
-// Fail implements ledger.Ledger.
-func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	return l.fenced(ctx, "fail", &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		return driver.ApplyFail(cur, p, now)
-	})
-}
-
 // Get implements ledger.Ledger.
 func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
 	if !ledger.ValidRunID(p.RunID) {
@@ -357,13 +313,10 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 // run still carries the caller's fence, and the holder's renewals never wait on a lock.
 // A transaction is the client's only atomic multi-document write (WriteBatch is
 // deprecated); it holds no read, so it costs BeginTransaction and Commit.
-func (l *Ledger) effect(ctx context.Context, op string, f *ledger.Fence, name string, apply func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
-	if err := driver.ValidateFence(f); err != nil {
-		return err
-	}
-	runRef := l.runs.Doc(f.RunID)
-	effRef := l.effects.Doc(ledger.EffectKey(f.RunID, name))
-	what := fmt.Sprintf("%s %q of run %s", op, name, f.RunID)
+func (l *Ledger) effect(ctx context.Context, op, runID, name string, apply func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
+	runRef := l.runs.Doc(runID)
+	effRef := l.effects.Doc(ledger.EffectKey(runID, name))
+	what := fmt.Sprintf("%s %q of run %s", op, name, runID)
 	return retryStale(ctx, what, func(ctx context.Context) error {
 		sent := l.clock.Local()
 		snaps, err := l.client.GetAll(ctx, []*firestore.DocumentRef{runRef, effRef})
@@ -403,40 +356,6 @@ func (l *Ledger) effect(ctx context.Context, op string, f *ledger.Fence, name st
 		}
 		return err
 	})
-}
-
-// BeginEffect implements ledger.Ledger.
-func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
-	if err := nowUnsupported("begin effect", p.Now); err != nil {
-		return nil, err
-	}
-	var res *ledger.BeginEffectResult
-	err := l.effect(ctx, "begin effect", &p.Fence, p.Name, func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error) {
-		next, r, err := driver.ApplyBeginEffect(run, cur, p, now)
-		res = r
-		return next, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
-}
-
-// CompleteEffect implements ledger.Ledger.
-func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
-	if err := nowUnsupported("complete effect", p.Now); err != nil {
-		return nil, err
-	}
-	var answer *ledger.Effect
-	err := l.effect(ctx, "complete effect", &p.Fence, p.Name, func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error) {
-		next, a, err := driver.ApplyCompleteEffect(run, cur, p, now)
-		answer = a
-		return next, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return answer, nil
 }
 
 // GetEffect implements ledger.Ledger.
@@ -490,26 +409,6 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 			out = append(out, r)
 		}
 	}
-}
-
-// Rescue implements ledger.Ledger.
-func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	if err := nowUnsupported("rescue", p.Now); err != nil {
-		return nil, err
-	}
-	if err := driver.ValidateRescue(p); err != nil {
-		return nil, err
-	}
-	var answer *ledger.Run
-	err := l.update(ctx, "rescue", p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
-		next, err := driver.ApplyRescue(cur, p, now)
-		answer = next
-		return change{put: next}, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return answer, nil
 }
 
 // Sweep implements ledger.Ledger: runs, then effects whose run is gone, past expire_at

@@ -197,80 +197,31 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	return &ledger.ClaimResult{Run: cur, Created: created, PayloadMismatch: !created && cur.PayloadHash != p.PayloadHash}, nil
 }
 
-// Expedite implements ledger.Ledger with one read-write transaction: an untouched
-// ingress claim's deadline becomes Spanner's now.
-func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
-	if err := driver.ValidateExpedite(p); err != nil {
-		return nil, err
-	}
-	return l.runTransition(ctx, "expedite", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		next, err := driver.ApplyExpedite(cur, p, now)
-		return next, next, err
-	})
-}
+// store is the driver.Store of the ledger: each update is one read-write transaction
+// whose one query reads Spanner's time and the records (transact).
+type store struct{ l *Ledger }
 
-// Acquire implements ledger.Ledger with one read-write transaction: its read locks the
-// run, or the absence of it, until the commit, so a MustExist claim refused as absent, or
-// a run left untouched for a payload mismatch, cannot change under it (a sweep's delete
-// waits or aborts).
-func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	if err := driver.ValidateAcquire(p); err != nil {
-		return nil, err
-	}
-	return transact(ctx, l, "acquire run "+p.RunID, readRunSQL, runParams(p.RunID), p.Now,
-		func(row *readRow, now time.Time) ([]*spanner.Mutation, *ledger.AcquireResult, error) {
-			next, res, err := driver.ApplyAcquire(row.run(), p, now)
-			return writeRun(next), res, err
+// UpdateRun implements driver.Store. The query's read locks the run, or the absence of
+// it, until the commit, so a MustExist claim refused as absent, or a run left untouched
+// for a payload mismatch, cannot change under it (a sweep's delete waits or aborts).
+func (s store) UpdateRun(ctx context.Context, op, id string, override time.Time, decide func(cur *ledger.Run, now time.Time) (*ledger.Run, error)) error {
+	_, err := transact(ctx, s.l, op+" run "+id, readRunSQL, runParams(id), override,
+		func(row *readRow, now time.Time) ([]*spanner.Mutation, struct{}, error) {
+			next, err := decide(row.run(), now)
+			return writeRun(next), struct{}{}, err
 		})
+	return err
 }
 
-// runTransition runs a transition of one run whose rule returns (record to write, answer).
-func (l *Ledger) runTransition(ctx context.Context, op, runID string, override time.Time,
-	rule func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error),
-) (*ledger.Run, error) {
-	return transact(ctx, l, op+" run "+runID, readRunSQL, runParams(runID), override,
-		func(row *readRow, now time.Time) ([]*spanner.Mutation, *ledger.Run, error) {
-			next, answer, err := rule(row.run(), now)
-			return writeRun(next), answer, err
+// UpdateEffect implements driver.Store: the query reads the run (the fence) and the
+// effect together.
+func (s store) UpdateEffect(ctx context.Context, op, runID, name string, override time.Time, decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
+	_, err := transact(ctx, s.l, op+" "+name+" of run "+runID, readEffectSQL, effectParams(runID, name), override,
+		func(row *readRow, now time.Time) ([]*spanner.Mutation, struct{}, error) {
+			next, err := decide(row.run(), row.effect(), now)
+			return writeEffect(next), struct{}{}, err
 		})
-}
-
-// Renew implements ledger.Ledger with one read-write transaction fenced by the attempt.
-func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	return l.runTransition(ctx, "renew", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		next, err := driver.ApplyRenew(cur, p, now)
-		return next, next, err
-	})
-}
-
-// Complete implements ledger.Ledger with one read-write transaction fenced by the attempt.
-func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	return l.runTransition(ctx, "complete", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		return driver.ApplyComplete(cur, p, now)
-	})
-}
-
-// Release implements ledger.Ledger with one read-write transaction fenced by the attempt.
-func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	return l.runTransition(ctx, "release", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		return driver.ApplyRelease(cur, p, now)
-	})
-}
-
-// Fail implements ledger.Ledger with one read-write transaction fenced by the attempt.
-func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	return l.runTransition(ctx, "fail", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		return driver.ApplyFail(cur, p, now)
-	})
-}
-
-// Rescue implements ledger.Ledger with one read-write transaction conditional on the run
-// as listed.
-func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	return l.runTransition(ctx, "rescue", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-		next, err := driver.ApplyRescue(cur, p, now)
-		return next, next, err
-	})
+	return err
 }
 
 // Get implements ledger.Ledger with one strong read.
@@ -295,31 +246,6 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 
 func effectParams(runID, name string) map[string]any {
 	return map[string]any{"id": runID, "name": name}
-}
-
-// BeginEffect implements ledger.Ledger with one read-write transaction that reads the run
-// (the fence) and the effect in one query.
-func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
-	if err := driver.ValidateEffect(&p.Fence, p.Name); err != nil {
-		return nil, err
-	}
-	return transact(ctx, l, "begin effect "+p.Name+" of run "+p.RunID, readEffectSQL, effectParams(p.RunID, p.Name), p.Now,
-		func(row *readRow, now time.Time) ([]*spanner.Mutation, *ledger.BeginEffectResult, error) {
-			next, res, err := driver.ApplyBeginEffect(row.run(), row.effect(), p, now)
-			return writeEffect(next), res, err
-		})
-}
-
-// CompleteEffect implements ledger.Ledger with one read-write transaction.
-func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
-	if err := driver.ValidateEffect(&p.Fence, p.Name); err != nil {
-		return nil, err
-	}
-	return transact(ctx, l, "complete effect "+p.Name+" of run "+p.RunID, readEffectSQL, effectParams(p.RunID, p.Name), p.Now,
-		func(row *readRow, now time.Time) ([]*spanner.Mutation, *ledger.Effect, error) {
-			next, answer, err := driver.ApplyCompleteEffect(row.run(), row.effect(), p, now)
-			return writeEffect(next), answer, err
-		})
 }
 
 func writeEffect(e *ledger.Effect) []*spanner.Mutation {

@@ -47,9 +47,10 @@ type Options struct {
 
 // Ledger is a SQLite-backed ledger.
 type Ledger struct {
-	db    *sql.DB
-	path  string
-	clock func() time.Time
+	driver.Transitions // the fenced transitions, over store
+	db                 *sql.DB
+	path               string
+	clock              func() time.Time
 	// wmu serialises this process's write transactions: SQLite has one writer at a
 	// time, and queueing here is cheaper than spinning on the busy handler.
 	wmu sync.Mutex
@@ -121,6 +122,7 @@ func Open(ctx context.Context, path string, opts *Options) (*Ledger, error) {
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(0)
 	l := &Ledger{db: db, path: abs, clock: opts.Clock}
+	l.Transitions = driver.Transitions{Store: store{l}}
 	if l.clock == nil {
 		l.clock = time.Now
 	}
@@ -290,23 +292,43 @@ func putEffect(ctx context.Context, tx *sql.Tx, e *ledger.Effect) error {
 	return err
 }
 
-// updateRun applies a transition to one run in one transaction: it reads the run, asks
-// apply for the record to write (nil: nothing) and the answer, and writes the record.
-func updateRun[T any](ctx context.Context, l *Ledger, op, id string, apply func(cur *ledger.Run) (*ledger.Run, T, error)) (T, error) {
-	var answer T
-	err := l.tx(ctx, func(tx *sql.Tx) error {
+// store is the driver.Store of the ledger: each update is one write transaction.
+type store struct{ l *Ledger }
+
+// UpdateRun implements driver.Store: it reads the run, asks decide for the record to
+// write (nil: nothing), and writes it, in one transaction.
+func (s store) UpdateRun(ctx context.Context, op, id string, override time.Time, decide func(cur *ledger.Run, now time.Time) (*ledger.Run, error)) error {
+	return wrap(op, id, s.l.tx(ctx, func(tx *sql.Tx) error {
 		cur, err := getRun(ctx, tx, id)
 		if err != nil {
 			return err
 		}
-		next, a, err := apply(cur)
+		next, err := decide(cur, s.l.now(override))
 		if err != nil {
 			return err
 		}
-		answer = a
 		return putRun(ctx, tx, next)
-	})
-	return answer, wrap(op, id, err)
+	}))
+}
+
+// UpdateEffect implements driver.Store: it reads a run and one of its effects, applies
+// a transition and writes the effect, in one transaction.
+func (s store) UpdateEffect(ctx context.Context, op, runID, name string, override time.Time, decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
+	return wrap(op, runID, s.l.tx(ctx, func(tx *sql.Tx) error {
+		run, err := getRun(ctx, tx, runID)
+		if err != nil {
+			return err
+		}
+		cur, err := getEffect(ctx, tx, ledger.EffectKey(runID, name))
+		if err != nil {
+			return err
+		}
+		next, err := decide(run, cur, s.l.now(override))
+		if err != nil {
+			return err
+		}
+		return putEffect(ctx, tx, next)
+	}))
 }
 
 // Claim implements ledger.Ledger. A duplicate is one read, outside the write lock: it
@@ -327,63 +349,17 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	return l.claimLocked(ctx, p)
 }
 
-// claimLocked is the write path of Claim, for a run the read did not find.
-func (l *Ledger) claimLocked(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	return updateRun(ctx, l, "claim", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.ClaimResult, error) {
-		return driver.ApplyClaim(cur, p, l.now(p.Now))
+// claimLocked is the write path of Claim, for a run the read did not find: it reads
+// again under the write lock.
+func (l *Ledger) claimLocked(ctx context.Context, p *ledger.ClaimParams) (res *ledger.ClaimResult, err error) {
+	err = store{l}.UpdateRun(ctx, "claim", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (next *ledger.Run, err error) {
+		next, res, err = driver.ApplyClaim(cur, p, now)
+		return next, err
 	})
-}
-
-// Expedite implements ledger.Ledger.
-func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "expedite", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := driver.ApplyExpedite(cur, p, l.now(p.Now))
-		return next, next, err
-	})
-}
-
-// Acquire implements ledger.Ledger.
-func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	return updateRun(ctx, l, "acquire", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.AcquireResult, error) {
-		return driver.ApplyAcquire(cur, p, l.now(p.Now))
-	})
-}
-
-// Renew implements ledger.Ledger.
-func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "renew", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := driver.ApplyRenew(cur, p, l.now(p.Now))
-		return next, next, err
-	})
-}
-
-// Complete implements ledger.Ledger.
-func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "complete", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return driver.ApplyComplete(cur, p, l.now(p.Now))
-	})
-}
-
-// Release implements ledger.Ledger.
-func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "release", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return driver.ApplyRelease(cur, p, l.now(p.Now))
-	})
-}
-
-// Fail implements ledger.Ledger.
-func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "fail", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return driver.ApplyFail(cur, p, l.now(p.Now))
-	})
-}
-
-// Rescue implements ledger.Ledger.
-func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "rescue", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := driver.ApplyRescue(cur, p, l.now(p.Now))
-		return next, next, err
-	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // Get implements ledger.Ledger.
@@ -396,44 +372,6 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 		return nil, fmt.Errorf("%w: run %s", ledger.ErrNotFound, p.RunID)
 	}
 	return r, nil
-}
-
-// effectTx reads a run and one of its effects, applies a transition and writes the
-// effect, in one transaction.
-func (l *Ledger) effectTx(ctx context.Context, op, runID, name string, apply func(run *ledger.Run, cur *ledger.Effect) (*ledger.Effect, error)) error {
-	return wrap(op, runID, l.tx(ctx, func(tx *sql.Tx) error {
-		run, err := getRun(ctx, tx, runID)
-		if err != nil {
-			return err
-		}
-		cur, err := getEffect(ctx, tx, ledger.EffectKey(runID, name))
-		if err != nil {
-			return err
-		}
-		next, err := apply(run, cur)
-		if err != nil {
-			return err
-		}
-		return putEffect(ctx, tx, next)
-	}))
-}
-
-// BeginEffect implements ledger.Ledger.
-func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (res *ledger.BeginEffectResult, err error) {
-	err = l.effectTx(ctx, "begin effect", p.RunID, p.Name, func(run *ledger.Run, cur *ledger.Effect) (next *ledger.Effect, err error) {
-		next, res, err = driver.ApplyBeginEffect(run, cur, p, l.now(p.Now))
-		return next, err
-	})
-	return res, err
-}
-
-// CompleteEffect implements ledger.Ledger.
-func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (res *ledger.Effect, err error) {
-	err = l.effectTx(ctx, "complete effect", p.RunID, p.Name, func(run *ledger.Run, cur *ledger.Effect) (next *ledger.Effect, err error) {
-		next, res, err = driver.ApplyCompleteEffect(run, cur, p, l.now(p.Now))
-		return next, err
-	})
-	return res, err
 }
 
 // GetEffect implements ledger.Ledger.
