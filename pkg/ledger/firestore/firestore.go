@@ -52,6 +52,8 @@ type Options struct {
 
 // Ledger is a ledger on Firestore. It is safe for concurrent use.
 type Ledger struct {
+	// NoOperations refuses the operators' methods: not implemented on firestore yet.
+	ledger.NoOperations
 	client     *firestore.Client
 	ownsClient bool
 	prefix     string
@@ -83,11 +85,12 @@ func New(ctx context.Context, client *firestore.Client, opts *Options) (*Ledger,
 		local = time.Now
 	}
 	l := &Ledger{
-		client:  client,
-		prefix:  opts.Prefix,
-		runs:    client.Collection(opts.Prefix + RunsCollection),
-		effects: client.Collection(opts.Prefix + EffectsCollection),
-		clock:   serverclock.New(local),
+		NoOperations: ledger.NoOperations{Backend: "firestore"},
+		client:       client,
+		prefix:       opts.Prefix,
+		runs:         client.Collection(opts.Prefix + RunsCollection),
+		effects:      client.Collection(opts.Prefix + EffectsCollection),
+		clock:        serverclock.New(local),
 	}
 	if err := l.Ping(ctx); err != nil {
 		return nil, err

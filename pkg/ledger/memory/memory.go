@@ -86,6 +86,7 @@ func copyRun(r *ledger.Run) *ledger.Run {
 	}
 	c := *r
 	c.Payload = bytes.Clone(r.Payload)
+	c.History = slices.Clone(r.History)
 	return &c
 }
 
@@ -104,14 +105,23 @@ func (l *Ledger) put(r *ledger.Run) {
 }
 
 // update applies a transition to one run under the lock: apply gets a copy of the record
-// (nil when absent) and returns the record to store (nil: nothing) and the answer.
-func update[T any](l *Ledger, id string, apply func(cur *ledger.Run) (*ledger.Run, T, error)) (T, error) {
+// (nil when absent) and returns the record to store (nil: nothing) and the answer. The
+// transition's events (ledger.Record) are added to the stored record's history.
+func update[T any](l *Ledger, id string, op ledger.Op, n ledger.Note, now time.Time, apply func(cur *ledger.Run) (*ledger.Run, T, error)) (T, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	next, answer, err := apply(copyRun(l.runs[id]))
+	cur := l.runs[id]
+	next, answer, err := apply(copyRun(cur))
 	if err != nil {
 		var zero T
 		return zero, err
+	}
+	if next != nil {
+		var h []ledger.Event
+		if cur != nil {
+			h = cur.History
+		}
+		next.History = ledger.AppendHistory(h, ledger.Record(op, cur, next, now, n)...)
 	}
 	l.put(next)
 	return answer, nil
@@ -119,52 +129,59 @@ func update[T any](l *Ledger, id string, apply func(cur *ledger.Run) (*ledger.Ru
 
 // Claim implements ledger.Ledger.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.ClaimResult, error) {
-		return ledger.ApplyClaim(cur, p, l.now(p.Now))
+	now := l.now(p.Now)
+	return update(l, p.RunID, ledger.OpClaim, ledger.Note{}, now, func(cur *ledger.Run) (*ledger.Run, *ledger.ClaimResult, error) {
+		return ledger.ApplyClaim(cur, p, now)
 	})
 }
 
 // Expedite implements ledger.Ledger.
 func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
-	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyExpedite(cur, p, l.now(p.Now))
+	now := l.now(p.Now)
+	return update(l, p.RunID, ledger.OpExpedite, ledger.Note{}, now, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		next, err := ledger.ApplyExpedite(cur, p, now)
 		return next, next, err
 	})
 }
 
 // Acquire implements ledger.Ledger.
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.AcquireResult, error) {
-		return ledger.ApplyAcquire(cur, p, l.now(p.Now))
+	now := l.now(p.Now)
+	return update(l, p.RunID, ledger.OpAcquire, ledger.Note{Worker: p.Worker}, now, func(cur *ledger.Run) (*ledger.Run, *ledger.AcquireResult, error) {
+		return ledger.ApplyAcquire(cur, p, now)
 	})
 }
 
 // Renew implements ledger.Ledger.
 func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyRenew(cur, p, l.now(p.Now))
+	now := l.now(p.Now)
+	return update(l, p.RunID, ledger.OpRenew, ledger.Note{}, now, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		next, err := ledger.ApplyRenew(cur, p, now)
 		return next, next, err
 	})
 }
 
 // Complete implements ledger.Ledger.
 func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyComplete(cur, p, l.now(p.Now))
+	now := l.now(p.Now)
+	return update(l, p.RunID, ledger.OpComplete, ledger.Note{}, now, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		return ledger.ApplyComplete(cur, p, now)
 	})
 }
 
 // Release implements ledger.Ledger.
 func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyRelease(cur, p, l.now(p.Now))
+	now := l.now(p.Now)
+	return update(l, p.RunID, ledger.OpRelease, ledger.Note{}, now, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		return ledger.ApplyRelease(cur, p, now)
 	})
 }
 
 // Fail implements ledger.Ledger.
 func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyFail(cur, p, l.now(p.Now))
+	now := l.now(p.Now)
+	return update(l, p.RunID, ledger.OpFail, ledger.Note{}, now, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		return ledger.ApplyFail(cur, p, now)
 	})
 }
 
@@ -242,8 +259,9 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 
 // Rescue implements ledger.Ledger.
 func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyRescue(cur, p, l.now(p.Now))
+	now := l.now(p.Now)
+	return update(l, p.RunID, ledger.OpRescue, ledger.Note{}, now, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		next, err := ledger.ApplyRescue(cur, p, now)
 		return next, next, err
 	})
 }

@@ -119,6 +119,8 @@ func (o *Options) withDefaults() (Options, error) {
 // Ledger is a ledger.Ledger stored in Redis (or Valkey, or Memorystore). It is safe for
 // concurrent use.
 type Ledger struct {
+	// NoOperations refuses the operators' methods: not implemented on redis yet.
+	ledger.NoOperations
 	rdb        *redis.Client
 	ownsClient bool
 	o          Options
@@ -141,7 +143,7 @@ func New(ctx context.Context, rdb *redis.Client, opts *Options) (*Ledger, error)
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{rdb: rdb, o: o, rescueKey: o.Prefix + "rescue", expireKey: o.Prefix + "expire"}
+	l := &Ledger{NoOperations: ledger.NoOperations{Backend: "redis"}, rdb: rdb, o: o, rescueKey: o.Prefix + "rescue", expireKey: o.Prefix + "expire"}
 	if err := l.checkPersistence(ctx); err != nil {
 		return nil, err
 	}

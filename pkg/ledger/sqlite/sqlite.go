@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -205,17 +206,26 @@ func (l *Ledger) now(override time.Time) time.Time {
 }
 
 const runColumns = `run_id, namespace, job, key, schedule_time, status, attempt, attempt_id, deadline,
-	not_before, payload_hash, payload, attempts_made, last_error, created_at, updated_at, completed_at, expire_at`
+	not_before, payload_hash, payload, attempts_made, last_error, created_at, updated_at, completed_at, expire_at, history`
+
+// listColumns are runColumns without the payload and the history, which List leaves out.
+const listColumns = `run_id, namespace, job, key, schedule_time, status, attempt, attempt_id, deadline,
+	not_before, payload_hash, x'', attempts_made, last_error, created_at, updated_at, completed_at, expire_at, ''`
 
 type scanner interface{ Scan(...any) error }
 
 func scanRun(s scanner) (*ledger.Run, error) {
 	var r ledger.Run
 	var sched, deadline, notBefore, created, updated, completed, expire int64
-	var status string
+	var status, history string
 	if err := s.Scan(&r.ID, &r.Namespace, &r.Job, &r.Key, &sched, &status, &r.Attempt, &r.AttemptID, &deadline,
-		&notBefore, &r.PayloadHash, &r.Payload, &r.AttemptsMade, &r.LastError, &created, &updated, &completed, &expire); err != nil {
+		&notBefore, &r.PayloadHash, &r.Payload, &r.AttemptsMade, &r.LastError, &created, &updated, &completed, &expire, &history); err != nil {
 		return nil, err
+	}
+	if history != "" {
+		if err := json.Unmarshal([]byte(history), &r.History); err != nil {
+			return nil, fmt.Errorf("run %s: history: %w", r.ID, err)
+		}
 	}
 	r.Status = ledger.Status(status)
 	r.ScheduleTime, r.Deadline, r.NotBefore = fromMicros(sched), fromMicros(deadline), fromMicros(notBefore)
@@ -252,10 +262,18 @@ func putRun(ctx context.Context, tx *sql.Tx, r *ledger.Run) error {
 	if r == nil {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO runs ("+runColumns+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+	history := ""
+	if len(r.History) > 0 {
+		b, err := json.Marshal(r.History)
+		if err != nil {
+			return err
+		}
+		history = string(b)
+	}
+	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO runs ("+runColumns+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
 		r.ID, r.Namespace, r.Job, r.Key, micros(r.ScheduleTime), string(r.Status), r.Attempt, r.AttemptID, micros(r.Deadline),
 		micros(r.NotBefore), r.PayloadHash, nonNil(r.Payload), r.AttemptsMade, r.LastError, micros(r.CreatedAt), micros(r.UpdatedAt),
-		micros(r.CompletedAt), micros(r.ExpireAt))
+		micros(r.CompletedAt), micros(r.ExpireAt), history)
 	return err
 }
 
@@ -290,22 +308,30 @@ func putEffect(ctx context.Context, tx *sql.Tx, e *ledger.Effect) error {
 }
 
 // updateRun applies a transition to one run in one transaction: it reads the run, asks
-// apply for the record to write (nil: nothing) and the answer, and writes the record.
-func updateRun[T any](ctx context.Context, l *Ledger, op, id string, apply func(cur *ledger.Run) (*ledger.Run, T, error)) (T, error) {
+// apply for the record to write (nil: nothing) and the answer, and writes the record
+// with the transition's events (ledger.Record) added to its history.
+func updateRun[T any](ctx context.Context, l *Ledger, op ledger.Op, n ledger.Note, now time.Time, id string, apply func(cur *ledger.Run) (*ledger.Run, T, error)) (T, error) {
 	var answer T
 	err := l.tx(ctx, func(tx *sql.Tx) error {
 		cur, err := getRun(ctx, tx, id)
 		if err != nil {
 			return err
 		}
+		var h []ledger.Event
+		if cur != nil {
+			h = slices.Clone(cur.History)
+		}
 		next, a, err := apply(cur)
 		if err != nil {
 			return err
 		}
 		answer = a
+		if next != nil {
+			next.History = ledger.AppendHistory(h, ledger.Record(op, cur, next, now, n)...)
+		}
 		return putRun(ctx, tx, next)
 	})
-	return answer, wrap(op, id, err)
+	return answer, wrap(string(op), id, err)
 }
 
 // Claim implements ledger.Ledger. A duplicate is one read, outside the write lock: it
@@ -328,59 +354,67 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 
 // claimLocked is the write path of Claim, for a run the read did not find.
 func (l *Ledger) claimLocked(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	return updateRun(ctx, l, "claim", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.ClaimResult, error) {
-		return ledger.ApplyClaim(cur, p, l.now(p.Now))
+	now := l.now(p.Now)
+	return updateRun(ctx, l, ledger.OpClaim, ledger.Note{}, now, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.ClaimResult, error) {
+		return ledger.ApplyClaim(cur, p, now)
 	})
 }
 
 // Expedite implements ledger.Ledger.
 func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "expedite", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyExpedite(cur, p, l.now(p.Now))
+	now := l.now(p.Now)
+	return updateRun(ctx, l, ledger.OpExpedite, ledger.Note{}, now, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		next, err := ledger.ApplyExpedite(cur, p, now)
 		return next, next, err
 	})
 }
 
 // Acquire implements ledger.Ledger.
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	return updateRun(ctx, l, "acquire", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.AcquireResult, error) {
-		return ledger.ApplyAcquire(cur, p, l.now(p.Now))
+	now := l.now(p.Now)
+	return updateRun(ctx, l, ledger.OpAcquire, ledger.Note{Worker: p.Worker}, now, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.AcquireResult, error) {
+		return ledger.ApplyAcquire(cur, p, now)
 	})
 }
 
 // Renew implements ledger.Ledger.
 func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "renew", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyRenew(cur, p, l.now(p.Now))
+	now := l.now(p.Now)
+	return updateRun(ctx, l, ledger.OpRenew, ledger.Note{}, now, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		next, err := ledger.ApplyRenew(cur, p, now)
 		return next, next, err
 	})
 }
 
 // Complete implements ledger.Ledger.
 func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "complete", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyComplete(cur, p, l.now(p.Now))
+	now := l.now(p.Now)
+	return updateRun(ctx, l, ledger.OpComplete, ledger.Note{}, now, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		return ledger.ApplyComplete(cur, p, now)
 	})
 }
 
 // Release implements ledger.Ledger.
 func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "release", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyRelease(cur, p, l.now(p.Now))
+	now := l.now(p.Now)
+	return updateRun(ctx, l, ledger.OpRelease, ledger.Note{}, now, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		return ledger.ApplyRelease(cur, p, now)
 	})
 }
 
 // Fail implements ledger.Ledger.
 func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "fail", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyFail(cur, p, l.now(p.Now))
+	now := l.now(p.Now)
+	return updateRun(ctx, l, ledger.OpFail, ledger.Note{}, now, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		return ledger.ApplyFail(cur, p, now)
 	})
 }
 
 // Rescue implements ledger.Ledger.
 func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "rescue", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyRescue(cur, p, l.now(p.Now))
+	now := l.now(p.Now)
+	return updateRun(ctx, l, ledger.OpRescue, ledger.Note{}, now, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
+		next, err := ledger.ApplyRescue(cur, p, now)
 		return next, next, err
 	})
 }
