@@ -26,6 +26,14 @@ var (
 	ErrTooLarge = errors.New("ledger: record too large for this backend")
 	// ErrInvalid: the parameters are malformed (empty run ID, missing fence, …).
 	ErrInvalid = errors.New("ledger: invalid parameters")
+	// ErrCancelled: an operator cancelled the run. A holder's fenced write on a cancelled
+	// run returns ErrLeaseLost wrapping ErrCancelled, so a worker can tell the two apart.
+	ErrCancelled = errors.New("ledger: run cancelled by an operator")
+	// ErrWrongStatus: the run's status does not allow the operator's action (retry of a
+	// run that is not failed, cancel of a finished run, …). Nothing was written.
+	ErrWrongStatus = errors.New("ledger: the run's status does not allow this")
+	// ErrUnsupported: the backend does not implement this operation yet.
+	ErrUnsupported = errors.New("ledger: not supported by this backend")
 	// ErrNowUnsupported: the backend cannot honour a caller-supplied Now.
 	ErrNowUnsupported = errors.New("ledger: this backend cannot replace its clock")
 )

@@ -8,21 +8,31 @@ import (
 // Status is the state of a run.
 type Status string
 
-// The states of a run. Queued and running runs are live; completed and failed are terminal.
+// The states of a run. Queued and running runs are live; completed, failed and cancelled
+// are terminal.
 const (
 	StatusQueued    Status = "queued"
 	StatusRunning   Status = "running"
 	StatusCompleted Status = "completed"
 	StatusFailed    Status = "failed"
+	// StatusCancelled: an operator cancelled the run (Ledger.Cancel) before it finished.
+	StatusCancelled Status = "cancelled"
 )
 
-// Terminal reports whether s is completed or failed.
-func (s Status) Terminal() bool { return s == StatusCompleted || s == StatusFailed }
+// Statuses lists every status, live ones first.
+func Statuses() []Status {
+	return []Status{StatusQueued, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled}
+}
 
-// Valid reports whether s is one of the four states.
+// Terminal reports whether s is completed, failed or cancelled.
+func (s Status) Terminal() bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
+}
+
+// Valid reports whether s is one of the five states.
 func (s Status) Valid() bool {
 	switch s {
-	case StatusQueued, StatusRunning, StatusCompleted, StatusFailed:
+	case StatusQueued, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled:
 		return true
 	}
 	return false
@@ -69,7 +79,9 @@ type Run struct {
 	// whose message was lost.
 	Payload []byte
 	// AttemptsMade counts attempts that ended with an outcome recorded (released,
-	// completed or failed) or that the rescuer found dead.
+	// completed or failed) or that the rescuer found dead, since the run was claimed or
+	// last retried by an operator (Ledger.Retry gives a fresh attempt budget): the
+	// current attempt is the (AttemptsMade+1)-th of its budget.
 	AttemptsMade int64
 	// LastError is the error of the latest released, rescued or failed attempt.
 	LastError   string
@@ -80,6 +92,10 @@ type Run struct {
 	// last write, Deadline and NotBefore (ExpiryOf). A record past ExpireAt that still
 	// exists still deduplicates.
 	ExpireAt time.Time
+	// History is the run's latest events (at most MaxHistory), oldest first, on the
+	// backends that keep one (ledgertest.Harness.History); nil elsewhere and in List's
+	// answers.
+	History []Event
 }
 
 // EffectStatus is the state of an effect record.
@@ -166,7 +182,10 @@ type AcquireParams struct {
 	// than the retention): running it could run a finished run twice.
 	MustExist bool
 	// Lease sets the lease expiry. Zero means DefaultLease.
-	Lease     time.Duration
+	Lease time.Duration
+	// Worker identifies the claiming worker (host/instance) in the run's history; at
+	// most MaxEventText bytes are kept.
+	Worker    string
 	Retention time.Duration
 	Now       time.Time
 }
@@ -372,6 +391,25 @@ type Ledger interface {
 	// Sweep deletes runs and effects past ExpireAt, at most Limit, and returns how many.
 	// Backends with a native TTL may delete more lazily; the sweep is still correct there.
 	Sweep(ctx context.Context, p *SweepParams) (int, error)
+	// List lists runs matching the filters, newest first, one bounded page at a time
+	// (see ListParams), served by an index on every backend. The runs carry neither
+	// Payload nor History.
+	List(ctx context.Context, p *ListParams) (*ListResult, error)
+	// ListEffects returns the effects of one run, at most MaxListedEffects, by name.
+	ListEffects(ctx context.Context, p *ListEffectsParams) ([]*Effect, error)
+	// Retry returns a failed run to queued with a fresh attempt budget (AttemptsMade 0)
+	// and a fresh pickup deadline; its done effects stay done. The caller republishes it.
+	// ErrWrongStatus when the run is not failed.
+	Retry(ctx context.Context, p *OperatorParams) (*Run, error)
+	// Cancel makes a queued or running run cancelled, a terminal status: its holder's
+	// next fenced write (renewal, effect, completion) gets ErrLeaseLost wrapping
+	// ErrCancelled. ErrWrongStatus when the run is not queued or running.
+	Cancel(ctx context.Context, p *OperatorParams) (*Run, error)
+	// OperatorRelease ends the lease of a running run whose holder is gone, now: the run
+	// is queued again (the attempt counted as dead) with a fresh pickup deadline, and the
+	// holder is fenced out. The caller republishes it. ErrWrongStatus when the run is
+	// not running.
+	OperatorRelease(ctx context.Context, p *OperatorParams) (*Run, error)
 	// Ping checks that the backend is reachable.
 	Ping(ctx context.Context) error
 	// Close releases the client's resources.

@@ -19,7 +19,9 @@
 //     over (a pause, a partition) learns it at its next renewal, its job's context is
 //     cancelled with ledger.ErrLeaseLost as the cause, and it neither completes, releases,
 //     records effects nor acks. A worker that cannot reach the ledger cancels its job
-//     before its lease runs out (self-fencing).
+//     before its lease runs out (self-fencing). A run an operator cancelled is learnt the
+//     same way, with ledger.ErrCancelled in the cause; nothing more is written and the
+//     delivery is acked (OutcomeCancelled).
 //   - Side effects go through Effect: the effect key is recorded before the effect, an
 //     effect done by an earlier attempt is skipped, and the key is handed to the effect to
 //     pass downstream as Idempotency-Key, so an effect retried after a crash is
@@ -30,7 +32,8 @@
 //     starts Workflows executions, Cloud Run jobs and builds with it).
 //   - A handler's error decides the run: nil completes it; Permanent(err) fails it; any
 //     other error, a RetryAfter or a panic releases it for a retry, until the job's
-//     attempts are exhausted, when it fails.
+//     attempts are exhausted, when it fails. An operator's retry (ledger.Ledger.Retry)
+//     gives a failed run a fresh budget of attempts.
 //   - Every wait is bounded: each ledger call and republish by Config.LedgerTimeout, a
 //     Go handler by its maximum run time (its context is then cancelled with
 //     ErrMaxRunTime and the run released), push deliveries by Config.PushConcurrency,

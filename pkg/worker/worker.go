@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime/debug"
 	"time"
 
@@ -65,6 +66,9 @@ type Config struct {
 	// answered 429 (Pub/Sub redelivers it after its backoff). Pull deliveries are bounded
 	// by the subscriber. Zero: unbounded.
 	PushConcurrency int
+	// Instance identifies this worker in a run's history (who ran each attempt).
+	// Defaults to the host name and the process ID, "host/pid".
+	Instance string
 	// Republish is where the rescuer republishes runs; nil disables the rescuer.
 	Republish Publisher
 	// RescueInterval is how often the rescuer looks for runs to republish. Defaults to 30s.
@@ -99,6 +103,10 @@ func (c Config) withDefaults() Config {
 	c.LedgerTimeout = cmp.Or(c.LedgerTimeout, DefaultLedgerTimeout)
 	c.MaxRunTime = cmp.Or(c.MaxRunTime, DefaultMaxRunTime)
 	c.RescueInterval = cmp.Or(c.RescueInterval, 30*time.Second)
+	if c.Instance == "" {
+		host, _ := os.Hostname()
+		c.Instance = fmt.Sprintf("%s/%d", cmp.Or(host, "unknown-host"), os.Getpid())
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -200,6 +208,10 @@ const (
 	OutcomeHeld      = "held"
 	OutcomeTerminal  = "duplicate_terminal"
 	OutcomeLeaseLost = "lease_lost"
+	// OutcomeCancelled: an operator cancelled the run while it ran; the job's context
+	// was cancelled with ledger.ErrCancelled in its cause, nothing it wrote afterwards
+	// landed, and the delivery is acked (the run is finished).
+	OutcomeCancelled = "cancelled"
 	OutcomeDropped   = "dropped_too_old"
 	// OutcomePayloadMismatch: the message's data does not hash to the run's stored
 	// payload hash (a forged or stale message); it is acked and never run.
@@ -234,6 +246,7 @@ func (w *Worker) Process(ctx context.Context, d *Delivery) (v Verdict) {
 	claimStart := w.cfg.Now()
 	res, err := w.cfg.Ledger.Acquire(ctx, &ledger.AcquireParams{
 		Identity: id, AttemptID: attemptID.String(), Lease: w.cfg.Lease, Retention: w.cfg.Retention, MustExist: mustExist,
+		Worker: w.cfg.Instance,
 	})
 	if err != nil {
 		if mustExist && errors.Is(err, ledger.ErrNotFound) {
@@ -314,8 +327,11 @@ func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimSt
 		return w.verdict(dctx, Verdict{Outcome: OutcomeLeaseLost})
 	}
 	limit := w.maxAttempts(run.Job)
-	if run.Attempt > int64(limit) {
-		return w.fail(dctx, fence, fmt.Sprintf("attempts exhausted: attempt %d of at most %d (the earlier ones died without an outcome); last error: %s", run.Attempt, limit, run.LastError), log)
+	// The attempt's rank in the run's budget: an operator's retry starts a fresh budget
+	// (ledger.Run.AttemptsMade is reset), while run.Attempt, the fencing token, goes on.
+	rank := run.AttemptsMade + 1
+	if rank > int64(limit) {
+		return w.fail(dctx, fence, fmt.Sprintf("attempts exhausted: attempt %d of at most %d (the earlier ones died without an outcome); last error: %s", rank, limit, run.LastError), log)
 	}
 
 	// The job's context: values (trace) from the delivery, cancellation from the worker's
@@ -346,6 +362,9 @@ func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimSt
 
 	cause := context.Cause(ctx)
 	switch {
+	case errors.Is(cause, ledger.ErrCancelled):
+		log.WarnContext(ctx, "run cancelled by an operator during the job: job stopped, nothing more written, delivery acked", slog.Any("cause", cause), slog.Any("error", herr))
+		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeCancelled})
 	case errors.Is(cause, ledger.ErrLeaseLost):
 		w.metrics.leasesLost.Add(ctx, 1)
 		log.WarnContext(ctx, "lease lost during the job: another attempt holds the run; nothing written, delivery nacked", slog.Any("cause", cause), slog.Any("error", herr))
@@ -357,8 +376,8 @@ func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimSt
 	}
 	// A retryable error, a panic, a shutdown or a self-fence: release for a retry, unless
 	// the attempts are exhausted.
-	if run.Attempt >= int64(limit) && cause == nil {
-		return w.fail(ctx, fence, fmt.Sprintf("attempts exhausted: attempt %d of at most %d failed: %v", run.Attempt, limit, herr), log)
+	if rank >= int64(limit) && cause == nil {
+		return w.fail(ctx, fence, fmt.Sprintf("attempts exhausted: attempt %d of at most %d failed: %v", rank, limit, herr), log)
 	}
 	var ra *RetryAfterError
 	var delay time.Duration
@@ -491,6 +510,10 @@ func (w *Worker) finished(ctx context.Context, err error, v Verdict, msg string,
 	case err == nil:
 		log.InfoContext(ctx, msg, slog.String("outcome", v.Outcome))
 		return w.verdict(ctx, v)
+	case errors.Is(err, ledger.ErrCancelled):
+		w.metrics.fencedRefused.Add(ctx, 1)
+		log.WarnContext(ctx, "finishing write refused: an operator cancelled the run; delivery acked", slog.String("wanted", v.Outcome), slog.Any("error", err))
+		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeCancelled})
 	case errors.Is(err, ledger.ErrLeaseLost):
 		w.metrics.fencedRefused.Add(ctx, 1)
 		w.metrics.leasesLost.Add(ctx, 1)

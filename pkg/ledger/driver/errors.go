@@ -19,6 +19,9 @@ func leaseLost(f ledger.Fence, cur *ledger.Run) error {
 	if cur == nil {
 		return fmt.Errorf("%w: run %s is gone", ledger.ErrLeaseLost, f.RunID)
 	}
+	if cur.Status == ledger.StatusCancelled {
+		return fmt.Errorf("%w: %w: run %s was cancelled at attempt %d", ledger.ErrLeaseLost, ledger.ErrCancelled, f.RunID, cur.Attempt)
+	}
 	return fmt.Errorf("%w: run %s is %s at attempt %d (%s), not attempt %d (%s)",
 		ledger.ErrLeaseLost, f.RunID, cur.Status, cur.Attempt, cur.AttemptID, f.Attempt, f.AttemptID)
 }

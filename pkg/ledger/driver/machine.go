@@ -129,7 +129,8 @@ func ValidateRetryAfter(runID string, d, keep time.Duration) error {
 }
 
 // ApplyClaim is the ingress claim.
-func ApplyClaim(cur *ledger.Run, p *ledger.ClaimParams, now time.Time) (*ledger.Run, *ledger.ClaimResult, error) {
+func ApplyClaim(cur *ledger.Run, p *ledger.ClaimParams, now time.Time) (next *ledger.Run, res *ledger.ClaimResult, err error) {
+	defer func() { record(next, cur, OpClaim, now, Note{}) }()
 	now = Micros(now)
 	if err := ValidateClaim(p); err != nil {
 		return nil, nil, err
@@ -175,7 +176,8 @@ func ApplyExpedite(cur *ledger.Run, p *ledger.ExpediteParams, now time.Time) (*l
 }
 
 // ApplyAcquire is the worker claim.
-func ApplyAcquire(cur *ledger.Run, p *ledger.AcquireParams, now time.Time) (*ledger.Run, *ledger.AcquireResult, error) {
+func ApplyAcquire(cur *ledger.Run, p *ledger.AcquireParams, now time.Time) (next *ledger.Run, res *ledger.AcquireResult, err error) {
+	defer func() { record(next, cur, OpAcquire, now, Note{Worker: p.Worker}) }()
 	now = Micros(now)
 	if err := ValidateAcquire(p); err != nil {
 		return nil, nil, err
@@ -233,13 +235,15 @@ func ApplyRenew(cur *ledger.Run, p *ledger.RenewParams, now time.Time) (*ledger.
 }
 
 // ApplyComplete completes the caller's run. A repeat by the same attempt writes nothing.
-func ApplyComplete(cur *ledger.Run, p *ledger.CompleteParams, now time.Time) (*ledger.Run, *ledger.Run, error) {
+func ApplyComplete(cur *ledger.Run, p *ledger.CompleteParams, now time.Time) (next *ledger.Run, answer *ledger.Run, err error) {
+	defer func() { record(next, cur, OpComplete, now, Note{}) }()
 	now = Micros(now)
 	return finish(cur, &p.Fence, ledger.StatusCompleted, "", p.Retention, now)
 }
 
 // ApplyFail fails the caller's run for good. A repeat by the same attempt writes nothing.
-func ApplyFail(cur *ledger.Run, p *ledger.FailParams, now time.Time) (*ledger.Run, *ledger.Run, error) {
+func ApplyFail(cur *ledger.Run, p *ledger.FailParams, now time.Time) (next *ledger.Run, answer *ledger.Run, err error) {
+	defer func() { record(next, cur, OpFail, now, Note{}) }()
 	now = Micros(now)
 	return finish(cur, &p.Fence, ledger.StatusFailed, p.Error, p.Retention, now)
 }
@@ -270,7 +274,8 @@ func finish(cur *ledger.Run, f *ledger.Fence, to ledger.Status, errText string, 
 
 // ApplyRelease returns the caller's run to queued. A repeat by the same attempt writes
 // nothing.
-func ApplyRelease(cur *ledger.Run, p *ledger.ReleaseParams, now time.Time) (*ledger.Run, *ledger.Run, error) {
+func ApplyRelease(cur *ledger.Run, p *ledger.ReleaseParams, now time.Time) (next *ledger.Run, answer *ledger.Run, err error) {
+	defer func() { record(next, cur, OpRelease, now, Note{}) }()
 	now = Micros(now)
 	if err := ValidateFence(&p.Fence); err != nil {
 		return nil, nil, err
@@ -298,7 +303,8 @@ func ApplyRelease(cur *ledger.Run, p *ledger.ReleaseParams, now time.Time) (*led
 }
 
 // ApplyRescue returns a listed run to queued with a fresh pickup deadline.
-func ApplyRescue(cur *ledger.Run, p *ledger.RescueParams, now time.Time) (*ledger.Run, error) {
+func ApplyRescue(cur *ledger.Run, p *ledger.RescueParams, now time.Time) (next *ledger.Run, err error) {
+	defer func() { record(next, cur, OpRescue, now, Note{}) }()
 	now = Micros(now)
 	if err := ValidateRescue(p); err != nil {
 		return nil, err

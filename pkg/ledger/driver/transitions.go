@@ -151,3 +151,21 @@ func (t Transitions) CompleteEffect(ctx context.Context, p *ledger.CompleteEffec
 			return ApplyCompleteEffect(run, cur, p, now)
 		})
 }
+
+// Retry implements ledger.Ledger.
+func (t Transitions) Retry(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	return runTransition(ctx, t.Store, "retry", p.RunID, p.Now, ValidateOperator(p),
+		same(func(cur *ledger.Run, now time.Time) (*ledger.Run, error) { return ApplyRetry(cur, p, now) }))
+}
+
+// Cancel implements ledger.Ledger.
+func (t Transitions) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	return runTransition(ctx, t.Store, "cancel", p.RunID, p.Now, ValidateOperator(p),
+		same(func(cur *ledger.Run, now time.Time) (*ledger.Run, error) { return ApplyCancel(cur, p, now) }))
+}
+
+// OperatorRelease implements ledger.Ledger.
+func (t Transitions) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	return runTransition(ctx, t.Store, "operator release", p.RunID, p.Now, ValidateOperator(p),
+		same(func(cur *ledger.Run, now time.Time) (*ledger.Run, error) { return ApplyOperatorRelease(cur, p, now) }))
+}

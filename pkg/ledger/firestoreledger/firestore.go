@@ -53,14 +53,15 @@ type Options struct {
 
 // Ledger is a ledger on Firestore. It is safe for concurrent use.
 type Ledger struct {
-	client             *firestore.Client
-	ownsClient         bool
-	prefix             string
-	runs               *firestore.CollectionRef
-	effects            *firestore.CollectionRef
-	clock              *serverclock.Clock
-	driver.Transitions // the fenced transitions, over store (Acquire is this package's)
-	closed             atomic.Bool
+	client              *firestore.Client
+	ownsClient          bool
+	prefix              string
+	runs                *firestore.CollectionRef
+	effects             *firestore.CollectionRef
+	clock               *serverclock.Clock
+	driver.Transitions  // the fenced transitions, over store (Acquire is this package's)
+	driver.NoOperations // refuses the operators' methods: not on firestore yet
+	closed              atomic.Bool
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -85,11 +86,12 @@ func New(ctx context.Context, client *firestore.Client, opts *Options) (*Ledger,
 		local = time.Now
 	}
 	l := &Ledger{
-		client:  client,
-		prefix:  opts.Prefix,
-		runs:    client.Collection(opts.Prefix + RunsCollection),
-		effects: client.Collection(opts.Prefix + EffectsCollection),
-		clock:   serverclock.New(local),
+		NoOperations: driver.NoOperations{Backend: "firestore"},
+		client:       client,
+		prefix:       opts.Prefix,
+		runs:         client.Collection(opts.Prefix + RunsCollection),
+		effects:      client.Collection(opts.Prefix + EffectsCollection),
+		clock:        serverclock.New(local),
 	}
 	l.Transitions = driver.Transitions{Store: store{l}}
 	if err := l.Ping(ctx); err != nil {

@@ -185,3 +185,30 @@ func (c *checked) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, er
 	}
 	return r, err
 }
+
+func (c *checked) Retry(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	r, err := c.Ledger.Retry(ctx, p)
+	if err == nil {
+		c.t.Helper()
+		c.written("Retry", r, p.Retention)
+	}
+	return r, err
+}
+
+func (c *checked) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	r, err := c.Ledger.Cancel(ctx, p)
+	if err == nil {
+		c.t.Helper()
+		c.written("Cancel", r, p.Retention)
+	}
+	return r, err
+}
+
+func (c *checked) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	r, err := c.Ledger.OperatorRelease(ctx, p)
+	if err == nil {
+		c.t.Helper()
+		c.written("OperatorRelease", r, p.Retention)
+	}
+	return r, err
+}

@@ -45,6 +45,7 @@ func Run(t *testing.T, h Harness) {
 		{"Rescue", rescueTests},
 		{"Clock", clockTests},
 		{"Linearizability", linearizabilityTests},
+		{"Operations", operationsTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -91,6 +91,7 @@ func copyRun(r *ledger.Run) *ledger.Run {
 	}
 	c := *r
 	c.Payload = bytes.Clone(r.Payload)
+	c.History = slices.Clone(r.History)
 	return &c
 }
 

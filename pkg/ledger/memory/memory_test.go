@@ -12,6 +12,7 @@ func harness() ledgertest.Harness {
 	return ledgertest.Harness{
 		Open:        func(testing.TB) ledger.Ledger { return memory.New(nil) },
 		SupportsNow: true,
+		Operations:  true,
 	}
 }
 

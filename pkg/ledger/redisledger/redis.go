@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // The URL schemes of this backend: redis://HOST:PORT/DB and rediss:// (TLS).
@@ -119,6 +120,8 @@ func (o *Options) withDefaults() (Options, error) {
 // Ledger is a ledger.Ledger stored in Redis (or Valkey, or Memorystore). It is safe for
 // concurrent use.
 type Ledger struct {
+	// NoOperations refuses the operators' methods: not implemented on redis yet.
+	driver.NoOperations
 	rdb        *redis.Client
 	ownsClient bool
 	o          Options
@@ -141,7 +144,7 @@ func New(ctx context.Context, rdb *redis.Client, opts *Options) (*Ledger, error)
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{rdb: rdb, o: o, rescueKey: o.Prefix + "rescue", expireKey: o.Prefix + "expire"}
+	l := &Ledger{NoOperations: driver.NoOperations{Backend: "redis"}, rdb: rdb, o: o, rescueKey: o.Prefix + "rescue", expireKey: o.Prefix + "expire"}
 	if err := l.checkPersistence(ctx); err != nil {
 		return nil, err
 	}

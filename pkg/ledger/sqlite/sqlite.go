@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -208,17 +209,26 @@ func (l *Ledger) now(override time.Time) time.Time {
 }
 
 const runColumns = `run_id, namespace, job, key, schedule_time, status, attempt, attempt_id, deadline,
-	not_before, payload_hash, payload, attempts_made, last_error, created_at, updated_at, completed_at, expire_at`
+	not_before, payload_hash, payload, attempts_made, last_error, created_at, updated_at, completed_at, expire_at, history`
+
+// listColumns are runColumns without the payload and the history, which List leaves out.
+const listColumns = `run_id, namespace, job, key, schedule_time, status, attempt, attempt_id, deadline,
+	not_before, payload_hash, x'', attempts_made, last_error, created_at, updated_at, completed_at, expire_at, ''`
 
 type scanner interface{ Scan(...any) error }
 
 func scanRun(s scanner) (*ledger.Run, error) {
 	var r ledger.Run
 	var sched, deadline, notBefore, created, updated, completed, expire int64
-	var status string
+	var status, history string
 	if err := s.Scan(&r.ID, &r.Namespace, &r.Job, &r.Key, &sched, &status, &r.Attempt, &r.AttemptID, &deadline,
-		&notBefore, &r.PayloadHash, &r.Payload, &r.AttemptsMade, &r.LastError, &created, &updated, &completed, &expire); err != nil {
+		&notBefore, &r.PayloadHash, &r.Payload, &r.AttemptsMade, &r.LastError, &created, &updated, &completed, &expire, &history); err != nil {
 		return nil, err
+	}
+	if history != "" {
+		if err := json.Unmarshal([]byte(history), &r.History); err != nil {
+			return nil, fmt.Errorf("run %s: history: %w", r.ID, err)
+		}
 	}
 	r.Status = ledger.Status(status)
 	r.ScheduleTime, r.Deadline, r.NotBefore = fromMicros(sched), fromMicros(deadline), fromMicros(notBefore)
@@ -255,10 +265,18 @@ func putRun(ctx context.Context, tx *sql.Tx, r *ledger.Run) error {
 	if r == nil {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO runs ("+runColumns+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+	history := ""
+	if len(r.History) > 0 {
+		b, err := json.Marshal(r.History)
+		if err != nil {
+			return err
+		}
+		history = string(b)
+	}
+	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO runs ("+runColumns+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
 		r.ID, r.Namespace, r.Job, r.Key, micros(r.ScheduleTime), string(r.Status), r.Attempt, r.AttemptID, micros(r.Deadline),
 		micros(r.NotBefore), r.PayloadHash, nonNil(r.Payload), r.AttemptsMade, r.LastError, micros(r.CreatedAt), micros(r.UpdatedAt),
-		micros(r.CompletedAt), micros(r.ExpireAt))
+		micros(r.CompletedAt), micros(r.ExpireAt), history)
 	return err
 }
 

@@ -38,6 +38,7 @@ func harness() ledgertest.Harness {
 			return open(tb, filepath.Join(tb.TempDir(), "ledger.db"))
 		},
 		SupportsNow: true,
+		Operations:  true,
 	}
 }
 
