@@ -1,6 +1,7 @@
 package firestoreledger
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,6 +20,12 @@ const (
 	fieldExpireAt  = "expire_at"
 	fieldCreatedAt = "created_at"
 	fieldUpdatedAt = "updated_at"
+	fieldJob       = "job"
+	fieldNamespace = "namespace"
+	fieldPayload   = "payload"
+	// fieldHistory is the run's history (ledger.Run.History) as one JSON string: at
+	// most ledger.MaxHistory events of bounded text, far inside the 1 MiB document.
+	fieldHistory = "history"
 	// fieldEffectSeq counts effect writes: each bumps it, with the run's update time
 	// as a precondition, to fence the effect on the run (see Ledger.effect).
 	fieldEffectSeq = "effect_seq"
@@ -43,6 +50,7 @@ type runDoc struct {
 	UpdatedAt    *time.Time `firestore:"updated_at"`
 	CompletedAt  *time.Time `firestore:"completed_at"`
 	ExpireAt     *time.Time `firestore:"expire_at"`
+	History      string     `firestore:"history"`
 }
 
 // effectDoc is an effect document as stored.
@@ -73,15 +81,28 @@ func unstamp(t *time.Time) time.Time {
 	return driver.Micros(*t)
 }
 
+// encodeHistory is a history as stored: a JSON array, or "" when empty.
+func encodeHistory(h []ledger.Event) string {
+	if len(h) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		panic(fmt.Sprintf("firestoreledger: encode history: %v", err)) // plain structs of strings, ints and times
+	}
+	return string(b)
+}
+
 // encodeRun returns every field of a run document.
 func encodeRun(r *ledger.Run) map[string]any {
 	return map[string]any{
-		"namespace":     r.Namespace,
-		"job":           r.Job,
+		fieldHistory:    encodeHistory(r.History),
+		fieldNamespace:  r.Namespace,
+		fieldJob:        r.Job,
 		"key":           r.Key,
 		"schedule_time": stamp(r.ScheduleTime),
 		"payload_hash":  r.PayloadHash,
-		"payload":       r.Payload,
+		fieldPayload:    r.Payload,
 		fieldStatus:     string(r.Status),
 		"attempt":       r.Attempt,
 		"attempt_id":    r.AttemptID,
@@ -94,16 +115,6 @@ func encodeRun(r *ledger.Run) map[string]any {
 		"completed_at":  stamp(r.CompletedAt),
 		fieldExpireAt:   stamp(r.ExpireAt),
 	}
-}
-
-// encodeClaim returns the document the ingress claim creates: every field but
-// created_at and updated_at, which are the document's own create time (the Create's
-// commit time) until a later write stores them.
-func encodeClaim(r *ledger.Run) map[string]any {
-	m := encodeRun(r)
-	delete(m, fieldCreatedAt)
-	delete(m, fieldUpdatedAt)
-	return m
 }
 
 // updates turns a document's fields into a field-by-field Update, in a stable order.
@@ -134,8 +145,13 @@ func decodeRun(s *firestore.DocumentSnapshot) (*ledger.Run, error) {
 		CreatedAt: unstamp(d.CreatedAt), UpdatedAt: unstamp(d.UpdatedAt),
 		CompletedAt: unstamp(d.CompletedAt), ExpireAt: unstamp(d.ExpireAt),
 	}
-	// A document the ingress claim created and nothing rewrote since carries its
-	// times as the document's create time (see encodeClaim).
+	if d.History != "" {
+		if err := json.Unmarshal([]byte(d.History), &r.History); err != nil {
+			return nil, fmt.Errorf("firestoreledger: decode run %s: history: %w", s.Ref.ID, err)
+		}
+	}
+	// A document an earlier release's ingress claim created, and nothing rewrote
+	// since, carries its times as the document's create time.
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = driver.Micros(s.CreateTime)
 	}

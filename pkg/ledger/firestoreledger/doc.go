@@ -19,17 +19,18 @@
 //	namespace, job, key     string     the run's identity
 //	schedule_time           timestamp  null when the run is keyed by a caller key
 //	payload_hash, payload   string, bytes
-//	status                  string     queued | running | completed | failed
+//	status                  string     queued | running | completed | failed | cancelled
 //	attempt                 integer    the fencing number, bumped by every worker claim
 //	attempt_id              string     the current claim's ID
 //	deadline                timestamp  pickup deadline (queued) or lease expiry (running); null when terminal
 //	not_before              timestamp  Retry-After of a released run; null otherwise
 //	attempts_made           integer
 //	last_error              string
-//	created_at, updated_at  timestamp  absent until the first write after the ingress claim (see below)
+//	created_at, updated_at  timestamp  the claim's are the server's time as estimated (see below)
 //	completed_at            timestamp  null until completed or failed
 //	expire_at               timestamp  last write + retention: the TTL policy's field
 //	effect_seq              integer    bumped by every effect write, to fence it (below)
+//	history                 string     the run's latest events (ledger.Run.History) as JSON
 //
 // An effect is one document in PREFIX+"effects" whose ID is ledger.EffectKey(run ID,
 // name), with run_id, name, status (pending | done), attempt, created_at, updated_at,
@@ -51,6 +52,11 @@
 //	  --collection-group=PREFIXruns --query-scope=COLLECTION \
 //	  --field-config=field-path=status,order=ascending \
 //	  --field-config=field-path=deadline,order=ascending
+//
+// The operators' listing (Ledger.ListQuery) needs, for each of status, job and
+// namespace, the composite indexes (FIELD ASC, created_at DESC) and (FIELD ASC,
+// updated_at DESC); a run's effects (Ledger.EffectsQuery) need (run_id ASC, name ASC)
+// on the effects collection. deploy/terraform declares all of them.
 //
 // Without it Firestore answers FAILED_PRECONDITION and ListRescue returns an error that
 // says so (the emulator needs no index). Sweep queries expire_at < T on each collection,
@@ -123,12 +129,12 @@
 // plus a duration" (firestore.ServerTimestamp stores the request time alone, and the
 // numeric transforms do not apply to timestamps). The claim therefore stores:
 //
-//   - CreatedAt and UpdatedAt exactly: the document's own create time, which is the
-//     Create's commit time (returned as WriteResult.UpdateTime). The created_at and
-//     updated_at fields are absent until a later write stores them. (A ServerTimestamp
-//     field would not do: the emulator stamps it at millisecond precision with the
-//     request's arrival, not the commit, so the claim could not return the stored
-//     value without a second RPC.)
+//   - created_at and updated_at at the server's time as estimated below, like the
+//     deadline, so that the listing's index (ordered by created_at) sees a new run at
+//     once. (A ServerTimestamp field would not do: the emulator stamps it at millisecond
+//     precision with the request's arrival, not the commit, so the claim could not
+//     return the stored value without a second RPC.) Runs an earlier release claimed
+//     have neither field until their next write, and read as their create time.
 //   - deadline and expire_at from the server's clock as estimated by this client: every
 //     response that carries a server time (ReadTime, UpdateTime) bounds the offset
 //     between the server's clock and the local one by the round trip it came in; the

@@ -53,15 +53,14 @@ type Options struct {
 
 // Ledger is a ledger on Firestore. It is safe for concurrent use.
 type Ledger struct {
-	client              *firestore.Client
-	ownsClient          bool
-	prefix              string
-	runs                *firestore.CollectionRef
-	effects             *firestore.CollectionRef
-	clock               *serverclock.Clock
-	driver.Transitions  // the fenced transitions, over store (Acquire is this package's)
-	driver.NoOperations // refuses the operators' methods: not on firestore yet
-	closed              atomic.Bool
+	client             *firestore.Client
+	ownsClient         bool
+	prefix             string
+	runs               *firestore.CollectionRef
+	effects            *firestore.CollectionRef
+	clock              *serverclock.Clock
+	driver.Transitions // the fenced transitions, over store (Acquire is this package's)
+	closed             atomic.Bool
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -86,12 +85,11 @@ func New(ctx context.Context, client *firestore.Client, opts *Options) (*Ledger,
 		local = time.Now
 	}
 	l := &Ledger{
-		NoOperations: driver.NoOperations{Backend: "firestore"},
-		client:       client,
-		prefix:       opts.Prefix,
-		runs:         client.Collection(opts.Prefix + RunsCollection),
-		effects:      client.Collection(opts.Prefix + EffectsCollection),
-		clock:        serverclock.New(local),
+		client:  client,
+		prefix:  opts.Prefix,
+		runs:    client.Collection(opts.Prefix + RunsCollection),
+		effects: client.Collection(opts.Prefix + EffectsCollection),
+		clock:   serverclock.New(local),
 	}
 	l.Transitions = driver.Transitions{Store: store{l}}
 	if err := l.Ping(ctx); err != nil {
@@ -156,14 +154,14 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 		return nil, err
 	}
 	ref := l.runs.Doc(p.RunID)
-	data := encodeClaim(next)
+	// created_at and updated_at are the estimate of the server's time the claim
+	// decided at: stored, so that the listing's index sees the new run at once.
+	data := encodeRun(next)
 	for range maxAttempts {
 		sent := l.clock.Local()
 		wr, err := ref.Create(ctx, data)
 		if err == nil {
 			l.clock.Observe(sent, l.clock.Local(), wr.UpdateTime)
-			next.CreatedAt = driver.Micros(wr.UpdateTime)
-			next.UpdatedAt = next.CreatedAt
 			return res, nil
 		}
 		if err = mapErr(rpcCreate, err, "claim run %s", p.RunID); !errors.Is(err, errExists) {

@@ -93,6 +93,7 @@ func newClient(tb testing.TB, opts ...option.ClientOption) *firestore.Client {
 }
 
 var harness = ledgertest.Harness{
+	Operations: true,
 	Open: func(tb testing.TB) ledger.Ledger {
 		return openLedger(tb, sharedClient(tb), &Options{Prefix: uniquePrefix()})
 	},
