@@ -1,6 +1,7 @@
 package spannerledger
 
 import (
+	"encoding/json"
 	"time"
 
 	"cloud.google.com/go/spanner"
@@ -12,7 +13,7 @@ import (
 // runColumns are the runs table's columns in the order runRow and runValues use.
 var runColumns = []string{"run_id", "namespace", "job", "run_key", "schedule_time", "payload_hash", "payload",
 	"status", "attempt", "attempt_id", "deadline", "not_before", "attempts_made", "last_error",
-	"created_at", "updated_at", "completed_at", "expire_at"}
+	"created_at", "updated_at", "completed_at", "expire_at", "history"}
 
 var effectColumns = []string{"run_id", "name", "effect_key", "status", "attempt", "created_at", "updated_at",
 	"done_at", "expire_at", "ref"}
@@ -38,6 +39,7 @@ type runRow struct {
 	UpdatedAt    spanner.NullTime   `spanner:"updated_at"`
 	CompletedAt  spanner.NullTime   `spanner:"completed_at"`
 	ExpireAt     spanner.NullTime   `spanner:"expire_at"`
+	History      spanner.NullString `spanner:"history"`
 }
 
 type effectRow struct {
@@ -66,8 +68,15 @@ func (r *runRow) run() *ledger.Run {
 	if !r.RunID.Valid {
 		return nil
 	}
+	var h []ledger.Event
+	if r.History.Valid && r.History.StringVal != "" {
+		// Written by encodeHistory; a row that does not decode keeps an empty history
+		// rather than making its run unreadable.
+		_ = json.Unmarshal([]byte(r.History.StringVal), &h)
+	}
 	return &ledger.Run{
-		ID: r.RunID.StringVal, Namespace: r.Namespace.StringVal, Job: r.Job.StringVal, Key: r.Key.StringVal,
+		History: h,
+		ID:      r.RunID.StringVal, Namespace: r.Namespace.StringVal, Job: r.Job.StringVal, Key: r.Key.StringVal,
 		ScheduleTime: tm(r.ScheduleTime), PayloadHash: r.PayloadHash.StringVal, Payload: r.Payload,
 		Status: ledger.Status(r.Status.StringVal), Attempt: r.Attempt.Int64, AttemptID: r.AttemptID.StringVal,
 		Deadline: tm(r.Deadline), NotBefore: tm(r.NotBefore), AttemptsMade: r.AttemptsMade.Int64,
@@ -95,7 +104,19 @@ func nullTime(t time.Time) spanner.NullTime {
 func runValues(r *ledger.Run) []any {
 	return []any{r.ID, r.Namespace, r.Job, r.Key, nullTime(r.ScheduleTime), r.PayloadHash, r.Payload,
 		string(r.Status), r.Attempt, r.AttemptID, nullTime(r.Deadline), nullTime(r.NotBefore), r.AttemptsMade,
-		r.LastError, r.CreatedAt, r.UpdatedAt, nullTime(r.CompletedAt), r.ExpireAt}
+		r.LastError, r.CreatedAt, r.UpdatedAt, nullTime(r.CompletedAt), r.ExpireAt, encodeHistory(r.History)}
+}
+
+// encodeHistory is a history as stored: a JSON array, or NULL when empty.
+func encodeHistory(h []ledger.Event) spanner.NullString {
+	if len(h) == 0 {
+		return spanner.NullString{}
+	}
+	b, err := json.Marshal(h)
+	if err != nil { // plain structs of strings, integers and times
+		return spanner.NullString{}
+	}
+	return spanner.NullString{StringVal: string(b), Valid: true}
 }
 
 func effectValues(e *ledger.Effect) []any {
@@ -105,6 +126,11 @@ func effectValues(e *ledger.Effect) []any {
 
 // selectRun is the select list of a run under the alias r.
 const selectRun = `r.run_id, r.namespace, r.job, r.run_key, r.schedule_time, r.payload_hash, r.payload,
+	r.status, r.attempt, r.attempt_id, r.deadline, r.not_before, r.attempts_made, r.last_error,
+	r.created_at, r.updated_at, r.completed_at, r.expire_at, r.history`
+
+// selectListed is the select list of a listed run: neither its payload nor its history.
+const selectListed = `r.run_id, r.namespace, r.job, r.run_key, r.schedule_time, r.payload_hash,
 	r.status, r.attempt, r.attempt_id, r.deadline, r.not_before, r.attempts_made, r.last_error,
 	r.created_at, r.updated_at, r.completed_at, r.expire_at`
 

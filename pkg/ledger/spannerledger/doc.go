@@ -21,10 +21,13 @@
 //
 //	runs(run_id STRING(64) PRIMARY KEY, namespace, job, run_key, schedule_time,
 //	     payload_hash, payload, status, attempt, attempt_id, deadline, not_before,
-//	     attempts_made, last_error, created_at, updated_at, completed_at, expire_at)
+//	     attempts_made, last_error, created_at, updated_at, completed_at, expire_at,
+//	     history)                                   history: the run's latest events, JSON
 //	  ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))
 //	  runs_by_deadline   NULL_FILTERED INDEX ON runs (deadline)   live runs only
 //	  runs_by_expire_at  INDEX ON runs (expire_at)
+//	  runs_by_created, runs_by_{status,job,namespace}_created     the operators' listing,
+//	  runs_by_updated, runs_by_status_updated                     newest first (List)
 //	effects(run_id, name) PRIMARY KEY, INTERLEAVE IN PARENT runs ON DELETE CASCADE
 //	     effect_key, status, attempt, created_at, updated_at, done_at, expire_at, ref
 //

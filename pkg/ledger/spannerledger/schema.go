@@ -34,12 +34,21 @@ var Schema = []string{
 		created_at TIMESTAMP NOT NULL,
 		updated_at TIMESTAMP NOT NULL,
 		completed_at TIMESTAMP,
-		expire_at TIMESTAMP NOT NULL
+		expire_at TIMESTAMP NOT NULL,
+		history STRING(MAX)
 	) PRIMARY KEY (run_id),
 	ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))`,
 	// Live runs only: a terminal run's deadline is NULL.
 	`CREATE NULL_FILTERED INDEX runs_by_deadline ON runs (deadline)`,
 	`CREATE INDEX runs_by_expire_at ON runs (expire_at)`,
+	// The operators' listing (List): newest first, by creation or by update time,
+	// unfiltered or with one equality filter; the run ID, the primary key, breaks ties.
+	`CREATE INDEX runs_by_created ON runs (created_at DESC)`,
+	`CREATE INDEX runs_by_status_created ON runs (status, created_at DESC)`,
+	`CREATE INDEX runs_by_job_created ON runs (job, created_at DESC)`,
+	`CREATE INDEX runs_by_namespace_created ON runs (namespace, created_at DESC)`,
+	`CREATE INDEX runs_by_updated ON runs (updated_at DESC)`,
+	`CREATE INDEX runs_by_status_updated ON runs (status, updated_at DESC)`,
 	`CREATE TABLE effects (
 		run_id STRING(64) NOT NULL,
 		name STRING(MAX) NOT NULL,

@@ -43,12 +43,11 @@ type Options struct {
 
 // Ledger is a ledger.Ledger stored in Cloud Spanner. It is safe for concurrent use.
 type Ledger struct {
-	client              *spanner.Client
-	ownsClient          bool
-	db                  string
-	clock               *serverclock.Clock
-	driver.Transitions  // the fenced transitions, over store
-	driver.NoOperations // refuses the operators' methods: not on spanner yet
+	client             *spanner.Client
+	ownsClient         bool
+	db                 string
+	clock              *serverclock.Clock
+	driver.Transitions // the fenced transitions, over store
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -70,7 +69,7 @@ func New(ctx context.Context, client *spanner.Client, opts *Options) (*Ledger, e
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	l := &Ledger{NoOperations: driver.NoOperations{Backend: "spanner"}, client: client, db: client.DatabaseName(), clock: serverclock.New(o.Clock)}
+	l := &Ledger{client: client, db: client.DatabaseName(), clock: serverclock.New(o.Clock)}
 	l.Transitions = driver.Transitions{Store: store{l}}
 	// The first read also opens a session; the later ones bound the clock's offset by a
 	// warm round trip.

@@ -140,7 +140,8 @@ func openTest(tb testing.TB, opts *Options) *Ledger {
 
 func harness() ledgertest.Harness {
 	return ledgertest.Harness{
-		Open: func(tb testing.TB) ledger.Ledger { return openTest(tb, nil) },
+		Operations: true,
+		Open:       func(tb testing.TB) ledger.Ledger { return openTest(tb, nil) },
 		// A second client of the same database whose process clock is skewed: every
 		// decision is Spanner's, and the claim's estimate of Spanner's clock cancels a
 		// constant skew.
