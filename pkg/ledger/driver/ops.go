@@ -50,7 +50,7 @@ func Record(op Op, cur, next *ledger.Run, now time.Time, n Note) []ledger.Event 
 	}
 	now = Micros(now)
 	ev := func(k ledger.EventKind, attempt int64, text string) ledger.Event {
-		return ledger.Event{At: now, Kind: k, Attempt: attempt, Text: clip(text)}
+		return ledger.Event{At: now, Kind: k, Attempt: attempt, Text: ClipText(text)}
 	}
 	switch op {
 	case OpClaim:
@@ -61,7 +61,7 @@ func Record(op Op, cur, next *ledger.Run, now time.Time, n Note) []ledger.Event 
 			out = append(out, ev(ledger.EventLeaseLost, cur.Attempt, next.LastError))
 		}
 		s := ev(ledger.EventStarted, next.Attempt, "")
-		s.Worker = clip(n.Worker)
+		s.Worker = ClipText(n.Worker)
 		return append(out, s)
 	case OpComplete:
 		return []ledger.Event{ev(ledger.EventCompleted, next.Attempt, "")}
@@ -77,7 +77,7 @@ func Record(op Op, cur, next *ledger.Run, now time.Time, n Note) []ledger.Event 
 	case OpRetry, OpCancel, OpOperatorRelease:
 		k := map[Op]ledger.EventKind{OpRetry: ledger.EventRetried, OpCancel: ledger.EventCancelled, OpOperatorRelease: ledger.EventOperatorReleased}[op]
 		e := ev(k, next.Attempt, n.Reason)
-		e.Actor = clip(n.Actor)
+		e.Actor = ClipText(n.Actor)
 		return []ledger.Event{e}
 	}
 	return nil
@@ -110,8 +110,8 @@ func AppendHistory(h []ledger.Event, evs ...ledger.Event) []ledger.Event {
 	return out
 }
 
-// clip bounds s to ledger.MaxEventText bytes, on a rune boundary.
-func clip(s string) string {
+// ClipText bounds s to ledger.MaxEventText bytes, on a rune boundary.
+func ClipText(s string) string {
 	if len(s) <= ledger.MaxEventText {
 		return s
 	}
@@ -205,7 +205,7 @@ func ApplyOperatorRelease(cur *ledger.Run, p *ledger.OperatorParams, now time.Ti
 	r := *cur
 	r.Status = ledger.StatusQueued
 	r.AttemptsMade++
-	r.LastError = clip(fmt.Sprintf("attempt %d released by %s: %s", cur.Attempt, p.Actor, p.Reason))
+	r.LastError = ClipText(fmt.Sprintf("attempt %d released by %s: %s", cur.Attempt, p.Actor, p.Reason))
 	r.AttemptID = ""
 	r.NotBefore = time.Time{}
 	r.Deadline = Micros(now.Add(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)))

@@ -3,6 +3,7 @@ package postgres
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -100,6 +101,7 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	err := q.QueryRow(ctx, l.q.acquire, timeArg(p.Now),
 		p.RunID, p.Namespace, p.Job, p.Key, timeArg(p.ScheduleTime), p.PayloadHash, p.AttemptID,
 		micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), p.Payload,
+		driver.ClipText(p.Worker),
 	).Scan(append(append([]any{&written}, s.dest()...), &now)...)
 	if err != nil {
 		return nil, interpretError("acquire run "+p.RunID, err)
@@ -155,7 +157,7 @@ func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, e
 		return nil, err
 	}
 	return l.fenced(ctx, "fail", l.q.fail, p.RunID,
-		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retention(p.Retention))},
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retention(p.Retention)), driver.ClipText(p.Error)},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return driver.ApplyFail(cur, p, now)
 		})
@@ -172,7 +174,8 @@ func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.
 	retry := p.RetryAfter
 	pickup := cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)
 	return l.fenced(ctx, "release", l.q.release, p.RunID,
-		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retry), micros(retry + pickup), micros(retention(p.Retention))},
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retry), micros(retry + pickup), micros(retention(p.Retention)),
+			driver.ClipText(p.Error)},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return driver.ApplyRelease(cur, p, now)
 		})
@@ -227,11 +230,21 @@ func (l *Ledger) fenced(ctx context.Context, op, sql, runID string, args []any,
 
 // Get implements ledger.Ledger.
 func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
-	var s runScan
-	if err := l.pool.QueryRow(ctx, l.q.get, p.RunID).Scan(s.dest()...); err != nil {
+	var (
+		s       runScan
+		history []byte
+	)
+	if err := l.pool.QueryRow(ctx, l.q.getWithHistory, p.RunID).Scan(append(s.dest(), &history)...); err != nil {
 		return nil, interpretError("get run "+p.RunID, err)
 	}
-	return s.run(), nil
+	r := s.run()
+	if err := json.Unmarshal(history, &r.History); err != nil {
+		return nil, fmt.Errorf("postgres: get run %s: history: %w", p.RunID, err)
+	}
+	if len(r.History) == 0 {
+		r.History = nil
+	}
+	return r, nil
 }
 
 // BeginEffect implements ledger.Ledger with one statement: it locks the run (FOR SHARE,
