@@ -105,7 +105,7 @@ func Record(op Op, cur, next *Run, now time.Time, n Note) []Event {
 	}
 	now = Truncate(now)
 	ev := func(k EventKind, attempt int64, text string) Event {
-		return Event{At: now, Kind: k, Attempt: attempt, Text: clip(text)}
+		return Event{At: now, Kind: k, Attempt: attempt, Text: ClipText(text)}
 	}
 	switch op {
 	case OpClaim:
@@ -116,7 +116,7 @@ func Record(op Op, cur, next *Run, now time.Time, n Note) []Event {
 			out = append(out, ev(EventLeaseLost, cur.Attempt, next.LastError))
 		}
 		s := ev(EventStarted, next.Attempt, "")
-		s.Worker = clip(n.Worker)
+		s.Worker = ClipText(n.Worker)
 		return append(out, s)
 	case OpComplete:
 		return []Event{ev(EventCompleted, next.Attempt, "")}
@@ -132,7 +132,7 @@ func Record(op Op, cur, next *Run, now time.Time, n Note) []Event {
 	case OpRetry, OpCancel, OpOperatorRelease:
 		k := map[Op]EventKind{OpRetry: EventRetried, OpCancel: EventCancelled, OpOperatorRelease: EventOperatorReleased}[op]
 		e := ev(k, next.Attempt, n.Reason)
-		e.Actor = clip(n.Actor)
+		e.Actor = ClipText(n.Actor)
 		return []Event{e}
 	}
 	return nil
@@ -150,8 +150,8 @@ func AppendHistory(h []Event, evs ...Event) []Event {
 	return out
 }
 
-// clip bounds s to MaxEventText bytes, on a rune boundary.
-func clip(s string) string {
+// ClipText bounds s to MaxEventText bytes, on a rune boundary.
+func ClipText(s string) string {
 	if len(s) <= MaxEventText {
 		return s
 	}
@@ -299,7 +299,7 @@ func ApplyOperatorRelease(cur *Run, p *OperatorParams, now time.Time) (*Run, err
 	r := *cur
 	r.Status = StatusQueued
 	r.AttemptsMade++
-	r.LastError = clip(fmt.Sprintf("attempt %d released by %s: %s", cur.Attempt, p.Actor, p.Reason))
+	r.LastError = ClipText(fmt.Sprintf("attempt %d released by %s: %s", cur.Attempt, p.Actor, p.Reason))
 	r.AttemptID = ""
 	r.NotBefore = time.Time{}
 	r.Deadline = Truncate(now.Add(cmp.Or(p.PickupTimeout, DefaultPickupTimeout)))

@@ -3,6 +3,7 @@ package postgres
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -98,7 +99,7 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	}
 	err := q.QueryRow(ctx, l.q.acquire, timeArg(p.Now),
 		p.RunID, p.Namespace, p.Job, p.Key, timeArg(p.ScheduleTime), p.PayloadHash, p.AttemptID,
-		micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), p.Payload,
+		micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), p.Payload, ledger.ClipText(p.Worker),
 	).Scan(append(append([]any{&written}, s.dest()...), &now)...)
 	if err != nil {
 		return nil, interpretError("acquire run "+p.RunID, err)
@@ -142,7 +143,7 @@ func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledge
 		return nil, err
 	}
 	return l.fenced(ctx, "complete", l.q.complete, p.RunID,
-		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, "", micros(retention(p.Retention))},
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, "", micros(retention(p.Retention)), ""},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return ledger.ApplyComplete(cur, p, now)
 		})
@@ -154,7 +155,7 @@ func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, e
 		return nil, err
 	}
 	return l.fenced(ctx, "fail", l.q.fail, p.RunID,
-		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retention(p.Retention))},
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retention(p.Retention)), ledger.ClipText(p.Error)},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return ledger.ApplyFail(cur, p, now)
 		})
@@ -171,7 +172,7 @@ func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.
 	retry := p.RetryAfter
 	pickup := cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)
 	return l.fenced(ctx, "release", l.q.release, p.RunID,
-		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retry), micros(retry + pickup), micros(retention(p.Retention))},
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retry), micros(retry + pickup), micros(retention(p.Retention)), ledger.ClipText(p.Error)},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return ledger.ApplyRelease(cur, p, now)
 		})
@@ -384,12 +385,13 @@ type runScan struct {
 	attempt, attemptsMade                                              pgtype.Int8
 	scheduleTime, deadline, notBefore                                  pgtype.Timestamptz
 	createdAt, updatedAt, completedAt, expireAt                        pgtype.Timestamptz
+	history                                                            []byte
 }
 
 func (s *runScan) dest() []any {
 	return []any{&s.id, &s.namespace, &s.job, &s.key, &s.scheduleTime, &s.payloadHash, &s.payload, &s.status,
 		&s.attempt, &s.attemptID, &s.deadline, &s.notBefore, &s.attemptsMade, &s.lastError,
-		&s.createdAt, &s.updatedAt, &s.completedAt, &s.expireAt}
+		&s.createdAt, &s.updatedAt, &s.completedAt, &s.expireAt, &s.history}
 }
 
 // run returns the scanned run, or nil when there was none.
@@ -397,8 +399,20 @@ func (s *runScan) run() *ledger.Run {
 	if !s.id.Valid {
 		return nil
 	}
+	var history []ledger.Event
+	if len(s.history) > 2 { // not '[]'
+		// The statements write only well-formed events; one that does not decode is
+		// shown as such rather than failing the transition that read it.
+		if err := json.Unmarshal(s.history, &history); err != nil {
+			history = []ledger.Event{{Kind: "undecodable", Text: err.Error()}}
+		}
+		for i := range history {
+			history[i].At = history[i].At.UTC()
+		}
+	}
 	return &ledger.Run{
-		ID: s.id.String, Namespace: s.namespace.String, Job: s.job.String, Key: s.key.String,
+		History: history,
+		ID:      s.id.String, Namespace: s.namespace.String, Job: s.job.String, Key: s.key.String,
 		ScheduleTime: timeOf(s.scheduleTime), PayloadHash: s.payloadHash.String, Payload: s.payload,
 		Status: ledger.Status(s.status.String), Attempt: s.attempt.Int64, AttemptID: s.attemptID.String,
 		Deadline: timeOf(s.deadline), NotBefore: timeOf(s.notBefore),

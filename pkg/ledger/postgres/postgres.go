@@ -95,8 +95,6 @@ func (o *Options) withDefaults() Options {
 
 // Ledger is a ledger.Ledger stored in PostgreSQL. It is safe for concurrent use.
 type Ledger struct {
-	// NoOperations refuses the operators' methods: not implemented on postgres yet.
-	ledger.NoOperations
 	pool     *pgxpool.Pool
 	ownsPool bool
 	schema   string
@@ -124,7 +122,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Ledger, error
 				slog.String("schema", o.Schema), slog.Duration("took", o.Clock().Sub(start)))
 		}
 	}
-	return &Ledger{NoOperations: ledger.NoOperations{Backend: "postgres"}, pool: pool, schema: o.Schema, opts: o, q: buildQueries(o.Schema)}, nil
+	return &Ledger{pool: pool, schema: o.Schema, opts: o, q: buildQueries(o.Schema)}, nil
 }
 
 // Open connects to the database dsn names (a postgres:// URL or a key=value connection

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -119,6 +120,7 @@ func harness() ledgertest.Harness {
 			return skewed
 		},
 		SupportsNow: true,
+		Operations:  true,
 	}
 }
 
@@ -473,8 +475,12 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 	defer conn.Close(t.Context())
 	var applied int
 	err = conn.QueryRow(t.Context(), "SELECT count(*) FROM "+pgx.Identifier{schema, "goose_db_version"}.Sanitize()+" WHERE version_id > 0").Scan(&applied)
-	if err != nil || applied != 2 {
-		t.Fatalf("goose_db_version in the schema holds %d applied migrations (%v), want 2 (each embedded migration once)", applied, err)
+	files, ferr := fs.Glob(Migrations(), "*.sql")
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	if err != nil || applied != len(files) {
+		t.Fatalf("goose_db_version in the schema holds %d applied migrations (%v), want %d (each embedded migration once)", applied, err, len(files))
 	}
 }
 

@@ -1,9 +1,12 @@
 package postgres
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/runonce/runonce/pkg/ledger"
 )
 
 // The statements, one per transition. Each is a single statement (one round trip) run
@@ -40,7 +43,11 @@ import (
 const (
 	runCols = `run_id, namespace, job, run_key, schedule_time, payload_hash, payload, status, attempt,
 	attempt_id, deadline, not_before, attempts_made, last_error, created_at, updated_at,
-	completed_at, expire_at`
+	completed_at, expire_at, history`
+	// listCols are runCols without the payload and the history, which List leaves out.
+	listCols = `run_id, namespace, job, run_key, schedule_time, payload_hash, NULL::bytea, status, attempt,
+	attempt_id, deadline, not_before, attempts_made, last_error, created_at, updated_at,
+	completed_at, expire_at, '[]'::jsonb`
 	effectCols = `effect_key, run_id, name, status, attempt, ref, created_at, updated_at, done_at, expire_at`
 
 	nowExpr = `coalesce($1::timestamptz, now())`
@@ -59,6 +66,21 @@ func cols(alias, list string) string {
 
 func us(param string) string { return "(" + param + "::bigint * interval '1 microsecond')" }
 
+// event is a history event (ledger.Event) as a JSON object built in SQL; text and worker
+// are SQL expressions, bounded by the caller (ledger.ClipText).
+func event(kind ledger.EventKind, attempt, text, worker string) string {
+	return `jsonb_build_object('at', {now}, 'kind', '` + string(kind) + `', 'attempt', ` + attempt +
+		`, 'text', ` + text + `, 'worker', ` + worker + `)`
+}
+
+// appendHistory is the history h (a jsonb expression) with the events appended, cut to
+// the latest ledger.MaxHistory, as ledger.AppendHistory does.
+func appendHistory(h string, events ...string) string {
+	all := "(" + h + " || jsonb_build_array(" + strings.Join(events, ", ") + "))"
+	return `(SELECT coalesce(jsonb_agg(e ORDER BY o), '[]'::jsonb) FROM jsonb_array_elements(` + all +
+		`) WITH ORDINALITY t(e, o) WHERE o > jsonb_array_length(` + all + `) - ` + strconv.Itoa(ledger.MaxHistory) + `)`
+}
+
 // The ingress claim: the INSERT creates the run; on a conflict it does nothing (no row
 // version, no WAL record, no row lock: a duplicate is a read) and the UNION ALL branch
 // reads the existing row from the statement's snapshot. The one case this misses is a row
@@ -68,8 +90,9 @@ func us(param string) string { return "(" + param + "::bigint * interval '1 micr
 const claimSQL = `
 WITH ins AS (
 	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
-		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
-	VALUES ($2, $3, $4, $5, $6, $7, $11, 'queued', 0, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us9} + {us10})
+		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at, history)
+	VALUES ($2, $3, $4, $5, $6, $7, $11, 'queued', 0, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us9} + {us10},
+		jsonb_build_array({claimedEvent}))
 	ON CONFLICT (run_id) DO NOTHING
 	RETURNING true, {r.runCols}
 )
@@ -91,8 +114,9 @@ const takeover = `(r.payload_hash = EXCLUDED.payload_hash AND r.status = 'runnin
 const acquireSQL = `
 WITH up AS (
 	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
-		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
-	VALUES ($2, $3, $4, $5, $6, $7, $11, 'running', 1, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us9} + {us10})
+		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at, history)
+	VALUES ($2, $3, $4, $5, $6, $7, $11, 'running', 1, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us9} + {us10},
+		jsonb_build_array({startedFirstEvent}))
 	ON CONFLICT (run_id) DO UPDATE SET
 		status        = CASE WHEN {claimable} THEN 'running' ELSE r.status END,
 		attempt       = CASE WHEN {claimable} THEN r.attempt + 1 ELSE r.attempt END,
@@ -104,7 +128,9 @@ WITH up AS (
 			THEN 'attempt ' || r.attempt || ' lost its lease at ' || {rfc3339:r.deadline}
 			ELSE r.last_error END,
 		updated_at    = CASE WHEN {claimable} THEN EXCLUDED.updated_at ELSE r.updated_at END,
-		expire_at     = CASE WHEN {claimable} THEN EXCLUDED.expire_at ELSE r.expire_at END
+		expire_at     = CASE WHEN {claimable} THEN EXCLUDED.expire_at ELSE r.expire_at END,
+		history       = CASE WHEN {takeover} THEN {takeoverHistory}
+			WHEN {claimable} THEN {startedHistory} ELSE r.history END
 	WHERE {claimable}
 		OR NOT EXISTS (SELECT 1 FROM {runs} v WHERE v.run_id = EXCLUDED.run_id AND v.ctid = r.ctid)
 	RETURNING true, {r.runCols}
@@ -131,18 +157,21 @@ WHERE NOT EXISTS (SELECT 1 FROM up)`
 var renewSQL = fencedSQL(`deadline = {now} + {us5}, updated_at = {now},
 		expire_at = greatest(r.expire_at, {now} + {us5} + {us6})`)
 
-// $5: error text, $6: retention.
+// $5: error text, $6: retention, $7: the error text bounded for the history.
 func finishSQL(status string) string {
 	return fencedSQL(`status = '` + status + `', attempts_made = r.attempts_made + 1,
 		last_error = CASE WHEN $5::text <> '' THEN $5::text ELSE r.last_error END,
 		deadline = NULL, not_before = NULL, completed_at = {now}, updated_at = {now},
-		expire_at = {now} + {us6}`)
+		expire_at = {now} + {us6}, history = ` +
+		appendHistory("r.history", event(ledger.EventKind(status), "r.attempt", "$7::text", "''")))
 }
 
-// $5: error text, $6: retry after (0: none), $7: retry after + pickup timeout, $8: retention.
+// $5: error text, $6: retry after (0: none), $7: retry after + pickup timeout, $8: retention,
+// $9: the error text bounded for the history.
 var releaseSQL = fencedSQL(`status = 'queued', attempts_made = r.attempts_made + 1, last_error = $5,
 		not_before = CASE WHEN $6::bigint > 0 THEN {now} + {us6} END,
-		deadline = {now} + {us7}, updated_at = {now}, expire_at = {now} + {us7} + {us8}`)
+		deadline = {now} + {us7}, updated_at = {now}, expire_at = {now} + {us7} + {us8}, history = ` +
+	appendHistory("r.history", event(ledger.EventReleased, "r.attempt", "$9::text", "''")))
 
 // $2 run, $3 listed status, $4 listed attempt, $5 listed deadline, $6 pickup timeout,
 // $7 retention, $8 the lost-lease error.
@@ -153,7 +182,8 @@ WITH up AS (
 		last_error    = CASE WHEN r.status = 'running' THEN $8 ELSE r.last_error END,
 		attempt_id    = CASE WHEN r.status = 'running' THEN '' ELSE r.attempt_id END,
 		status = 'queued', not_before = NULL, deadline = {now} + {us6}, updated_at = {now},
-		expire_at = {now} + {us6} + {us7}
+		expire_at = {now} + {us6} + {us7},
+		history = CASE WHEN r.status = 'running' THEN {rescueLostHistory} ELSE {rescuedHistory} END
 	WHERE r.run_id = $2 AND r.status = $3 AND r.attempt = $4 AND r.deadline = $5
 		AND r.status IN ('queued', 'running') AND r.deadline < {now}
 	RETURNING true, {r.runCols}
@@ -253,10 +283,24 @@ WITH r AS (
 )
 SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM e)`
 
+// lockForOperatorSQL reads and locks a run for an operator's action, with the time.
+const lockForOperatorSQL = `SELECT {runCols}, {now} FROM {runs} WHERE run_id = $2 FOR UPDATE`
+
+// operatorSQL writes what an operator's action (ledger.ApplyRetry, …) made of the run
+// lockForOperatorSQL locked.
+const operatorSQL = `UPDATE {runs} SET status = $2, attempts_made = $3, attempt_id = $4, deadline = $5,
+	not_before = $6, last_error = $7, completed_at = $8, updated_at = $9, expire_at = $10, history = $11
+	WHERE run_id = $1`
+
+const listEffectsSQL = `SELECT {effectCols} FROM {effects} WHERE run_id = $1 ORDER BY name LIMIT $2`
+
 // queries are the statements with the schema's table names filled in.
 type queries struct {
 	claim, claimLatest, acquire, renew, complete, fail, release, rescue, expedite string
 	get, lockRun, getEffect, beginEffect, completeEffect, listRescue, sweep       string
+	lockForOperator, operator, listEffects                                        string
+	// runs is the runs table's qualified name, for List's statements.
+	runs string
 }
 
 func buildQueries(schema string) queries {
@@ -264,9 +308,17 @@ func buildQueries(schema string) queries {
 	if schema != "" {
 		prefix = pgx.Identifier{schema}.Sanitize() + "."
 	}
+	lost := `'attempt ' || r.attempt || ' lost its lease at ' || {rfc3339:r.deadline}`
+	started := event(ledger.EventStarted, "r.attempt + 1", "''", "$12::text")
 	r := strings.NewReplacer(
 		"{claimable}", claimable,
 		"{takeover}", takeover,
+		"{claimedEvent}", event(ledger.EventClaimed, "0", "''", "''"),
+		"{startedFirstEvent}", event(ledger.EventStarted, "1", "''", "$12::text"),
+		"{takeoverHistory}", appendHistory("r.history", event(ledger.EventLeaseLost, "r.attempt", lost, "''"), started),
+		"{startedHistory}", appendHistory("r.history", started),
+		"{rescueLostHistory}", appendHistory("r.history", event(ledger.EventLeaseLost, "r.attempt", "$8::text", "''")),
+		"{rescuedHistory}", appendHistory("r.history", event(ledger.EventRescued, "r.attempt", "''", "''")),
 	)
 	r2 := strings.NewReplacer(
 		"{runs}", prefix+"runs",
@@ -302,5 +354,10 @@ func buildQueries(schema string) queries {
 		completeEffect: fill(completeEffectSQL),
 		listRescue:     fill(listRescueSQL),
 		sweep:          fill(sweepSQL),
+
+		lockForOperator: fill(lockForOperatorSQL),
+		operator:        fill(operatorSQL),
+		listEffects:     fill(listEffectsSQL),
+		runs:            prefix + "runs",
 	}
 }
