@@ -167,6 +167,11 @@ func New(cfg Config) (*Handler, error) {
 	mux.HandleFunc("GET /v1/runs/{run_id}", h.getRunDetail)
 	mux.HandleFunc("POST /v1/runs/{run_id}", h.postRun)
 	mux.HandleFunc("/v1/runs/{run_id}", methodNotAllowed(http.MethodGet+", "+http.MethodPost))
+	u, err := newUI(h)
+	if err != nil {
+		return nil, err
+	}
+	u.routes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -175,7 +180,7 @@ func New(cfg Config) (*Handler, error) {
 		mux.Handle("GET /metrics", cfg.Metrics)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s: POST /v1/jobs/{job}, GET /v1/runs, GET /v1/runs/{run_id}, POST /v1/runs/{run_id}:retry|:cancel|:release, /healthz, /readyz, /metrics",
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s: POST /v1/jobs/{job}, GET /v1/runs, GET /v1/runs/{run_id}, POST /v1/runs/{run_id}:retry|:cancel|:release, /ui/, /healthz, /readyz, /metrics",
 			r.Method, obs.Clean(r.URL.Path)))
 	})
 	h.mux = mux
