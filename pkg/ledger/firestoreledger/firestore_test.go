@@ -468,7 +468,7 @@ func BenchmarkFirestore(b *testing.B) {
 	for _, n := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("RawCreate/goroutines=%d", n), func(b *testing.B) {
 			coll := client.Collection(uniquePrefix() + "raw")
-			doc := encodeClaim(&ledger.Run{
+			doc := encodeRun(&ledger.Run{
 				Namespace: "ledgertest/ns", Job: "job", Key: "sched-job", Status: ledger.StatusQueued,
 				ScheduleTime: time.Now(), PayloadHash: ledger.PayloadHash(nil), Payload: []byte(`{"n":1}`), AttemptID: uuid.NewString(),
 				Deadline: time.Now(), ExpireAt: time.Now(),
@@ -501,7 +501,7 @@ func benchPaired(b *testing.B, client *firestore.Client, n int) {
 	l := openLedger(b, client, &Options{Prefix: uniquePrefix()})
 	raw := client.Collection(l.Prefix() + "raw")
 	payload := []byte(`{"n":1}`)
-	doc := encodeClaim(&ledger.Run{Namespace: "ledgertest/ns", Job: "job", Key: "sched-job", Status: ledger.StatusQueued,
+	doc := encodeRun(&ledger.Run{Namespace: "ledgertest/ns", Job: "job", Key: "sched-job", Status: ledger.StatusQueued,
 		ScheduleTime: time.Now(), PayloadHash: ledger.PayloadHash(payload), Payload: payload, AttemptID: uuid.NewString(),
 		Deadline: time.Now(), ExpireAt: time.Now()})
 	ids := make([]ledger.Identity, b.N)
