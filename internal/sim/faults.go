@@ -1,9 +1,12 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -218,7 +221,13 @@ func (l *faultLedger) ListRescue(ctx context.Context, p *ledger.ListRescueParams
 	return call(ctx, l, "list rescue", func(now time.Time) ([]*ledger.Run, error) {
 		q := *p
 		q.Now = or(q.Now, now)
-		return l.Ledger.ListRescue(ctx, &q)
+		runs, err := l.Ledger.ListRescue(ctx, &q)
+		// Runs with one deadline come in the backend's order (a map's, in memory); on
+		// the simulation's clock ties are common, and a schedule must replay its seed.
+		slices.SortStableFunc(runs, func(a, b *ledger.Run) int {
+			return cmp.Or(a.Deadline.Compare(b.Deadline), strings.Compare(a.ID, b.ID))
+		})
+		return runs, err
 	})
 }
 
