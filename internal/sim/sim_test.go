@@ -67,7 +67,7 @@ func runOne(t *testing.T, b, mutant string, s uint64) {
 		t.Fatalf("seed %d on %s broke the guarantees:\n  %s\ntrace:\n  %s", s, b,
 			strings.Join(res.Violations, "\n  "), strings.Join(res.Trace, "\n  "))
 	}
-	t.Logf("seed %d on %s: %d actors, %d decisions, no violation", s, b, len(res.Trace), res.Actors)
+	t.Logf("seed %d on %s: %d actors, %d decisions, no violation", s, b, res.Actors, len(res.Trace))
 }
 
 // explore runs n schedules from seed first on GOMAXPROCS goroutines and returns how
@@ -141,18 +141,17 @@ func needServer(t *testing.T, b string) {
 // must name the guarantee it breaks.
 func TestMutantsAreCaught(t *testing.T) {
 	want := map[string]string{
-		"unclaim":           "invariant 1",
-		"any-payload":       "invariant 4",
-		"steal-leases":      "invariant 3",
-		"forget-effects":    "invariant 2",
-		"two-claim-winners": "invariant 4",
+		"unclaim":                  "invariant 1",
+		"any-payload":              "invariant 4",
+		"steal-leases":             "invariant 3",
+		"forget-effects":           "invariant 2",
+		"two-claim-winners":        "invariant 4",
+		"expiry-ignores-deadlines": "invariant 1",
+		"sweeps-live-effects":      "invariant 2",
+		"old-messages-dropped":     "invariant 1",
+		sim.UnboundedCalls:         "bounded waits",
 	}
-	names := make([]string, 0, len(sim.Mutants))
-	for name := range sim.Mutants {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range sim.MutantNames() {
 		t.Run(name, func(t *testing.T) {
 			_, s := explore(t, "memory", name, 1, mutantBudget)
 			if s == 0 {
@@ -208,8 +207,10 @@ var regressions = []struct {
 	// attempt had taken the run over meanwhile, and the late worker started the job
 	// anyway, so two jobs of one run ran at once (the late one's writes were fenced,
 	// but whatever the job did outside Effect was done twice). The worker now refuses
-	// to start a job whose claim answered later than its self-fence point.
-	{"memory", 4313, "a job started on a claim answered past its lease"},
+	// to start a job whose claim answered later than its self-fence point. (Found at
+	// seed 4313; the schedules that reach the retention draw differently, and 811 is
+	// the first seed that finds it again with the check taken out.)
+	{"memory", 811, "a job started on a claim answered past its lease"},
 }
 
 func TestRegressionSeeds(t *testing.T) {

@@ -73,8 +73,9 @@ type Config struct {
 	Republish Publisher
 	// RescueInterval is how often the rescuer looks for runs to republish. Defaults to 30s.
 	RescueInterval time.Duration
-	// Now is the clock the worker times its own hold of a lease by: when a claim was
-	// sent, and whether its answer came too late to start the job. Defaults to time.Now;
+	// Now is the clock the worker times its own hold of a lease by (when a claim was
+	// sent, and whether its answer came too late to start the job) and a message's age
+	// against the Retention. Defaults to time.Now;
 	// a simulation drives it with the ledger's clock.
 	Now func() time.Time
 	// Logger receives JSON logs. Defaults to discarding them.
@@ -279,11 +280,14 @@ func (w *Worker) Process(ctx context.Context, d *Delivery) (v Verdict) {
 	return w.run(ctx, d, res.Run, claimStart, log)
 }
 
+// age is how old a delivery's message is by Config.Now, the clock the worker times
+// everything of its own by (a simulation's clock, not the machine's).
 func (w *Worker) age(d *Delivery) time.Duration {
+	now := w.cfg.Now()
 	var age time.Duration
 	for _, t := range []time.Time{d.PublishTime, d.Message.EnqueuedAt} {
 		if !t.IsZero() {
-			age = max(age, time.Since(t))
+			age = max(age, now.Sub(t))
 		}
 	}
 	return age
