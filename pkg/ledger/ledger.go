@@ -72,7 +72,11 @@ type Run struct {
 	// completed or failed) or that the rescuer found dead.
 	AttemptsMade int64
 	// LastError is the error of the latest released, rescued or failed attempt.
-	LastError   string
+	LastError string
+	// Result is what the completed attempt returned (JSON, at most MaxResult bytes),
+	// stored by Complete; nil when it returned none. It is replayed to duplicates,
+	// never recomputed.
+	Result      []byte
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 	CompletedAt time.Time
@@ -232,6 +236,9 @@ type RenewParams struct {
 // CompleteParams complete the caller's attempt.
 type CompleteParams struct {
 	Fence
+	// Result, when set, is stored as the run's Result: a JSON value of at most
+	// MaxResult bytes (ErrInvalid otherwise, and nothing is written).
+	Result    []byte
 	Retention time.Duration
 	Now       time.Time
 }

@@ -233,7 +233,14 @@ func ApplyRenew(cur *Run, p *RenewParams, now time.Time) (*Run, error) {
 // ApplyComplete completes the caller's run. A repeat by the same attempt writes nothing.
 func ApplyComplete(cur *Run, p *CompleteParams, now time.Time) (*Run, *Run, error) {
 	now = Truncate(now)
-	return finish(cur, &p.Fence, StatusCompleted, "", p.Retention, now)
+	if err := ValidateResult(p.RunID, p.Result); err != nil {
+		return nil, nil, err
+	}
+	next, answer, err := finish(cur, &p.Fence, StatusCompleted, "", p.Retention, now)
+	if next != nil {
+		next.Result = p.Result
+	}
+	return next, answer, err
 }
 
 // ApplyFail fails the caller's run for good. A repeat by the same attempt writes nothing.

@@ -1,6 +1,7 @@
 package ledgertest
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -8,6 +9,55 @@ import (
 )
 
 var finishTests = map[string]func(*testing.T, Harness){
+	"CompleteStoresTheResult": func(t *testing.T, h Harness) {
+		f := setup(t, h)
+		r := f.hold(newRunID(), longLease)
+		result := []byte(`{"sent": 3, "ids": ["b", "a"]}`)
+		done, err := f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(r), Result: result})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, got := range []*ledger.Run{done, f.get(r.ID)} {
+			if got.Status != ledger.StatusCompleted || string(got.Result) != string(result) {
+				t.Fatalf("completed run = %s with result %q; want completed with %q, byte for byte", got.Status, got.Result, result)
+			}
+		}
+		again, err := f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(r), Result: []byte(`"other"`)})
+		if err != nil || string(again.Result) != string(result) {
+			t.Fatalf("a repeated Complete by the same attempt = %v, %v; want the first result kept", again, err)
+		}
+		if got := f.get(f.hold(newRunID(), longLease).ID); got.Result != nil {
+			t.Fatalf("a running run's result = %q; want none", got.Result)
+		}
+	},
+	"ResultAtTheLimitIsStored": func(t *testing.T, h Harness) {
+		f := setup(t, h)
+		r := f.hold(newRunID(), longLease)
+		result := []byte(`"` + strings.Repeat("x", ledger.MaxResult-2) + `"`)
+		if _, err := f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(r), Result: result}); err != nil {
+			t.Fatalf("Complete with a %d-byte result: %v", len(result), err)
+		}
+		if got := f.get(r.ID); string(got.Result) != string(result) {
+			t.Fatalf("stored result is %d bytes; want the %d written", len(got.Result), len(result))
+		}
+	},
+	"ResultOverTheLimitOrNotJSONIsRefused": func(t *testing.T, h Harness) {
+		f := setup(t, h)
+		r := f.hold(newRunID(), longLease)
+		for name, bad := range map[string][]byte{
+			"over the limit": []byte(`"` + strings.Repeat("x", ledger.MaxResult-1) + `"`),
+			"not JSON":       []byte(`{"sent":`),
+		} {
+			_, err := f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(r), Result: bad})
+			wantErr(t, "Complete with a result "+name, err, ledger.ErrInvalid)
+			if got := f.get(r.ID); got.Status != ledger.StatusRunning || got.Result != nil {
+				t.Fatalf("after a refused result (%s) the run is %s with result %q; want it running, untouched", name, got.Status, got.Result)
+			}
+		}
+		if done, err := f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(r)}); err != nil || done.Result != nil {
+			t.Fatalf("Complete without a result after the refusals = %v, %v; want completed, no result", done, err)
+		}
+	},
 	"Complete": func(t *testing.T, h Harness) {
 		f := setup(t, h)
 		r := f.hold(newRunID(), longLease)

@@ -73,6 +73,11 @@ var brokenBackends = map[string]brokenBackend{
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &anyPayload{l} },
 		mustFail: []string{"Acquire/OtherPayloadIsNeverAcquired", "Linearizability/ConcurrentHistories"},
 	},
+	// Completes a run without storing its result, and without checking it.
+	"DropsResults": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &droppedResult{l} },
+		mustFail: []string{"Finish/CompleteStoresTheResult", "Finish/ResultAtTheLimitIsStored", "Finish/ResultOverTheLimitOrNotJSONIsRefused"},
+	},
 	// Rescues without checking that the run is unchanged.
 	"UnconditionalRescue": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &blindRescue{l} },
@@ -320,4 +325,13 @@ func (b *anyPayload) Acquire(ctx context.Context, p *ledger.AcquireParams) (*led
 		q.PayloadHash = r.PayloadHash
 	}
 	return b.Ledger.Acquire(ctx, &q)
+}
+
+// droppedResult completes runs without their result.
+type droppedResult struct{ ledger.Ledger }
+
+func (b *droppedResult) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
+	q := *p
+	q.Result = nil
+	return b.Ledger.Complete(ctx, &q)
 }

@@ -86,6 +86,7 @@ func copyRun(r *ledger.Run) *ledger.Run {
 	}
 	c := *r
 	c.Payload = bytes.Clone(r.Payload)
+	c.Result = bytes.Clone(r.Result)
 	return &c
 }
 

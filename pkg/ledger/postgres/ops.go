@@ -141,8 +141,15 @@ func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledge
 	if err := ledger.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
+	if err := ledger.ValidateResult(p.RunID, p.Result); err != nil {
+		return nil, err
+	}
+	var result []byte
+	if len(p.Result) > 0 {
+		result = p.Result
+	}
 	return l.fenced(ctx, "complete", l.q.complete, p.RunID,
-		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, "", micros(retention(p.Retention))},
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, "", micros(retention(p.Retention)), result},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return ledger.ApplyComplete(cur, p, now)
 		})
@@ -154,7 +161,7 @@ func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, e
 		return nil, err
 	}
 	return l.fenced(ctx, "fail", l.q.fail, p.RunID,
-		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retention(p.Retention))},
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retention(p.Retention)), []byte(nil)},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return ledger.ApplyFail(cur, p, now)
 		})
@@ -380,7 +387,7 @@ func timeOf(t pgtype.Timestamptz) time.Time {
 // statement that found no run).
 type runScan struct {
 	id, namespace, job, key, payloadHash, status, attemptID, lastError pgtype.Text
-	payload                                                            []byte
+	payload, result                                                    []byte
 	attempt, attemptsMade                                              pgtype.Int8
 	scheduleTime, deadline, notBefore                                  pgtype.Timestamptz
 	createdAt, updatedAt, completedAt, expireAt                        pgtype.Timestamptz
@@ -389,7 +396,7 @@ type runScan struct {
 func (s *runScan) dest() []any {
 	return []any{&s.id, &s.namespace, &s.job, &s.key, &s.scheduleTime, &s.payloadHash, &s.payload, &s.status,
 		&s.attempt, &s.attemptID, &s.deadline, &s.notBefore, &s.attemptsMade, &s.lastError,
-		&s.createdAt, &s.updatedAt, &s.completedAt, &s.expireAt}
+		&s.createdAt, &s.updatedAt, &s.completedAt, &s.expireAt, &s.result}
 }
 
 // run returns the scanned run, or nil when there was none.
@@ -404,7 +411,7 @@ func (s *runScan) run() *ledger.Run {
 		Deadline: timeOf(s.deadline), NotBefore: timeOf(s.notBefore),
 		AttemptsMade: s.attemptsMade.Int64, LastError: s.lastError.String,
 		CreatedAt: timeOf(s.createdAt), UpdatedAt: timeOf(s.updatedAt),
-		CompletedAt: timeOf(s.completedAt), ExpireAt: timeOf(s.expireAt),
+		CompletedAt: timeOf(s.completedAt), ExpireAt: timeOf(s.expireAt), Result: s.result,
 	}
 }
 

@@ -40,7 +40,7 @@ import (
 const (
 	runCols = `run_id, namespace, job, run_key, schedule_time, payload_hash, payload, status, attempt,
 	attempt_id, deadline, not_before, attempts_made, last_error, created_at, updated_at,
-	completed_at, expire_at`
+	completed_at, expire_at, result`
 	effectCols = `effect_key, run_id, name, status, attempt, ref, created_at, updated_at, done_at, expire_at`
 
 	nowExpr = `coalesce($1::timestamptz, now())`
@@ -131,10 +131,10 @@ WHERE NOT EXISTS (SELECT 1 FROM up)`
 var renewSQL = fencedSQL(`deadline = {now} + {us5}, updated_at = {now},
 		expire_at = greatest(r.expire_at, {now} + {us5} + {us6})`)
 
-// $5: error text, $6: retention.
+// $5: error text, $6: retention, $7: result (NULL: none).
 func finishSQL(status string) string {
 	return fencedSQL(`status = '` + status + `', attempts_made = r.attempts_made + 1,
-		last_error = CASE WHEN $5::text <> '' THEN $5::text ELSE r.last_error END,
+		last_error = CASE WHEN $5::text <> '' THEN $5::text ELSE r.last_error END, result = $7::bytea,
 		deadline = NULL, not_before = NULL, completed_at = {now}, updated_at = {now},
 		expire_at = {now} + {us6}`)
 }

@@ -98,6 +98,9 @@ func decodeRun(m map[string]string) (*ledger.Run, error) {
 	if p := m["payload"]; p != "" {
 		r.Payload = []byte(p)
 	}
+	if res := m["result"]; res != "" {
+		r.Result = []byte(res)
+	}
 	if d.err == nil && !r.Status.Valid() {
 		d.err = fmt.Errorf("status %q is not a run status", r.Status)
 	}

@@ -226,9 +226,12 @@ func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledge
 	if err := ledger.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
+	if err := ledger.ValidateResult(p.RunID, p.Result); err != nil {
+		return nil, err
+	}
 	return l.fenced(ctx, "complete", p.RunID, finishScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, string(ledger.StatusCompleted), "",
-			micros(retention(p.Retention)), l.grace(), l.effectPrefix()},
+			micros(retention(p.Retention)), l.grace(), string(p.Result), l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return ledger.ApplyComplete(cur, p, now)
 		})
@@ -241,7 +244,7 @@ func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, e
 	}
 	return l.fenced(ctx, "fail", p.RunID, finishScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, string(ledger.StatusFailed), p.Error,
-			micros(retention(p.Retention)), l.grace(), l.effectPrefix()},
+			micros(retention(p.Retention)), l.grace(), "", l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return ledger.ApplyFail(cur, p, now)
 		})

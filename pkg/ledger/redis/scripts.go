@@ -211,7 +211,8 @@ return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
 // finish (complete, fail): ARGV now, id, attempt, attempt_id, status, error, retention
-// (µs), grace (ms), effect key prefix.
+// (µs), grace (ms), result (empty for none; checked by the caller: ledger.ValidateResult),
+// effect key prefix (always the last ARGV).
 var finishScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'attempts_made')
@@ -220,6 +221,7 @@ if not held(st, ARGV[3], ARGV[4]) then
 end
 local exp = now + tonumber(ARGV[7])
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'last_error', ARGV[6]) end
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[9]) end
 redis.call('HSET', KEYS[1], 'status', ARGV[5], 'attempts_made', fmt(num(st[4]) + 1), 'deadline', '',
   'not_before', '', 'completed_at', fmt(now), 'updated_at', fmt(now), 'expire_at', fmt(exp))
 index_run(ARGV[2], ARGV[5], 0, exp, ARGV[8])
