@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/runonce/runonce/pkg/ledger"
 )
@@ -17,6 +18,8 @@ type attempt struct {
 	fence  ledger.Fence
 	cancel context.CancelCauseFunc
 	log    *slog.Logger
+	// result is what SetResult kept for Complete (result.go).
+	result atomic.Pointer[[]byte]
 }
 
 type attemptKey struct{}

@@ -351,7 +351,7 @@ func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimSt
 		log.WarnContext(ctx, "lease lost during the job: another attempt holds the run; nothing written, delivery nacked", slog.Any("cause", cause), slog.Any("error", herr))
 		return w.verdict(ctx, Verdict{Outcome: OutcomeLeaseLost})
 	case herr == nil:
-		return w.complete(ctx, fence, log)
+		return w.complete(ctx, fence, a.storedResult(), log)
 	case errors.Is(herr, ErrPermanent):
 		return w.fail(ctx, fence, herr.Error(), log)
 	}
@@ -447,9 +447,9 @@ func (w *Worker) finish(ctx context.Context, write func(context.Context) error) 
 	})
 }
 
-func (w *Worker) complete(ctx context.Context, f ledger.Fence, log *slog.Logger) Verdict {
+func (w *Worker) complete(ctx context.Context, f ledger.Fence, result []byte, log *slog.Logger) Verdict {
 	err := w.finish(ctx, func(ctx context.Context) error {
-		_, err := w.cfg.Ledger.Complete(ctx, &ledger.CompleteParams{Fence: f, Retention: w.cfg.Retention})
+		_, err := w.cfg.Ledger.Complete(ctx, &ledger.CompleteParams{Fence: f, Result: result, Retention: w.cfg.Retention})
 		return err
 	})
 	return w.finished(ctx, err, Verdict{Ack: true, Outcome: OutcomeCompleted}, "run completed", log)
