@@ -2,12 +2,18 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/worker"
 	"github.com/runonce/runonce/pkg/worker/workertest"
 )
@@ -92,4 +98,52 @@ func TestResult(t *testing.T) {
 			t.Fatalf("SetResult outside a job = %v; want ErrNotInJob", err)
 		}
 	})
+}
+
+func TestHTTPTargetResult(t *testing.T) {
+	t.Parallel()
+	bodies := map[string]struct {
+		code int
+		body string
+	}{
+		"json": {200, `{"invoice": "inv-7"}`}, "text": {201, "ok\n"}, "long": {200, strings.Repeat("é", worker.MaxResultBody)},
+		"escaped": {200, strings.Repeat("\x01", worker.MaxResultBody)}, "optout": {200, `{"secret": 1}`}, "bad": {400, `{"error": "no"}`},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b := bodies[r.Header.Get("X-Runonce-Job")]
+		w.WriteHeader(b.code)
+		io.WriteString(w, b.body)
+	}))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	h := workertest.New(t, nil)
+	js := map[string]*jobs.Job{}
+	for name := range bodies {
+		js[name] = &jobs.Job{Name: name, URL: u, Result: name != "optout"}
+	}
+	worker.MuxFromJobs(h.Mux, js, nil)
+
+	for name, want := range map[string]string{
+		"json":   `{"status":200,"body":{"invoice":"inv-7"}}`,
+		"text":   `{"status":201,"body":"ok\n"}`,
+		"optout": ``,
+		"bad":    ``,
+	} {
+		r := h.Deliver(name, "k", nil)
+		if string(r.Run.Result) != want {
+			t.Errorf("job %s: run %s with result %s; want %q", name, r.Run.Status, r.Run.Result, want)
+		}
+	}
+	for _, name := range []string{"long", "escaped"} {
+		r := h.Deliver(name, "k", nil)
+		var got worker.HTTPResult
+		if err := json.Unmarshal(r.Run.Result, &got); err != nil || r.Outcome != worker.OutcomeCompleted {
+			t.Fatalf("job %s: %s with result %q (%v); want completed with a JSON result", name, r.Outcome, r.Run.Result, err)
+		}
+		var body string
+		if err := json.Unmarshal(got.Body, &body); err != nil || !got.Truncated || len(r.Run.Result) > worker.MaxResult || !strings.HasPrefix(bodies[name].body, body) {
+			t.Errorf("job %s: result of %d bytes, truncated %v, body a prefix of the answer: %v (%v); want a truncated prefix within MaxResult",
+				name, len(r.Run.Result), got.Truncated, strings.HasPrefix(bodies[name].body, body), err)
+		}
+	}
 }
