@@ -41,6 +41,9 @@ type RunJSON struct {
 	ExpireAt    time.Time `json:"expire_at"`
 	// Result is what the completed attempt returned (worker.SetResult), as stored.
 	Result json.RawMessage `json:"result,omitempty"`
+	// Progress is how far the run's work has got as its latest attempt last wrote it (a
+	// batch's done, failed and total items: worker.Batch).
+	Progress json.RawMessage `json:"progress,omitempty"`
 	// Execution names what a Google Cloud API target started for the run (a Workflows
 	// execution, a Cloud Run execution, a build), once recorded.
 	Execution string `json:"execution,omitempty"`
@@ -53,7 +56,7 @@ func NewRunJSON(r *ledger.Run) *RunJSON {
 		Status: r.Status, Attempt: r.Attempt, AttemptsMade: r.AttemptsMade,
 		Deadline: r.Deadline, NotBefore: r.NotBefore, PayloadHash: r.PayloadHash, LastError: r.LastError,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.CompletedAt, CompletedAt: r.CompletedAt, ExpireAt: r.ExpireAt,
-		Result: r.Result,
+		Result: r.Result, Progress: r.Progress,
 	}
 }
 

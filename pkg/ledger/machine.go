@@ -218,10 +218,14 @@ func ApplyRenew(cur *Run, p *RenewParams, now time.Time) (*Run, error) {
 	if err := ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
+	if err := ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, err
+	}
 	if !Holds(cur, &p.Fence) {
 		return nil, leaseLost(p.Fence, cur)
 	}
 	r := *cur
+	withProgress(&r, p.Progress)
 	r.Deadline = Truncate(now.Add(cmp.Or(p.Lease, DefaultLease)))
 	r.UpdatedAt = now
 	if exp := ExpiryOf(&r, now, p.Retention); r.ExpireAt.Before(exp) {
@@ -236,9 +240,13 @@ func ApplyComplete(cur *Run, p *CompleteParams, now time.Time) (*Run, *Run, erro
 	if err := ValidateResult(p.RunID, p.Result); err != nil {
 		return nil, nil, err
 	}
+	if err := ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, nil, err
+	}
 	next, answer, err := finish(cur, &p.Fence, StatusCompleted, "", p.Retention, now)
 	if next != nil {
 		next.Result = p.Result
+		withProgress(next, p.Progress)
 	}
 	return next, answer, err
 }
@@ -246,7 +254,14 @@ func ApplyComplete(cur *Run, p *CompleteParams, now time.Time) (*Run, *Run, erro
 // ApplyFail fails the caller's run for good. A repeat by the same attempt writes nothing.
 func ApplyFail(cur *Run, p *FailParams, now time.Time) (*Run, *Run, error) {
 	now = Truncate(now)
-	return finish(cur, &p.Fence, StatusFailed, p.Error, p.Retention, now)
+	if err := ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, nil, err
+	}
+	next, answer, err := finish(cur, &p.Fence, StatusFailed, p.Error, p.Retention, now)
+	if next != nil {
+		withProgress(next, p.Progress)
+	}
+	return next, answer, err
 }
 
 // finish returns (record to write or nil, answer, error).
@@ -283,6 +298,9 @@ func ApplyRelease(cur *Run, p *ReleaseParams, now time.Time) (*Run, *Run, error)
 	if err := ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
 		return nil, nil, err
 	}
+	if err := ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, nil, err
+	}
 	if cur != nil && cur.Status == StatusQueued && sameAttempt(cur, &p.Fence) {
 		return nil, cur, nil
 	}
@@ -290,6 +308,7 @@ func ApplyRelease(cur *Run, p *ReleaseParams, now time.Time) (*Run, *Run, error)
 		return nil, nil, leaseLost(p.Fence, cur)
 	}
 	r := *cur
+	withProgress(&r, p.Progress)
 	r.Status = StatusQueued
 	r.AttemptsMade++
 	r.LastError = p.Error

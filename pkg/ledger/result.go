@@ -22,3 +22,29 @@ func ValidateResult(runID string, result []byte) error {
 	}
 	return nil
 }
+
+// MaxProgress is the largest Progress a run stores, in bytes: 1 KiB, for counts, not
+// lists.
+const MaxProgress = 1 << 10
+
+// ValidateProgress checks a run's progress: empty (unchanged), or a JSON value of at
+// most MaxProgress bytes.
+func ValidateProgress(runID string, progress []byte) error {
+	if len(progress) == 0 {
+		return nil
+	}
+	if len(progress) > MaxProgress {
+		return Invalidf("run %s: progress is %d bytes, over the %d-byte limit (ledger.MaxProgress)", runID, len(progress), MaxProgress)
+	}
+	if !json.Valid(progress) {
+		return Invalidf("run %s: progress is not valid JSON", runID)
+	}
+	return nil
+}
+
+// withProgress replaces r's Progress when p is set.
+func withProgress(r *Run, p []byte) {
+	if len(p) > 0 {
+		r.Progress = p
+	}
+}

@@ -39,6 +39,7 @@ type runDoc struct {
 	AttemptsMade int64      `firestore:"attempts_made"`
 	LastError    string     `firestore:"last_error"`
 	Result       []byte     `firestore:"result"`
+	Progress     []byte     `firestore:"progress"`
 	CreatedAt    *time.Time `firestore:"created_at"`
 	UpdatedAt    *time.Time `firestore:"updated_at"`
 	CompletedAt  *time.Time `firestore:"completed_at"`
@@ -98,6 +99,7 @@ func encodeRun(r *ledger.Run) map[string]any {
 		"attempts_made": r.AttemptsMade,
 		"last_error":    r.LastError,
 		"result":        nullBytes(r.Result),
+		"progress":      nullBytes(r.Progress),
 		fieldCreatedAt:  stamp(r.CreatedAt),
 		fieldUpdatedAt:  stamp(r.UpdatedAt),
 		"completed_at":  stamp(r.CompletedAt),
@@ -139,7 +141,7 @@ func decodeRun(s *firestore.DocumentSnapshot) (*ledger.Run, error) {
 		ScheduleTime: unstamp(d.ScheduleTime), PayloadHash: d.PayloadHash, Payload: d.Payload,
 		Status: ledger.Status(d.Status), Attempt: d.Attempt, AttemptID: d.AttemptID,
 		Deadline: unstamp(d.Deadline), NotBefore: unstamp(d.NotBefore),
-		AttemptsMade: d.AttemptsMade, LastError: d.LastError, Result: nullBytes(d.Result),
+		AttemptsMade: d.AttemptsMade, LastError: d.LastError, Result: nullBytes(d.Result), Progress: nullBytes(d.Progress),
 		CreatedAt: unstamp(d.CreatedAt), UpdatedAt: unstamp(d.UpdatedAt),
 		CompletedAt: unstamp(d.CompletedAt), ExpireAt: unstamp(d.ExpireAt),
 	}

@@ -27,6 +27,7 @@
 //	attempts_made           integer
 //	last_error              string
 //	result                  bytes      what the completed attempt returned (JSON); null for none
+//	progress                bytes      how far the run's work has got (JSON); null for none
 //	created_at, updated_at  timestamp  absent until the first write after the ingress claim (see below)
 //	completed_at            timestamp  null until completed or failed
 //	expire_at               timestamp  last write + retention: the TTL policy's field

@@ -30,6 +30,45 @@ var finishTests = map[string]func(*testing.T, Harness){
 			t.Fatalf("a running run's result = %q; want none", got.Result)
 		}
 	},
+	"ProgressIsWrittenByRenewAndEveryFinish": func(t *testing.T, h Harness) {
+		f := setup(t, h)
+		want := func(what, id, progress string) {
+			t.Helper()
+			if got := f.get(id); string(got.Progress) != progress {
+				t.Fatalf("after %s the run's progress = %q; want %q", what, got.Progress, progress)
+			}
+		}
+		r := f.hold(newRunID(), longLease)
+		want("the claim", r.ID, "")
+		if _, err := f.l.Renew(f.ctx, &ledger.RenewParams{Fence: fence(r), Lease: longLease, Progress: []byte(`{"done":1,"total":9}`)}); err != nil {
+			t.Fatal(err)
+		}
+		want("a renewal with progress", r.ID, `{"done":1,"total":9}`)
+		if _, err := f.l.Renew(f.ctx, &ledger.RenewParams{Fence: fence(r), Lease: longLease}); err != nil {
+			t.Fatal(err)
+		}
+		want("a renewal without", r.ID, `{"done":1,"total":9}`)
+		_, err := f.l.Renew(f.ctx, &ledger.RenewParams{Fence: fence(r), Lease: longLease, Progress: []byte(`{"done":`)})
+		wantErr(t, "Renew with progress that is not JSON", err, ledger.ErrInvalid)
+		_, err = f.l.Renew(f.ctx, &ledger.RenewParams{Fence: fence(r), Lease: longLease, Progress: []byte(`"` + strings.Repeat("x", ledger.MaxProgress) + `"`)})
+		wantErr(t, "Renew with progress over the limit", err, ledger.ErrInvalid)
+		want("refused renewals", r.ID, `{"done":1,"total":9}`)
+		if _, err := f.l.Release(f.ctx, &ledger.ReleaseParams{Fence: fence(r), Error: "item 3: 503", Progress: []byte(`{"done":2,"total":9}`)}); err != nil {
+			t.Fatal(err)
+		}
+		want("a release with progress", r.ID, `{"done":2,"total":9}`)
+		r2 := f.hold(r.ID, longLease)
+		want("the next claim", r.ID, `{"done":2,"total":9}`)
+		if _, err := f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(r2), Progress: []byte(`{"done":9,"total":9}`)}); err != nil {
+			t.Fatal(err)
+		}
+		want("a completion with progress", r.ID, `{"done":9,"total":9}`)
+		r3 := f.hold(newRunID(), longLease)
+		if _, err := f.l.Fail(f.ctx, &ledger.FailParams{Fence: fence(r3), Error: "item 1: 400", Progress: []byte(`{"failed":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+		want("a failure with progress", r3.ID, `{"failed":1}`)
+	},
 	"ResultAtTheLimitIsStored": func(t *testing.T, h Harness) {
 		f := setup(t, h)
 		r := f.hold(newRunID(), longLease)

@@ -78,6 +78,11 @@ var brokenBackends = map[string]brokenBackend{
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &droppedResult{l} },
 		mustFail: []string{"Finish/CompleteStoresTheResult", "Finish/ResultAtTheLimitIsStored", "Finish/ResultOverTheLimitOrNotJSONIsRefused"},
 	},
+	// Renews without writing the progress it is given.
+	"RenewDropsProgress": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &droppedProgress{l} },
+		mustFail: []string{"Finish/ProgressIsWrittenByRenewAndEveryFinish"},
+	},
 	// Rescues without checking that the run is unchanged.
 	"UnconditionalRescue": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &blindRescue{l} },
@@ -334,4 +339,13 @@ func (b *droppedResult) Complete(ctx context.Context, p *ledger.CompleteParams) 
 	q := *p
 	q.Result = nil
 	return b.Ledger.Complete(ctx, &q)
+}
+
+// droppedProgress renews without the progress.
+type droppedProgress struct{ ledger.Ledger }
+
+func (b *droppedProgress) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
+	q := *p
+	q.Progress = nil
+	return b.Ledger.Renew(ctx, &q)
 }

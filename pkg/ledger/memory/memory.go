@@ -87,6 +87,7 @@ func copyRun(r *ledger.Run) *ledger.Run {
 	c := *r
 	c.Payload = bytes.Clone(r.Payload)
 	c.Result = bytes.Clone(r.Result)
+	c.Progress = bytes.Clone(r.Progress)
 	return &c
 }
 

@@ -40,7 +40,7 @@ import (
 const (
 	runCols = `run_id, namespace, job, run_key, schedule_time, payload_hash, payload, status, attempt,
 	attempt_id, deadline, not_before, attempts_made, last_error, created_at, updated_at,
-	completed_at, expire_at, result`
+	completed_at, expire_at, result, progress`
 	effectCols = `effect_key, run_id, name, status, attempt, ref, created_at, updated_at, done_at, expire_at`
 
 	nowExpr = `coalesce($1::timestamptz, now())`
@@ -127,20 +127,23 @@ SELECT false, {s.runCols}, {now} FROM (SELECT * FROM {runs} WHERE run_id = $2 FO
 WHERE NOT EXISTS (SELECT 1 FROM up)`
 }
 
-// $5: lease, $6: retention.
-var renewSQL = fencedSQL(`deadline = {now} + {us5}, updated_at = {now},
+// $5: lease, $6: retention, $7: progress (NULL: unchanged).
+var renewSQL = fencedSQL(`deadline = {now} + {us5}, updated_at = {now}, progress = coalesce($7::bytea, r.progress),
 		expire_at = greatest(r.expire_at, {now} + {us5} + {us6})`)
 
-// $5: error text, $6: retention, $7: result (NULL: none).
+// $5: error text, $6: retention, $7: result (NULL: none), $8: progress (NULL: unchanged).
 func finishSQL(status string) string {
 	return fencedSQL(`status = '` + status + `', attempts_made = r.attempts_made + 1,
 		last_error = CASE WHEN $5::text <> '' THEN $5::text ELSE r.last_error END, result = $7::bytea,
+		progress = coalesce($8::bytea, r.progress),
 		deadline = NULL, not_before = NULL, completed_at = {now}, updated_at = {now},
 		expire_at = {now} + {us6}`)
 }
 
-// $5: error text, $6: retry after (0: none), $7: retry after + pickup timeout, $8: retention.
+// $5: error text, $6: retry after (0: none), $7: retry after + pickup timeout, $8: retention,
+// $9: progress (NULL: unchanged).
 var releaseSQL = fencedSQL(`status = 'queued', attempts_made = r.attempts_made + 1, last_error = $5,
+		progress = coalesce($9::bytea, r.progress),
 		not_before = CASE WHEN $6::bigint > 0 THEN {now} + {us6} END,
 		deadline = {now} + {us7}, updated_at = {now}, expire_at = {now} + {us7} + {us8}`)
 

@@ -101,6 +101,9 @@ func decodeRun(m map[string]string) (*ledger.Run, error) {
 	if res := m["result"]; res != "" {
 		r.Result = []byte(res)
 	}
+	if pr := m["progress"]; pr != "" {
+		r.Progress = []byte(pr)
+	}
 	if d.err == nil && !r.Status.Valid() {
 		d.err = fmt.Errorf("status %q is not a run status", r.Status)
 	}

@@ -212,9 +212,12 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 	if err := ledger.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
+	if err := ledger.ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, err
+	}
 	return l.fenced(ctx, "renew", p.RunID, renewScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)),
-			micros(retention(p.Retention)), l.grace(), l.effectPrefix()},
+			micros(retention(p.Retention)), l.grace(), string(p.Progress), l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			next, err := ledger.ApplyRenew(cur, p, now)
 			return next, next, err
@@ -229,9 +232,12 @@ func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledge
 	if err := ledger.ValidateResult(p.RunID, p.Result); err != nil {
 		return nil, err
 	}
+	if err := ledger.ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, err
+	}
 	return l.fenced(ctx, "complete", p.RunID, finishScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, string(ledger.StatusCompleted), "",
-			micros(retention(p.Retention)), l.grace(), string(p.Result), l.effectPrefix()},
+			micros(retention(p.Retention)), l.grace(), string(p.Result), string(p.Progress), l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return ledger.ApplyComplete(cur, p, now)
 		})
@@ -242,9 +248,12 @@ func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, e
 	if err := ledger.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
+	if err := ledger.ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, err
+	}
 	return l.fenced(ctx, "fail", p.RunID, finishScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, string(ledger.StatusFailed), p.Error,
-			micros(retention(p.Retention)), l.grace(), "", l.effectPrefix()},
+			micros(retention(p.Retention)), l.grace(), "", string(p.Progress), l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return ledger.ApplyFail(cur, p, now)
 		})
@@ -255,12 +264,15 @@ func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.
 	if err := ledger.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
+	if err := ledger.ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, err
+	}
 	if err := ledger.ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
 		return nil, err
 	}
 	return l.fenced(ctx, "release", p.RunID, releaseScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, p.Error, micros(p.RetryAfter),
-			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), l.grace(), l.effectPrefix()},
+			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), l.grace(), string(p.Progress), l.effectPrefix()},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return ledger.ApplyRelease(cur, p, now)
 		})

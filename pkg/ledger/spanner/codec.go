@@ -11,7 +11,7 @@ import (
 // runColumns are the runs table's columns in the order runRow and runValues use.
 var runColumns = []string{"run_id", "namespace", "job", "run_key", "schedule_time", "payload_hash", "payload",
 	"status", "attempt", "attempt_id", "deadline", "not_before", "attempts_made", "last_error",
-	"created_at", "updated_at", "completed_at", "expire_at", "result"}
+	"created_at", "updated_at", "completed_at", "expire_at", "result", "progress"}
 
 var effectColumns = []string{"run_id", "name", "effect_key", "status", "attempt", "created_at", "updated_at",
 	"done_at", "expire_at", "ref"}
@@ -38,6 +38,7 @@ type runRow struct {
 	CompletedAt  spanner.NullTime   `spanner:"completed_at"`
 	ExpireAt     spanner.NullTime   `spanner:"expire_at"`
 	Result       []byte             `spanner:"result"`
+	Progress     []byte             `spanner:"progress"`
 }
 
 type effectRow struct {
@@ -72,7 +73,7 @@ func (r *runRow) run() *ledger.Run {
 		Status: ledger.Status(r.Status.StringVal), Attempt: r.Attempt.Int64, AttemptID: r.AttemptID.StringVal,
 		Deadline: tm(r.Deadline), NotBefore: tm(r.NotBefore), AttemptsMade: r.AttemptsMade.Int64,
 		LastError: r.LastError.StringVal, CreatedAt: tm(r.CreatedAt), UpdatedAt: tm(r.UpdatedAt),
-		CompletedAt: tm(r.CompletedAt), ExpireAt: tm(r.ExpireAt), Result: nullBytes(r.Result),
+		CompletedAt: tm(r.CompletedAt), ExpireAt: tm(r.ExpireAt), Result: nullBytes(r.Result), Progress: nullBytes(r.Progress),
 	}
 }
 
@@ -95,7 +96,7 @@ func nullTime(t time.Time) spanner.NullTime {
 func runValues(r *ledger.Run) []any {
 	return []any{r.ID, r.Namespace, r.Job, r.Key, nullTime(r.ScheduleTime), r.PayloadHash, r.Payload,
 		string(r.Status), r.Attempt, r.AttemptID, nullTime(r.Deadline), nullTime(r.NotBefore), r.AttemptsMade,
-		r.LastError, r.CreatedAt, r.UpdatedAt, nullTime(r.CompletedAt), r.ExpireAt, nullBytes(r.Result)}
+		r.LastError, r.CreatedAt, r.UpdatedAt, nullTime(r.CompletedAt), r.ExpireAt, nullBytes(r.Result), nullBytes(r.Progress)}
 }
 
 // nullBytes is a result as a column value: NULL when empty.
@@ -114,7 +115,7 @@ func effectValues(e *ledger.Effect) []any {
 // selectRun is the select list of a run under the alias r.
 const selectRun = `r.run_id, r.namespace, r.job, r.run_key, r.schedule_time, r.payload_hash, r.payload,
 	r.status, r.attempt, r.attempt_id, r.deadline, r.not_before, r.attempts_made, r.last_error,
-	r.created_at, r.updated_at, r.completed_at, r.expire_at, r.result`
+	r.created_at, r.updated_at, r.completed_at, r.expire_at, r.result, r.progress`
 
 const selectEffect = `e.run_id AS e_run_id, e.name AS e_name, e.effect_key AS e_effect_key,
 	e.status AS e_status, e.attempt AS e_attempt, e.created_at AS e_created_at,

@@ -35,7 +35,8 @@ var Schema = []string{
 		updated_at TIMESTAMP NOT NULL,
 		completed_at TIMESTAMP,
 		expire_at TIMESTAMP NOT NULL,
-		result BYTES(MAX)
+		result BYTES(MAX),
+		progress BYTES(MAX)
 	) PRIMARY KEY (run_id),
 	ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))`,
 	// Live runs only: a terminal run's deadline is NULL.

@@ -252,7 +252,7 @@ func rawInsert(ctx context.Context, l *Ledger, id ledger.Identity) error {
 	now := time.Now()
 	_, err := l.client.Apply(ctx, []*spanner.Mutation{spanner.Insert("runs", runColumns, []any{
 		id.RunID, id.Namespace, id.Job, id.Key, id.ScheduleTime, id.PayloadHash, id.Payload, "queued", int64(0),
-		uuid.NewString(), now.Add(5 * time.Minute), nil, int64(0), "", now, now, nil, now.Add(ledger.DefaultRetention), []byte(nil),
+		uuid.NewString(), now.Add(5 * time.Minute), nil, int64(0), "", now, now, nil, now.Add(ledger.DefaultRetention), []byte(nil), []byte(nil),
 	})}, spanner.ApplyAtLeastOnce())
 	return err
 }

@@ -205,7 +205,7 @@ func (l *Ledger) now(override time.Time) time.Time {
 }
 
 const runColumns = `run_id, namespace, job, key, schedule_time, status, attempt, attempt_id, deadline,
-	not_before, payload_hash, payload, attempts_made, last_error, created_at, updated_at, completed_at, expire_at, result`
+	not_before, payload_hash, payload, attempts_made, last_error, created_at, updated_at, completed_at, expire_at, result, progress`
 
 type scanner interface{ Scan(...any) error }
 
@@ -214,11 +214,14 @@ func scanRun(s scanner) (*ledger.Run, error) {
 	var sched, deadline, notBefore, created, updated, completed, expire int64
 	var status string
 	if err := s.Scan(&r.ID, &r.Namespace, &r.Job, &r.Key, &sched, &status, &r.Attempt, &r.AttemptID, &deadline,
-		&notBefore, &r.PayloadHash, &r.Payload, &r.AttemptsMade, &r.LastError, &created, &updated, &completed, &expire, &r.Result); err != nil {
+		&notBefore, &r.PayloadHash, &r.Payload, &r.AttemptsMade, &r.LastError, &created, &updated, &completed, &expire, &r.Result, &r.Progress); err != nil {
 		return nil, err
 	}
 	if len(r.Result) == 0 {
 		r.Result = nil
+	}
+	if len(r.Progress) == 0 {
+		r.Progress = nil
 	}
 	r.Status = ledger.Status(status)
 	r.ScheduleTime, r.Deadline, r.NotBefore = fromMicros(sched), fromMicros(deadline), fromMicros(notBefore)
@@ -255,10 +258,10 @@ func putRun(ctx context.Context, tx *sql.Tx, r *ledger.Run) error {
 	if r == nil {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO runs ("+runColumns+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO runs ("+runColumns+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
 		r.ID, r.Namespace, r.Job, r.Key, micros(r.ScheduleTime), string(r.Status), r.Attempt, r.AttemptID, micros(r.Deadline),
 		micros(r.NotBefore), r.PayloadHash, nonNil(r.Payload), r.AttemptsMade, r.LastError, micros(r.CreatedAt), micros(r.UpdatedAt),
-		micros(r.CompletedAt), micros(r.ExpireAt), nullBytes(r.Result))
+		micros(r.CompletedAt), micros(r.ExpireAt), nullBytes(r.Result), nullBytes(r.Progress))
 	return err
 }
 
