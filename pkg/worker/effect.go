@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 
 	"github.com/runonce/runonce/pkg/ledger"
@@ -20,6 +21,9 @@ type attempt struct {
 	log    *slog.Logger
 	// result is what SetResult kept for Complete (result.go).
 	result atomic.Pointer[[]byte]
+	// batches are the attempt's batches, whose counts are its progress (batch.go).
+	batchMu sync.Mutex
+	batches []*batch
 }
 
 type attemptKey struct{}
