@@ -13,7 +13,9 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
+	"github.com/sethvargo/go-retry"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/runonce/runonce/pkg/ledger"
@@ -180,6 +182,8 @@ type batch struct {
 	opts BatchOptions
 	sem  chan struct{} // bounds the items in flight
 
+	writeMu sync.Mutex // one ledger write at a time (write)
+
 	mu     sync.Mutex
 	report BatchReport
 	failed []string
@@ -267,7 +271,11 @@ type chunkRef struct {
 func (b *batch) chunk(ctx, gctx context.Context, g *errgroup.Group, i int, ids []string, done func()) error {
 	a, w := b.a, b.a.w
 	name := b.chunkName(i, ids)
-	res, err := w.cfg.Ledger.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: a.fence, Name: name, Retention: w.cfg.Retention})
+	var res *ledger.BeginEffectResult
+	err := b.write(ctx, func(ctx context.Context) (err error) {
+		res, err = w.cfg.Ledger.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: a.fence, Name: name, Retention: w.cfg.Retention})
+		return err
+	})
 	if err != nil {
 		done()
 		return fmt.Errorf("%w %q: %w", ErrBatch, b.name, a.ledgerError(ctx, "begin "+name, err))
@@ -361,11 +369,34 @@ func (b *batch) close(ctx context.Context, name string, size int, failed []strin
 	if ref.Failed > 0 {
 		raw, _ = json.Marshal(ref)
 	}
-	if _, err := w.cfg.Ledger.CompleteEffect(ctx, &ledger.CompleteEffectParams{Fence: a.fence, Name: name, Ref: string(raw), Retention: w.cfg.Retention}); err != nil {
+	err := b.write(ctx, func(ctx context.Context) error {
+		_, err := w.cfg.Ledger.CompleteEffect(ctx, &ledger.CompleteEffectParams{Fence: a.fence, Name: name, Ref: string(raw), Retention: w.cfg.Retention})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("%w %q: %w", ErrBatch, b.name, a.ledgerError(ctx, "complete "+name, err))
 	}
 	b.count(ctx, false, size-len(failed), len(failed), ref.IDs)
 	return nil
+}
+
+// write makes one of the batch's ledger writes: one at a time (on a backend that fences
+// a run's effects through its record, Firestore, concurrent effect writes of one run
+// contend with each other), retried while the ledger answers contended or unavailable,
+// within the worker's FinishTimeout.
+func (b *batch) write(ctx context.Context, fn func(context.Context) error) error {
+	b.writeMu.Lock()
+	defer b.writeMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, b.a.w.cfg.FinishTimeout)
+	defer cancel()
+	backoff := retry.WithJitterPercent(20, retry.WithCappedDuration(time.Second, retry.NewExponential(20*time.Millisecond)))
+	return retry.Do(ctx, backoff, func(ctx context.Context) error {
+		err := fn(ctx)
+		if ledger.Retryable(err) {
+			return retry.RetryableError(err)
+		}
+		return err
+	})
 }
 
 // count adds a finished group to the report and the metrics: done and failed items,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/memory"
 	"github.com/runonce/runonce/pkg/worker"
 	"github.com/runonce/runonce/pkg/worker/workertest"
 )
@@ -242,10 +243,62 @@ func TestBatch(t *testing.T) {
 		}
 	})
 
+	t.Run("ConcurrentEffectWritesOfARunContend", func(t *testing.T) {
+		t.Parallel()
+		// Firestore fences a run's effect writes through its record: two at once
+		// contend. A batch makes its own one at a time, and retries a contended one.
+		l := &effectContention{Ledger: memory.New(nil)}
+		b := setup(t, l, &worker.Config{Lease: time.Minute})
+		b.mux.HandleFunc("remind", func(ctx context.Context, j *worker.Job) error {
+			_, err := worker.Batch(ctx, "reminders", itemIDs(400), newItemSink().call, &worker.BatchOptions{Checkpoint: 10})
+			return err
+		})
+		m := message("remind", "k", "")
+		if v := b.process(m); v.Outcome != worker.OutcomeCompleted {
+			t.Fatalf("outcome %s: %s", v.Outcome, b.run(m.Identity.RunID).LastError)
+		}
+		if n := l.refused.Load(); n != 0 {
+			t.Errorf("%d of the batch's effect writes overlapped another; want none", n)
+		}
+	})
+
 	t.Run("OutsideAJob", func(t *testing.T) {
 		t.Parallel()
 		if _, err := worker.Batch(t.Context(), "b", []string{"a"}, newItemSink().call, nil); !errors.Is(err, worker.ErrNotInJob) {
 			t.Fatalf("Batch outside a job = %v; want ErrNotInJob", err)
 		}
 	})
+}
+
+// effectContention refuses an effect write that overlaps another, as Firestore's
+// contended transactions do.
+type effectContention struct {
+	ledger.Ledger
+	inFlight, refused atomic.Int32
+}
+
+func (l *effectContention) enter() error {
+	if l.inFlight.Add(1) > 1 {
+		l.inFlight.Add(-1)
+		l.refused.Add(1)
+		return fmt.Errorf("%w: another effect write of the run is in flight", ledger.ErrContended)
+	}
+	time.Sleep(200 * time.Microsecond)
+	return nil
+}
+
+func (l *effectContention) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
+	if err := l.enter(); err != nil {
+		return nil, err
+	}
+	defer l.inFlight.Add(-1)
+	return l.Ledger.BeginEffect(ctx, p)
+}
+
+func (l *effectContention) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
+	if err := l.enter(); err != nil {
+		return nil, err
+	}
+	defer l.inFlight.Add(-1)
+	return l.Ledger.CompleteEffect(ctx, p)
 }
