@@ -24,6 +24,7 @@ import (
 	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/ledgertest"
+	"github.com/runonce/runonce/pkg/worker/workertest"
 )
 
 // testDSN returns TEST_DATABASE_URL with a pool large enough for the 32-goroutine
@@ -958,3 +959,8 @@ func TestPoolSize(t *testing.T) {
 		l.Close()
 	}
 }
+
+// BenchmarkBatch measures a run of 10,000 items through worker.Batch beside the same
+// items as one worker.Effect each (the raw effect write), on this backend: items/s and
+// ledger writes per item (workertest.BenchmarkBatch).
+func BenchmarkBatch(b *testing.B) { workertest.BenchmarkBatch(b, harness().Open) }

@@ -25,6 +25,7 @@ import (
 	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/ledgertest"
+	"github.com/runonce/runonce/pkg/worker/workertest"
 )
 
 const (
@@ -441,3 +442,8 @@ func TestMustExistAgainstSweep(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkBatch measures a run of 10,000 items through worker.Batch beside the same
+// items as one worker.Effect each (the raw effect write), on this backend: items/s and
+// ledger writes per item (workertest.BenchmarkBatch).
+func BenchmarkBatch(b *testing.B) { workertest.BenchmarkBatch(b, harness().Open) }
