@@ -207,6 +207,42 @@ func TestURL(t *testing.T) {
 			t.Fatalf("Get after Migrate = %v, want ErrNotFound", err)
 		}
 	})
+	t.Run("AddsTheColumnsAnEarlierSchemaLacks", func(t *testing.T) {
+		db := newDatabase(t, true)
+		admin := adminClient(t)
+		var earlier []string // Schema before its ADD COLUMN statements
+		for _, stmt := range Schema {
+			if !strings.HasPrefix(stmt, "ALTER TABLE") {
+				earlier = append(earlier, stmt)
+			}
+		}
+		op, err := admin.UpdateDatabaseDdl(ctx, &databasepb.UpdateDatabaseDdlRequest{Database: db, Statements: earlier})
+		if err == nil {
+			err = op.Wait(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // the second finds nothing to add
+			if created, err := Migrate(ctx, admin, db); err != nil || created {
+				t.Fatalf("Migrate of a database with the tables = %v, %v; want the columns added, no tables created", created, err)
+			}
+		}
+		l, err := ledger.Open(ctx, "spanner://"+db+"?migrate=false")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		id := ledger.KeyedRunID("u", "j", "k")
+		res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, PayloadHash: ledger.PayloadHash(nil)}, AttemptID: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := ledger.Fence{RunID: id, Attempt: res.Run.Attempt, AttemptID: "a"}
+		if r, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f, Result: []byte(`1`), Progress: []byte(`2`)}); err != nil || string(r.Result) != "1" || string(r.Progress) != "2" {
+			t.Fatalf("Complete with a result and progress on the upgraded database = %v, %v", r, err)
+		}
+	})
 	for _, bad := range []struct{ url, want string }{
 		{"spanner://projects/p/instances/i", "names no database"},
 		{"spanner://projects/p/instances/i/databases/d?migrate=perhaps", "migrate"},

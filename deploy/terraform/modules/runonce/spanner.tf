@@ -28,10 +28,14 @@ resource "google_spanner_database" "ledger" {
   # (within about three days) RUNONCE_RETENTION after its last write, deadline or retry.
   # Effects have no policy of their own: interleaved in their run, they go with it.
   ddl = [
-    "CREATE TABLE runs (run_id STRING(64) NOT NULL, namespace STRING(MAX) NOT NULL, job STRING(MAX) NOT NULL, run_key STRING(MAX) NOT NULL, schedule_time TIMESTAMP, payload_hash STRING(MAX) NOT NULL, payload BYTES(MAX), status STRING(16) NOT NULL, attempt INT64 NOT NULL, attempt_id STRING(MAX) NOT NULL, deadline TIMESTAMP, not_before TIMESTAMP, attempts_made INT64 NOT NULL, last_error STRING(MAX) NOT NULL, created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL, completed_at TIMESTAMP, expire_at TIMESTAMP NOT NULL, result BYTES(MAX), progress BYTES(MAX)) PRIMARY KEY (run_id), ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))",
+    "CREATE TABLE runs (run_id STRING(64) NOT NULL, namespace STRING(MAX) NOT NULL, job STRING(MAX) NOT NULL, run_key STRING(MAX) NOT NULL, schedule_time TIMESTAMP, payload_hash STRING(MAX) NOT NULL, payload BYTES(MAX), status STRING(16) NOT NULL, attempt INT64 NOT NULL, attempt_id STRING(MAX) NOT NULL, deadline TIMESTAMP, not_before TIMESTAMP, attempts_made INT64 NOT NULL, last_error STRING(MAX) NOT NULL, created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL, completed_at TIMESTAMP, expire_at TIMESTAMP NOT NULL) PRIMARY KEY (run_id), ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))",
     "CREATE NULL_FILTERED INDEX runs_by_deadline ON runs (deadline)",
     "CREATE INDEX runs_by_expire_at ON runs (expire_at)",
     "CREATE TABLE effects (run_id STRING(64) NOT NULL, name STRING(MAX) NOT NULL, effect_key STRING(64) NOT NULL, status STRING(16) NOT NULL, attempt INT64 NOT NULL, created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL, done_at TIMESTAMP, expire_at TIMESTAMP NOT NULL, ref STRING(MAX) NOT NULL) PRIMARY KEY (run_id, name), INTERLEAVE IN PARENT runs ON DELETE CASCADE",
+    # Columns added since are appended, never folded into the statements above: Terraform
+    # applies appended statements in place, and would replace the database for a changed one.
+    "ALTER TABLE runs ADD COLUMN result BYTES(MAX)",
+    "ALTER TABLE runs ADD COLUMN progress BYTES(MAX)",
   ]
   deletion_protection = var.deletion_protection
 }
