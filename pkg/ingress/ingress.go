@@ -196,7 +196,13 @@ type Response struct {
 	RunID     string        `json:"run_id,omitempty"`
 	Status    ledger.Status `json:"status,omitempty"`
 	Duplicate bool          `json:"duplicate,omitempty"`
-	Error     string        `json:"error,omitempty"`
+	// Result is a completed run's stored result (worker.SetResult), replayed to every
+	// duplicate of it, never recomputed.
+	Result json.RawMessage `json:"result,omitempty"`
+	// LastError is a failed run's final error, answered to a duplicate of it.
+	LastError string `json:"last_error,omitempty"`
+	// Error names the problem of a refused request (4xx, 5xx).
+	Error string `json:"error,omitempty"`
 }
 
 // Outcomes of POST /v1/jobs/{job}, as logged and counted.
@@ -366,6 +372,10 @@ func (h *Handler) claim(ctx context.Context, key *Key, body []byte) answer {
 	a := answer{status: http.StatusAccepted, outcome: OutcomeDuplicate, resp: Response{RunID: run.ID, Status: run.Status, Duplicate: true}}
 	if run.Status.Terminal() {
 		a.status = http.StatusOK
+		a.resp.Result = run.Result
+		if run.Status == ledger.StatusFailed {
+			a.resp.LastError = run.LastError
+		}
 		return a
 	}
 	if h.needsRepublish(run) {

@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"sync"
 	"time"
@@ -35,6 +36,11 @@ type RunJSON struct {
 	// Deprecated: read FinishedAt; completed_at is served for one more release.
 	CompletedAt time.Time `json:"completed_at,omitzero"`
 	ExpireAt    time.Time `json:"expire_at"`
+	// Result is what the completed attempt returned (worker.SetResult), as stored.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Progress is how far the run's work has got as its latest attempt last wrote it (a
+	// batch's done, failed and total items: worker.Batch).
+	Progress json.RawMessage `json:"progress,omitempty"`
 	// Execution names what a Google Cloud API target started for the run (a Workflows
 	// execution, a Cloud Run execution, a build), once recorded.
 	Execution string `json:"execution,omitempty"`
@@ -47,6 +53,7 @@ func NewRunJSON(r *ledger.Run) *RunJSON {
 		Status: r.Status, Attempt: r.Attempt, AttemptsMade: r.AttemptsMade,
 		Deadline: r.Deadline, NotBefore: r.NotBefore, PayloadHash: r.PayloadHash, LastError: r.LastError,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.CompletedAt, CompletedAt: r.CompletedAt, ExpireAt: r.ExpireAt,
+		Result: r.Result, Progress: r.Progress,
 	}
 }
 

@@ -374,7 +374,7 @@ func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimSt
 		log.WarnContext(ctx, "lease lost during the job: another attempt holds the run; nothing written, delivery nacked", slog.Any("cause", cause), slog.Any("error", herr))
 		return w.verdict(ctx, Verdict{Outcome: OutcomeLeaseLost})
 	case herr == nil:
-		return w.complete(ctx, fence, log)
+		return w.complete(ctx, fence, a.storedResult(), log)
 	case errors.Is(herr, ErrPermanent):
 		return w.fail(ctx, fence, herr.Error(), log)
 	}
@@ -437,7 +437,7 @@ func (w *Worker) keepLease(ctx context.Context, a *attempt, held time.Time, stop
 		}
 		callStart := time.Now()
 		rctx, cancel := context.WithDeadline(ctx, fenceAt())
-		_, err := w.cfg.Ledger.Renew(rctx, &ledger.RenewParams{Fence: a.fence, Lease: w.cfg.Lease, Retention: w.cfg.Retention})
+		_, err := w.cfg.Ledger.Renew(rctx, &ledger.RenewParams{Fence: a.fence, Lease: w.cfg.Lease, Retention: w.cfg.Retention, Progress: a.progress()})
 		cancel()
 		switch {
 		case err == nil:
@@ -470,9 +470,9 @@ func (w *Worker) finish(ctx context.Context, write func(context.Context) error) 
 	})
 }
 
-func (w *Worker) complete(ctx context.Context, f ledger.Fence, log *slog.Logger) Verdict {
+func (w *Worker) complete(ctx context.Context, f ledger.Fence, result []byte, log *slog.Logger) Verdict {
 	err := w.finish(ctx, func(ctx context.Context) error {
-		_, err := w.cfg.Ledger.Complete(ctx, &ledger.CompleteParams{Fence: f, Retention: w.cfg.Retention})
+		_, err := w.cfg.Ledger.Complete(ctx, &ledger.CompleteParams{Fence: f, Result: result, Progress: progressOf(ctx), Retention: w.cfg.Retention})
 		return err
 	})
 	return w.finished(ctx, err, Verdict{Ack: true, Outcome: OutcomeCompleted}, "run completed", log)
@@ -480,7 +480,7 @@ func (w *Worker) complete(ctx context.Context, f ledger.Fence, log *slog.Logger)
 
 func (w *Worker) fail(ctx context.Context, f ledger.Fence, reason string, log *slog.Logger) Verdict {
 	err := w.finish(ctx, func(ctx context.Context) error {
-		_, err := w.cfg.Ledger.Fail(ctx, &ledger.FailParams{Fence: f, Error: reason, Retention: w.cfg.Retention})
+		_, err := w.cfg.Ledger.Fail(ctx, &ledger.FailParams{Fence: f, Error: reason, Progress: progressOf(ctx), Retention: w.cfg.Retention})
 		return err
 	})
 	return w.finished(ctx, err, Verdict{Ack: true, Outcome: OutcomeFailed}, "run failed for good: "+reason, log)
@@ -491,6 +491,7 @@ func (w *Worker) release(ctx context.Context, f ledger.Fence, reason string, del
 	err := w.finish(ctx, func(ctx context.Context) error {
 		r, err := w.cfg.Ledger.Release(ctx, &ledger.ReleaseParams{
 			Fence: f, Error: reason, RetryAfter: delay, PickupTimeout: w.cfg.PickupTimeout, Retention: w.cfg.Retention,
+			Progress: progressOf(ctx),
 		})
 		released = r
 		return err

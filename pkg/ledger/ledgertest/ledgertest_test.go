@@ -73,6 +73,16 @@ var brokenBackends = map[string]brokenBackend{
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &anyPayload{l} },
 		mustFail: []string{"Acquire/OtherPayloadIsNeverAcquired", "Linearizability/ConcurrentHistories"},
 	},
+	// Completes a run without storing its result, and without checking it.
+	"DropsResults": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &droppedResult{l} },
+		mustFail: []string{"Finish/CompleteStoresTheResult", "Finish/ResultAtTheLimitIsStored", "Finish/ResultOverTheLimitOrNotJSONIsRefused"},
+	},
+	// Renews without writing the progress it is given.
+	"RenewDropsProgress": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &droppedProgress{l} },
+		mustFail: []string{"Finish/ProgressIsWrittenByRenewAndEveryFinish"},
+	},
 	// Rescues without checking that the run is unchanged.
 	"UnconditionalRescue": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &blindRescue{l} },
@@ -338,4 +348,22 @@ func (b *anyPayload) Acquire(ctx context.Context, p *ledger.AcquireParams) (*led
 		q.PayloadHash = r.PayloadHash
 	}
 	return b.Ledger.Acquire(ctx, &q)
+}
+
+// droppedResult completes runs without their result.
+type droppedResult struct{ ledger.Ledger }
+
+func (b *droppedResult) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
+	q := *p
+	q.Result = nil
+	return b.Ledger.Complete(ctx, &q)
+}
+
+// droppedProgress renews without the progress.
+type droppedProgress struct{ ledger.Ledger }
+
+func (b *droppedProgress) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
+	q := *p
+	q.Progress = nil
+	return b.Ledger.Renew(ctx, &q)
 }

@@ -196,7 +196,8 @@ return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
 // renew: ARGV now, id, attempt, attempt_id, lease (µs), retention (µs), grace (ms),
-// effect key prefix. ExpireAt never moves back: max(old, ExpiryOf).
+// progress (empty: unchanged), effect key prefix. ExpireAt never moves back:
+// max(old, ExpiryOf).
 var renewScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'expire_at', 'not_before')
@@ -206,12 +207,15 @@ end
 local deadline = now + tonumber(ARGV[5])
 local exp = math.max(num(st[4]), expiry(now, deadline, num(st[5]), tonumber(ARGV[6])))
 redis.call('HSET', KEYS[1], 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'progress', ARGV[8]) end
 index_run(ARGV[2], 'running', deadline, exp, ARGV[7])
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
 // finish (complete, fail): ARGV now, id, attempt, attempt_id, status, error, retention
-// (µs), grace (ms), effect key prefix.
+// (µs), grace (ms), result (empty for none), progress (empty: unchanged), effect key
+// prefix (always the last ARGV). The caller checks result and progress
+// (driver.ValidateResult, ValidateProgress).
 var finishScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'attempts_made')
@@ -220,6 +224,8 @@ if not held(st, ARGV[3], ARGV[4]) then
 end
 local exp = now + tonumber(ARGV[7])
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'last_error', ARGV[6]) end
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[9]) end
+if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'progress', ARGV[10]) end
 redis.call('HSET', KEYS[1], 'status', ARGV[5], 'attempts_made', fmt(num(st[4]) + 1), 'deadline', '',
   'not_before', '', 'completed_at', fmt(now), 'updated_at', fmt(now), 'expire_at', fmt(exp))
 index_run(ARGV[2], ARGV[5], 0, exp, ARGV[8])
@@ -227,7 +233,7 @@ return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
 // release: ARGV now, id, attempt, attempt_id, error, retry after (µs, ≥ 0), pickup (µs),
-// retention (µs), grace (ms), effect key prefix.
+// retention (µs), grace (ms), progress (empty: unchanged), effect key prefix.
 var releaseScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'attempts_made')
@@ -241,6 +247,7 @@ local deadline = now + retry + tonumber(ARGV[7])
 local exp = expiry(now, deadline, num(nb), tonumber(ARGV[8]))
 redis.call('HSET', KEYS[1], 'status', 'queued', 'attempts_made', fmt(num(st[4]) + 1), 'last_error', ARGV[5],
   'not_before', nb, 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
+if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'progress', ARGV[10]) end
 index_run(ARGV[2], 'queued', deadline, exp, ARGV[9])
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
