@@ -18,14 +18,15 @@ import (
 var (
 	seed      = flag.Uint64("seed", 0, "run only the schedule of this seed (with -backend)")
 	schedules = flag.Int("schedules", 0, "schedules per backend (make simulate SCHEDULES=N); 0: what CI runs (ciSchedules)")
-	backend   = flag.String("backend", "", "run only this backend (memory or sqlite)")
+	backend   = flag.String("backend", "", "run only this backend (memory, sqlite, postgres, redis or spanner)")
 	first     = flag.Uint64("first", 1, "the seed of the first schedule")
 )
 
 // ciSchedules are the schedules CI runs per backend (without -schedules), chosen so
 // that the simulation takes about a minute under -race on 2 cores (README, "Fault
-// exploration"); SQLite's schedules cost several times memory's.
-var ciSchedules = map[string]int{"memory": 500, "sqlite": 100, "postgres": 100, "redis": 150}
+// exploration"); SQLite's schedules cost several times memory's, and Spanner's (a
+// fresh emulator database each, every call a transaction) about twenty times.
+var ciSchedules = map[string]int{"memory": 400, "sqlite": 100, "postgres": 100, "redis": 150, "spanner": 10}
 
 func backends() []string {
 	if *backend != "" {
