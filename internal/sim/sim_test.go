@@ -228,3 +228,23 @@ func TestRegressionSeeds(t *testing.T) {
 		})
 	}
 }
+
+// TestTiedRescuesReplay: seeds whose rescue rounds list runs with equal deadlines
+// replayed differently, run to run, while the rescuer took them in the memory
+// backend's map order; the fault wrapper now sorts them.
+func TestTiedRescuesReplay(t *testing.T) {
+	for _, s := range []uint64{54, 58} {
+		var first []string
+		for i := range 8 {
+			res, err := sim.Run(t.Context(), sim.Options{Seed: s, Backend: "memory"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				first = res.Trace
+			} else if !slices.Equal(first, res.Trace) {
+				t.Fatalf("seed %d made another schedule on replay %d", s, i)
+			}
+		}
+	}
+}
