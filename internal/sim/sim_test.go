@@ -178,7 +178,11 @@ const mutantBudget = 2000
 func TestScheduleIsReproducible(t *testing.T) {
 	for _, b := range backends() {
 		needServer(t, b)
-		for _, s := range []uint64{7, 8, 9} {
+		seeds := []uint64{7, 8, 9}
+		if b == "spanner" {
+			seeds = seeds[:1] // a Spanner schedule costs about twenty memory ones
+		}
+		for _, s := range seeds {
 			var traces [2][]string
 			for i := range traces {
 				res, err := sim.Run(t.Context(), sim.Options{Seed: s, Backend: b, Dir: t.TempDir()})
