@@ -29,11 +29,14 @@ import (
 
 // Backends the simulation runs on: memory and SQLite in-process; PostgreSQL and Redis
 // on the servers TEST_DATABASE_URL and TEST_REDIS_URL name (scripts/services.sh), in a
-// fresh schema or key prefix per schedule.
-var Backends = []string{"memory", "sqlite", "postgres", "redis"}
+// fresh schema or key prefix per schedule; Spanner on the emulator
+// SPANNER_EMULATOR_HOST names, in a fresh database per schedule. Firestore is not one:
+// it judges leases by its own clock and refuses a caller's Now, so the simulation
+// cannot drive its time.
+var Backends = []string{"memory", "sqlite", "postgres", "redis", "spanner"}
 
 // ServerEnv names the variable that locates a server backend's test server.
-var ServerEnv = map[string]string{"postgres": "TEST_DATABASE_URL", "redis": "TEST_REDIS_URL"}
+var ServerEnv = map[string]string{"postgres": "TEST_DATABASE_URL", "redis": "TEST_REDIS_URL", "spanner": "SPANNER_EMULATOR_HOST"}
 
 // unique tells apart the schemas and prefixes of one process's schedules.
 var unique atomic.Int64
@@ -69,7 +72,7 @@ const (
 // Options select one schedule.
 type Options struct {
 	Seed uint64
-	// Backend is "memory" or "sqlite".
+	// Backend is one of Backends.
 	Backend string
 	// Dir holds the SQLite file.
 	Dir string
@@ -194,6 +197,8 @@ func (sm *simulation) open(ctx context.Context) (ledger.Ledger, error) {
 		return memory.New(&memory.Options{Clock: sm.clock.Now}), nil
 	case "sqlite":
 		return sqlite.Open(ctx, filepath.Join(sm.opts.Dir, "sim-"+strconv.FormatUint(sm.opts.Seed, 10)+".db"), &sqlite.Options{Clock: sm.clock.Now, RelaxedSync: true})
+	case "spanner":
+		return openSpanner(ctx, fmt.Sprintf("sim%d_%d_%d", os.Getpid(), sm.opts.Seed, unique.Add(1)))
 	case "postgres", "redis":
 		base := os.Getenv(ServerEnv[sm.opts.Backend])
 		if base == "" {
