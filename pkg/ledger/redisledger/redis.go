@@ -17,7 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/runonce/runonce/pkg/ledger"
-	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // The URL schemes of this backend: redis://HOST:PORT/DB and rediss:// (TLS).
@@ -120,8 +119,6 @@ func (o *Options) withDefaults() (Options, error) {
 // Ledger is a ledger.Ledger stored in Redis (or Valkey, or Memorystore). It is safe for
 // concurrent use.
 type Ledger struct {
-	// NoOperations refuses the operators' methods: not implemented on redis yet.
-	driver.NoOperations
 	rdb        *redis.Client
 	ownsClient bool
 	o          Options
@@ -144,7 +141,7 @@ func New(ctx context.Context, rdb *redis.Client, opts *Options) (*Ledger, error)
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{NoOperations: driver.NoOperations{Backend: "redis"}, rdb: rdb, o: o, rescueKey: o.Prefix + "rescue", expireKey: o.Prefix + "expire"}
+	l := &Ledger{rdb: rdb, o: o, rescueKey: o.Prefix + "rescue", expireKey: o.Prefix + "expire"}
 	if err := l.checkPersistence(ctx); err != nil {
 		return nil, err
 	}

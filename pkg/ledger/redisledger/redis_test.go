@@ -134,6 +134,7 @@ func harness() ledgertest.Harness {
 			return other
 		},
 		SupportsNow: true,
+		Operations:  true,
 	}
 }
 
