@@ -87,10 +87,10 @@ func (l *Ledger) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) 
 	return l.operate(ctx, driver.OpOperatorRelease, p, driver.ApplyOperatorRelease)
 }
 
-// The listing's bounds: a list script reads at most listBudget index entries, and List
-// calls it at most listCalls times for one page; a page whose filters the index does not
-// serve and that found too few runs in that many entries ends short, with a cursor after
-// the last entry read.
+// The listing's bounds (Ledger.listBudget, listCalls): a list script reads at most
+// listBudget index entries, and List calls it at most listCalls times for one page; a
+// page whose filters the index does not serve and that found too few runs in that many
+// entries ends short, with a cursor after the last entry read.
 const (
 	listBudget = 500
 	listCalls  = 10
@@ -152,12 +152,12 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 	}
 	var runs []*ledger.Run
 	at := pos
-	for range listCalls {
+	for range l.listCalls {
 		posScore := ""
 		if at.RunID != "" {
 			posScore = scoreArg(at.At)
 		}
-		args := []any{hi(at), lo, posScore, at.RunID, size + 1 - len(runs), listBudget, slot, value, field,
+		args := []any{hi(at), lo, posScore, at.RunID, size + 1 - len(runs), l.listBudget, slot, value, field,
 			string(p.Status), p.Job, p.Namespace, l.o.Prefix + "run:"}
 		for _, f := range listedFields {
 			args = append(args, f)

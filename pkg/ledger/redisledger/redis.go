@@ -124,6 +124,8 @@ type Ledger struct {
 	o          Options
 	rescueKey  string
 	expireKey  string
+	// listBudget and listCalls bound a page's reads (see List); tests lower them.
+	listBudget, listCalls int
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -141,7 +143,7 @@ func New(ctx context.Context, rdb *redis.Client, opts *Options) (*Ledger, error)
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{rdb: rdb, o: o, rescueKey: o.Prefix + "rescue", expireKey: o.Prefix + "expire"}
+	l := &Ledger{listBudget: listBudget, listCalls: listCalls, rdb: rdb, o: o, rescueKey: o.Prefix + "rescue", expireKey: o.Prefix + "expire"}
 	if err := l.checkPersistence(ctx); err != nil {
 		return nil, err
 	}

@@ -413,7 +413,8 @@ return {fmt(now), redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 
 // it are skipped), how many runs to find, how many entries to read at most, the index's
 // own filter (its slot in status, job, namespace: "1", "2", "3", "" for none) and value,
 // the order's field (created_at or updated_at), the status, job and namespace filters
-// ("" for none), the run key prefix, then the fields to answer. Answers {runs (each the
+// ("" for none), the run key prefix, then the fields to answer. The entries skipped at
+// the cursor's score do not count as read, so that every call reads past the cursor. Answers {runs (each the
 // fields' values), 1 when the index ran out, the score and run ID of the last entry
 // read}. An entry whose run is gone, or no longer matches the index (an expired run
 // claimed anew), is dropped.
@@ -436,11 +437,11 @@ while #out < want and scanned < budget do
   for i = 1, #batch, 2 do
     local id, score = batch[i], batch[i + 1]
     local s = tonumber(score)
-    scanned = scanned + 1
-    last_s, last_id = score, id
     if pos_s and s == pos_s and id >= pos_id then
       off = off + 1
     else
+      scanned = scanned + 1
+      last_s, last_id = score, id
       local key = ARGV[13] .. id
       local f = redis.call('HMGET', key, 'status', 'job', 'namespace', ARGV[9])
       if not f[1] or (slot and f[slot] ~= ARGV[8]) or num(f[4]) ~= s then
