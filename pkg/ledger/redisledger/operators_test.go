@@ -2,6 +2,7 @@ package redisledger
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,97 @@ import (
 
 	"github.com/runonce/runonce/pkg/ledger"
 )
+
+// listKeys returns the ledger's listing indexes and how many entries each holds (a test
+// may scan; the ledger never does).
+func listKeys(t *testing.T, l *Ledger) map[string]int64 {
+	t.Helper()
+	ctx := t.Context()
+	out := map[string]int64{}
+	iter := l.rdb.Scan(ctx, 0, l.o.Prefix+"list:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		n, err := l.rdb.ZCard(ctx, iter.Val()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			out[strings.TrimPrefix(iter.Val(), l.o.Prefix)] = n
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestSweepTakesHistoryAndListing: a swept run leaves no history and no entry in any
+// listing index.
+func TestSweepTakesHistoryAndListing(t *testing.T) {
+	t.Parallel()
+	l := openTest(t, nil)
+	ctx := t.Context()
+	t0 := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+	id := ledger.KeyedRunID("sweep", "job", uuid.NewString())
+	if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: id, Job: "job", Namespace: "ns"}, AttemptID: "a",
+		Retention: time.Millisecond, PickupTimeout: time.Millisecond, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	p := &ledger.OperatorParams{RunID: id, Actor: "a", Reason: "r", Now: t0.Add(time.Millisecond), Retention: time.Millisecond}
+	if _, err := l.Cancel(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if got := listKeys(t, l); len(got) != 6 {
+		t.Fatalf("a cancelled run is in the listing indexes %v, want 6 of them", got)
+	}
+	n, err := l.Sweep(ctx, &ledger.SweepParams{Now: t0.Add(time.Second)})
+	if err != nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v; want 1", n, err)
+	}
+	if got := listKeys(t, l); len(got) != 0 {
+		t.Fatalf("after the sweep the listing indexes hold %v, want nothing", got)
+	}
+	if n, err := l.rdb.Exists(ctx, l.historyKey(id), l.o.Prefix+"names").Result(); err != nil || n != 0 {
+		t.Fatalf("after the sweep %d of the history and the names are left (%v), want none", n, err)
+	}
+}
+
+// TestExpiredRunsLeaveTheListing: the listing entries and the names of runs whose keys
+// Redis expired leave with the next claims' trim, without a sweep or a listing, so that
+// no index grows with runs long gone.
+func TestExpiredRunsLeaveTheListing(t *testing.T) {
+	t.Parallel()
+	l := openTest(t, &Options{Grace: time.Millisecond})
+	ctx := t.Context()
+	for i := range 3 {
+		job := "old-" + string(rune('a'+i))
+		if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: ledger.KeyedRunID("trim", job, "k"), Job: job, Namespace: "ns-old"},
+			AttemptID: "a", Retention: time.Millisecond, PickupTimeout: time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	id := ledger.KeyedRunID("trim", "new", uuid.NewString())
+	if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: id, Job: "new", Namespace: "ns"}, AttemptID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"list:created": 1, "list:created:job:new": 1, "list:created:ns:ns": 1, "list:created:status:queued": 1,
+		"list:updated": 1, "list:updated:status:queued": 1}
+	if got := listKeys(t, l); len(got) != len(want) || !mapsEqual(got, want) {
+		t.Fatalf("listing indexes %v, want only the last claim's %v", got, want)
+	}
+	if names, err := l.rdb.HKeys(ctx, l.o.Prefix+"names").Result(); err != nil || !slices.Equal(names, []string{id}) {
+		t.Fatalf("names of %v (%v), want only the last claim's", names, err)
+	}
+}
+
+func mapsEqual(a, b map[string]int64) bool {
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
 
 // TestListDropsStaleEntries: an index entry whose run is gone (its key expired before any
 // claim trimmed it), or that no longer matches its index, is neither listed nor kept.

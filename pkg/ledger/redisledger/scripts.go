@@ -189,17 +189,24 @@ end
 -- trim drops up to 10 expiry-index entries older than the grace by the server's real
 -- clock: their keys have expired in Redis (a rewritten record's entry carries its new
 -- expire_at), so the index needs no sweeper either; an expired run's listing entries
--- and history go with its entry.
+-- and history go with its entry. A run whose key has not expired yet (it is kept the
+-- grace past the real clock of its last write, or expires in the next millisecond) is
+-- filed again at the real now, to be looked at once more a grace later.
 local function trim(grace_ms)
   local P = ARGV[#ARGV]
   local t = redis.call('TIME')
-  local before = (tonumber(t[1]) * 1000 + floordiv(tonumber(t[2]), 1000) - tonumber(grace_ms)) * 1000
+  local real = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local before = (floordiv(real, 1000) - tonumber(grace_ms)) * 1000
   local stale = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. fmt(before), 'LIMIT', 0, 10)
-  if #stale > 0 then redis.call('ZREM', KEYS[3], unpack(stale)) end
   for _, m in ipairs(stale) do
-    if string.sub(m, 1, 2) == 'r:' then
-      local id = string.sub(m, 3)
-      if redis.call('EXISTS', P .. 'run:' .. id) == 0 then unindex_run(P, id, false, false) end
+    local id = string.sub(m, 3)
+    if string.sub(m, 1, 2) ~= 'r:' then
+      redis.call('ZREM', KEYS[3], m)
+    elseif redis.call('EXISTS', P .. 'run:' .. id) == 1 then
+      redis.call('ZADD', KEYS[3], real, m)
+    else
+      redis.call('ZREM', KEYS[3], m)
+      unindex_run(P, id, false, false)
     end
   end
 end
