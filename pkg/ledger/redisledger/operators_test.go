@@ -1,6 +1,7 @@
 package redisledger
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -10,7 +11,156 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/memory"
 )
+
+// step is one call of a scripted history, made on two ledgers with the same Now.
+type step func(ctx context.Context, l ledger.Ledger, now time.Time) error
+
+func fenceOf(ctx context.Context, l ledger.Ledger, id string) (ledger.Fence, error) {
+	r, err := l.Get(ctx, &ledger.GetParams{RunID: id})
+	if err != nil {
+		return ledger.Fence{}, err
+	}
+	return ledger.Fence{RunID: id, Attempt: r.Attempt, AttemptID: r.AttemptID}, nil
+}
+
+// TestHistoryAsTheDriverRecordsIt runs one sequence of every transition that adds events
+// on the memory ledger (whose history is driver.Record's by construction) and on Redis,
+// with the same times, and wants the same events: the scripts' events, their texts
+// clipped on a rune boundary, and the operators' ones.
+func TestHistoryAsTheDriverRecordsIt(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	t0 := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
+	a, b := ledger.KeyedRunID("hist", "job", uuid.NewString()), ledger.KeyedRunID("hist", "job", uuid.NewString())
+	idn := func(id string) ledger.Identity {
+		return ledger.Identity{RunID: id, Namespace: "ns", Job: "job", Key: "k", PayloadHash: "h"}
+	}
+	long := "x" + strings.Repeat("é", 800) // 1601 bytes: clipped to 1023, before a rune
+	op := func(id string) *ledger.OperatorParams {
+		return &ledger.OperatorParams{RunID: id, Actor: "oncall@example.com", Reason: "because " + strings.Repeat("é", 200)}
+	}
+	acquire := func(id, worker string, lease time.Duration) step {
+		return func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+			_, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: idn(id), AttemptID: uuid.NewString(), Worker: worker, Lease: lease, Now: now})
+			return err
+		}
+	}
+	fenced := func(id string, do func(ledger.Ledger, ledger.Fence, time.Time) error) step {
+		return func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+			f, err := fenceOf(ctx, l, id)
+			if err != nil {
+				return err
+			}
+			return do(l, f, now)
+		}
+	}
+	rescue := func(id string) step {
+		return func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+			r, err := l.Get(ctx, &ledger.GetParams{RunID: id})
+			if err != nil {
+				return err
+			}
+			_, err = l.Rescue(ctx, &ledger.RescueParams{RunID: id, Status: r.Status, Attempt: r.Attempt, Deadline: r.Deadline, Now: now})
+			return err
+		}
+	}
+	steps := []step{
+		func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+			_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: idn(a), AttemptID: "c", Now: now})
+			return err
+		},
+		acquire(a, "host-a/1", 10*time.Second),
+		fenced(a, func(l ledger.Ledger, f ledger.Fence, now time.Time) error {
+			_, err := l.Renew(ctx, &ledger.RenewParams{Fence: f, Lease: 10 * time.Second, Now: now})
+			return err
+		}),
+		fenced(a, func(l ledger.Ledger, f ledger.Fence, now time.Time) error {
+			_, err := l.Release(ctx, &ledger.ReleaseParams{Fence: f, Error: long, Now: now})
+			return err
+		}),
+		acquire(a, strings.Repeat("w", 2000), time.Second),
+		acquire(a, "host-c", 10*time.Second), // the lease ran out: lease_lost, started
+		fenced(a, func(l ledger.Ledger, f ledger.Fence, now time.Time) error {
+			_, err := l.Fail(ctx, &ledger.FailParams{Fence: f, Now: now}) // no error: the event keeps the last one
+			return err
+		}),
+		func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+			p := op(a)
+			p.Now = now
+			_, err := l.Retry(ctx, p)
+			return err
+		},
+		acquire(a, "host-d", 10*time.Second),
+		func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+			p := op(a)
+			p.Now = now
+			_, err := l.OperatorRelease(ctx, p)
+			return err
+		},
+		acquire(a, "host-e", 10*time.Second),
+		fenced(a, func(l ledger.Ledger, f ledger.Fence, now time.Time) error {
+			_, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f, Now: now})
+			return err
+		}),
+		func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+			_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: idn(b), AttemptID: "c", PickupTimeout: time.Second, Now: now})
+			return err
+		},
+		rescue(b), // queued past its pickup deadline: rescued
+		acquire(b, "host-f", time.Second),
+		rescue(b), // running past its lease: lease_lost
+		func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+			p := op(b)
+			p.Now = now
+			_, err := l.Cancel(ctx, p)
+			return err
+		},
+	}
+	mem := memory.New(nil)
+	rl := openTest(t, nil)
+	for i, s := range steps {
+		now := t0.Add(time.Duration(i) * 5 * time.Second)
+		if err := s(ctx, mem, now); err != nil {
+			t.Fatalf("step %d on memory: %v", i, err)
+		}
+		if err := s(ctx, rl, now); err != nil {
+			t.Fatalf("step %d on redis: %v", i, err)
+		}
+	}
+	for _, id := range []string{a, b} {
+		want, err := mem.Get(ctx, &ledger.GetParams{RunID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := rl.Get(ctx, &ledger.GetParams{RunID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.History) != len(want.History) {
+			t.Fatalf("run %s: redis history %v, want %v", id, kindsOf(got.History), kindsOf(want.History))
+		}
+		for i, w := range want.History {
+			g := got.History[i]
+			if !g.At.Equal(w.At) || g.Kind != w.Kind || g.Attempt != w.Attempt || g.Worker != w.Worker || g.Actor != w.Actor || g.Text != w.Text {
+				t.Errorf("run %s event %d:\n got %+v\nwant %+v", id, i, g, w)
+			}
+		}
+		if got.Status != want.Status || got.AttemptsMade != want.AttemptsMade || got.LastError != want.LastError {
+			t.Errorf("run %s: redis %s, %d attempts made, %q; memory %s, %d, %q", id, got.Status, got.AttemptsMade, got.LastError,
+				want.Status, want.AttemptsMade, want.LastError)
+		}
+	}
+}
+
+func kindsOf(h []ledger.Event) []ledger.EventKind {
+	out := make([]ledger.EventKind, len(h))
+	for i, e := range h {
+		out[i] = e.Kind
+	}
+	return out
+}
 
 // listKeys returns the ledger's listing indexes and how many entries each holds (a test
 // may scan; the ledger never does).
