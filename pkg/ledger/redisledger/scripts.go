@@ -110,12 +110,12 @@ local function keep(key, expire_us, grace_ms)
   redis.call('PEXPIREAT', key, at + tonumber(grace_ms))
 end
 
--- index_run files a run just written (its status was old, false when it was created) in
--- the rescue, expiry and listing indexes, appends the transition's events to its
--- history, sets its keys' expiry, and keeps each of its effects (the run's 'effects'
--- field lists their keys) at least as long as the run. The script's last ARGV is the
--- ledger's key prefix.
-local function index_run(id, old, status, deadline, expire_us, grace_ms, events)
+-- index_run files a run just written at now (its status was old; false when the write
+-- created it, and then new holds its created_at, job and namespace) in the rescue,
+-- expiry and listing indexes, appends the transition's events to its history, sets its
+-- keys' expiry, and keeps each of its effects (the run's 'effects' field lists their
+-- keys) at least as long as the run. The script's last ARGV is the ledger's key prefix.
+local function index_run(id, old, status, deadline, expire_us, grace_ms, events, now, new)
   local P = ARGV[#ARGV]
   if status == 'queued' or status == 'running' then
     redis.call('ZADD', KEYS[2], deadline, id)
@@ -124,30 +124,33 @@ local function index_run(id, old, status, deadline, expire_us, grace_ms, events)
   end
   redis.call('ZADD', KEYS[3], expire_us, 'r:' .. id)
   keep(KEYS[1], expire_us, grace_ms)
-  local f = redis.call('HMGET', KEYS[1], 'created_at', 'updated_at', 'job', 'namespace')
   local L = P .. 'list:'
-  if not old then
-    redis.call('ZADD', L .. 'created', f[1], id)
-    redis.call('ZADD', L .. 'created:job:' .. f[3], f[1], id)
-    redis.call('ZADD', L .. 'created:ns:' .. f[4], f[1], id)
-    redis.call('HSET', P .. 'names', id, cjson.encode({f[3], f[4]}))
+  local hist = P .. 'hist:' .. id
+  local created
+  if new then
+    created = new[1]
+    redis.call('ZADD', L .. 'created', created, id)
+    redis.call('ZADD', L .. 'created:job:' .. new[2], created, id)
+    redis.call('ZADD', L .. 'created:ns:' .. new[3], created, id)
+    redis.call('HSET', P .. 'names', id, cjson.encode({new[2], new[3]}))
+    redis.call('DEL', hist)
   end
   if old ~= status then
     if old then
       redis.call('ZREM', L .. 'created:status:' .. old, id)
       redis.call('ZREM', L .. 'updated:status:' .. old, id)
     end
-    redis.call('ZADD', L .. 'created:status:' .. status, f[1], id)
+    if not created then created = redis.call('HGET', KEYS[1], 'created_at') end
+    redis.call('ZADD', L .. 'created:status:' .. status, created, id)
   end
-  redis.call('ZADD', L .. 'updated', f[2], id)
-  redis.call('ZADD', L .. 'updated:status:' .. status, f[2], id)
-  local hist = P .. 'hist:' .. id
-  if not old then redis.call('DEL', hist) end
+  redis.call('ZADD', L .. 'updated', fmt(now), id)
+  redis.call('ZADD', L .. 'updated:status:' .. status, fmt(now), id)
   if #events > 0 then
     redis.call('RPUSH', hist, unpack(events))
-    redis.call('LTRIM', hist, -MAX_HISTORY, -1)
+    if not new then redis.call('LTRIM', hist, -MAX_HISTORY, -1) end
   end
   keep(hist, expire_us, grace_ms)
+  if new then return end
   local effects = redis.call('HGET', KEYS[1], 'effects')
   if effects then
     for ekey in string.gmatch(effects, '%S+') do
@@ -240,7 +243,8 @@ redis.call('HSET', KEYS[1], 'id', ARGV[2], 'namespace', ARGV[3], 'job', ARGV[4],
   'attempt', '0', 'attempt_id', ARGV[9], 'deadline', fmt(deadline), 'not_before', '',
   'attempts_made', '0', 'last_error', '', 'created_at', fmt(now), 'updated_at', fmt(now),
   'completed_at', '', 'expire_at', fmt(exp))
-index_run(ARGV[2], false, 'queued', deadline, exp, ARGV[12], {event(now, 'claimed', 0)})
+index_run(ARGV[2], false, 'queued', deadline, exp, ARGV[12], {event(now, 'claimed', 0)}, now,
+  {fmt(now), ARGV[4], ARGV[3]})
 trim(ARGV[12])
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
@@ -255,7 +259,7 @@ if st[1] ~= 'queued' or st[2] ~= '0' or st[3] ~= ARGV[3] then
 end
 local exp = expiry(now, now, num(st[4]), tonumber(ARGV[4]))
 redis.call('HSET', KEYS[1], 'deadline', fmt(now), 'updated_at', fmt(now), 'expire_at', fmt(exp))
-index_run(ARGV[2], 'queued', 'queued', now, exp, ARGV[5], {})
+index_run(ARGV[2], 'queued', 'queued', now, exp, ARGV[5], {}, now)
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
@@ -282,7 +286,8 @@ if not status then
     'attempt', '1', 'attempt_id', ARGV[9], 'deadline', fmt(deadline), 'not_before', '',
     'attempts_made', '0', 'last_error', '', 'created_at', fmt(now), 'updated_at', fmt(now),
     'completed_at', '', 'expire_at', fmt(exp))
-  index_run(ARGV[2], false, 'running', deadline, exp, ARGV[12], {event(now, 'started', 1, '', ARGV[14])})
+  index_run(ARGV[2], false, 'running', deadline, exp, ARGV[12], {event(now, 'started', 1, '', ARGV[14])}, now,
+    {fmt(now), ARGV[4], ARGV[3]})
   return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 end
 if status == 'completed' or status == 'failed' or status == 'cancelled'
@@ -300,7 +305,7 @@ end
 redis.call('HSET', KEYS[1], 'status', 'running', 'attempt', fmt(attempt + 1), 'attempt_id', ARGV[9],
   'not_before', '', 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
 table.insert(events, event(now, 'started', attempt + 1, '', ARGV[14]))
-index_run(ARGV[2], status, 'running', deadline, exp, ARGV[12], events)
+index_run(ARGV[2], status, 'running', deadline, exp, ARGV[12], events, now)
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
@@ -315,7 +320,7 @@ end
 local deadline = now + tonumber(ARGV[5])
 local exp = math.max(num(st[4]), expiry(now, deadline, num(st[5]), tonumber(ARGV[6])))
 redis.call('HSET', KEYS[1], 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
-index_run(ARGV[2], 'running', 'running', deadline, exp, ARGV[7], {})
+index_run(ARGV[2], 'running', 'running', deadline, exp, ARGV[7], {}, now)
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
@@ -338,7 +343,7 @@ redis.call('HSET', KEYS[1], 'status', ARGV[5], 'attempts_made', fmt(num(st[4]) +
   'not_before', '', 'completed_at', fmt(now), 'updated_at', fmt(now), 'expire_at', fmt(exp))
 local text = ''
 if ARGV[5] == 'failed' then text = last end
-index_run(ARGV[2], 'running', ARGV[5], 0, exp, ARGV[8], {event(now, ARGV[5], tonumber(ARGV[3]), text)})
+index_run(ARGV[2], 'running', ARGV[5], 0, exp, ARGV[8], {event(now, ARGV[5], tonumber(ARGV[3]), text)}, now)
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
@@ -358,7 +363,7 @@ local exp = expiry(now, deadline, num(nb), tonumber(ARGV[8]))
 redis.call('HSET', KEYS[1], 'status', 'queued', 'attempts_made', fmt(num(st[4]) + 1), 'last_error', ARGV[5],
   'not_before', nb, 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
 index_run(ARGV[2], 'running', 'queued', deadline, exp, ARGV[9],
-  {event(now, 'released', tonumber(ARGV[3]), ARGV[5])})
+  {event(now, 'released', tonumber(ARGV[3]), ARGV[5])}, now)
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
@@ -382,7 +387,7 @@ local deadline = now + tonumber(ARGV[6])
 local exp = expiry(now, deadline, 0, tonumber(ARGV[7]))
 redis.call('HSET', KEYS[1], 'not_before', '', 'deadline', fmt(deadline), 'updated_at', fmt(now),
   'expire_at', fmt(exp))
-index_run(ARGV[2], st[1], 'queued', deadline, exp, ARGV[9], {ev})
+index_run(ARGV[2], st[1], 'queued', deadline, exp, ARGV[9], {ev}, now)
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
@@ -404,7 +409,7 @@ redis.call('HSET', KEYS[1], 'status', ARGV[10], 'attempt_id', ARGV[11], 'deadlin
   'completed_at', ARGV[17], 'expire_at', ARGV[18])
 local events = {}
 for i = 1, tonumber(ARGV[20]) do events[i] = ARGV[20 + i] end
-index_run(ARGV[1], st[1], ARGV[10], num(ARGV[12]), tonumber(ARGV[18]), ARGV[19], events)
+index_run(ARGV[1], st[1], ARGV[10], num(ARGV[12]), tonumber(ARGV[18]), ARGV[19], events, tonumber(ARGV[16]))
 return {1}
 `)
 
