@@ -1,6 +1,7 @@
 package redisledger
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -128,4 +129,23 @@ func decodeEffect(m map[string]string) (*ledger.Effect, error) {
 		return nil, fmt.Errorf("redisledger: effect %s: %w", m["key"], d.err)
 	}
 	return e, nil
+}
+
+// decodeHistory decodes a run's history list: one ledger.Event JSON an item.
+func decodeHistory(v any) ([]ledger.Event, error) {
+	items, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("a history is a %T, not a list", v)
+	}
+	if len(items) == 0 {
+		return nil, nil
+	}
+	out := make([]ledger.Event, len(items))
+	for i, it := range items {
+		s, _ := it.(string)
+		if err := json.Unmarshal([]byte(s), &out[i]); err != nil {
+			return nil, fmt.Errorf("history event %d %q: %w", i, s, err)
+		}
+	}
+	return out, nil
 }

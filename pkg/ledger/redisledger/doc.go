@@ -32,7 +32,17 @@
 // gone, so that a done effect never expires before the run whose retry it makes skip
 // the effect. Two sorted sets index them: PREFIX+"rescue" holds the live
 // (queued or running) runs scored by deadline, for ListRescue; PREFIX+"expire" holds
-// every record scored by expire_at, for Sweep. Every script touches a record and these
+// every record scored by expire_at, for Sweep.
+//
+// A run's history is a list PREFIX+"hist:"+RUNID of ledger.Event JSON, oldest first:
+// every script that changes the run's state appends the events driver.Record would
+// (texts clipped as driver.ClipText does) and trims the list to the latest
+// ledger.MaxHistory; it expires with the run. Six sorted sets of run IDs serve List,
+// the same index set as the other backends': PREFIX+"list:created",
+// "list:created:status:"+STATUS, "list:created:job:"+JOB and "list:created:ns:"+NAMESPACE
+// scored by created_at, "list:updated" and "list:updated:status:"+STATUS scored by
+// updated_at; PREFIX+"names" holds each indexed run's job and namespace, by which an
+// expired run's entries are found again. Every script touches a record and these
 // indexes together, so the backend needs one primary (a standalone server, a
 // primary-with-replicas instance, Sentinel): Redis Cluster, and Memorystore's cluster
 // mode, are not supported.
@@ -50,8 +60,29 @@
 // the claim's attempt ID) and writes only when it holds. When a script wrote nothing it
 // answers the record as it stands with the server's time, and the verdict (an idempotent
 // repeat, ErrLeaseLost with what the record holds, Held until …, Terminal) is taken by the
-// pure rules of package ledger over that record, so the two cannot disagree. Get and
-// GetEffect are one HGETALL.
+// pure rules of package ledger over that record, so the two cannot disagree. Get is one
+// script that reads the run and its history; GetEffect one HGETALL.
+//
+// # The operators' methods
+//
+// Retry, Cancel and OperatorRelease read the run and the server's time in one script,
+// decide with the driver's rules (driver.ApplyRetry, ApplyCancel, ApplyOperatorRelease)
+// and write the record, its indexes and its event with a compare-and-set script that
+// writes only if the run is still as read (status, attempt, attempt ID, deadline,
+// not-before, attempts made, updated and expiry times); after a lost race they read and
+// decide again, up to 16 times (then ledger.ErrContended). Two round trips: operators act
+// rarely.
+//
+// List walks one listing index, the one of its order led by its equality filter when
+// there is one (status; else job or namespace for the created order), newest first: a
+// sorted set answers equal scores in descending member order, which is the listing's
+// (time, run ID) order, and the cursor (driver.EncodeCursor) is the last run's. The other
+// filters are checked in the script over each entry's run, without reading its payload;
+// a page reads at most 500 index entries a script call and ten calls, and a page that
+// found too few runs in that many entries (a filter the index does not serve, on a large
+// ledger) ends short with a cursor that goes on. An entry whose run is gone, or no longer
+// matches its index, is dropped when a listing meets it. ListEffects is one script over
+// the effects the run's effects field lists, ordered by name.
 //
 // Time is the server's: every script reads TIME, so leases, deadlines and expiry are
 // judged by the Redis server's clock, never the caller's; a params' Now replaces it (for
@@ -62,10 +93,13 @@
 // Every write of a run sets its ExpireAt to the retention after the latest of now, its
 // deadline and its not-before (driver.ExpiryOf; a renewal never moves it back), and sets
 // the record's key to expire (PEXPIREAT) at its ExpireAt plus Options.Grace (1h by
-// default), so Redis deletes old records by itself: no sweeper is needed. Each new run's claim also drops up to ten expiry-index entries older than the
-// grace (their keys have expired), so the index does not grow either. Sweep deletes
-// records past ExpireAt sooner, through the expiry index. A record past ExpireAt still
-// deduplicates until one of the two deletes it.
+// default), so Redis deletes old records by itself: no sweeper is needed; a run's
+// history expires with it. Each new run's claim also drops up to ten expiry-index
+// entries older than the grace (their keys have expired), with an expired run's listing
+// entries and names entry, so the indexes do not grow either (a run whose key has not
+// expired yet is filed again, to be looked at a grace later). Sweep deletes records past
+// ExpireAt sooner, through the expiry index, with a run's history and listing entries. A
+// record past ExpireAt still deduplicates until one of the two deletes it.
 //
 // # Durability: what is guaranteed, under which settings
 //

@@ -24,6 +24,7 @@ func retention(d time.Duration) time.Duration { return cmp.Or(d, ledger.DefaultR
 func (l *Ledger) runKey(id string) string     { return l.o.Prefix + "run:" + id }
 func (l *Ledger) effectKey(key string) string { return l.o.Prefix + "eff:" + key }
 func (l *Ledger) effectPrefix() string        { return l.o.Prefix + "eff:" }
+func (l *Ledger) historyKey(id string) string { return l.o.Prefix + "hist:" + id }
 func (l *Ledger) grace() string               { return strconv.FormatInt(l.o.Grace.Milliseconds(), 10) }
 
 // answer is a script's reply: whether it wrote, the server's time it used, the run and
@@ -122,7 +123,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	a, err := l.call(ctx, "claim run "+p.RunID, claimScript, l.runKeys(p.RunID),
 		timeArg(p.Now), p.RunID, p.Namespace, p.Job, p.Key, timeArg(driver.Micros(p.ScheduleTime)), p.PayloadHash,
 		p.Payload, p.AttemptID, micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)),
-		micros(retention(p.Retention)), l.grace(), l.effectPrefix())
+		micros(retention(p.Retention)), l.grace(), l.o.Prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +143,7 @@ func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledge
 		return nil, err
 	}
 	return l.fenced(ctx, "expedite", p.RunID, expediteScript,
-		[]any{timeArg(p.Now), p.RunID, p.AttemptID, micros(retention(p.Retention)), l.grace(), l.effectPrefix()},
+		[]any{timeArg(p.Now), p.RunID, p.AttemptID, micros(retention(p.Retention)), l.grace(), l.o.Prefix},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			next, err := driver.ApplyExpedite(cur, p, now)
 			return next, next, err
@@ -157,7 +158,7 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	a, err := l.call(ctx, "acquire run "+p.RunID, acquireScript, l.runKeys(p.RunID),
 		timeArg(p.Now), p.RunID, p.Namespace, p.Job, p.Key, timeArg(driver.Micros(p.ScheduleTime)), p.PayloadHash,
 		p.Payload, p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), l.grace(),
-		mustExist(p.MustExist), l.effectPrefix())
+		mustExist(p.MustExist), p.Worker, l.o.Prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +219,7 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 	}
 	return l.fenced(ctx, "renew", p.RunID, renewScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)),
-			micros(retention(p.Retention)), l.grace(), string(p.Progress), l.effectPrefix()},
+			micros(retention(p.Retention)), l.grace(), string(p.Progress), l.o.Prefix},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			next, err := driver.ApplyRenew(cur, p, now)
 			return next, next, err
@@ -238,7 +239,7 @@ func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledge
 	}
 	return l.fenced(ctx, "complete", p.RunID, finishScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, string(ledger.StatusCompleted), "",
-			micros(retention(p.Retention)), l.grace(), string(p.Result), string(p.Progress), l.effectPrefix()},
+			micros(retention(p.Retention)), l.grace(), string(p.Result), string(p.Progress), l.o.Prefix},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return driver.ApplyComplete(cur, p, now)
 		})
@@ -254,7 +255,7 @@ func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, e
 	}
 	return l.fenced(ctx, "fail", p.RunID, finishScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, string(ledger.StatusFailed), p.Error,
-			micros(retention(p.Retention)), l.grace(), "", string(p.Progress), l.effectPrefix()},
+			micros(retention(p.Retention)), l.grace(), "", string(p.Progress), l.o.Prefix},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return driver.ApplyFail(cur, p, now)
 		})
@@ -273,7 +274,7 @@ func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.
 	}
 	return l.fenced(ctx, "release", p.RunID, releaseScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, p.Error, micros(p.RetryAfter),
-			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), l.grace(), string(p.Progress), l.effectPrefix()},
+			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), l.grace(), string(p.Progress), l.o.Prefix},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return driver.ApplyRelease(cur, p, now)
 		})
@@ -289,20 +290,16 @@ func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Ru
 	return l.fenced(ctx, "rescue", p.RunID, rescueScript,
 		[]any{timeArg(p.Now), p.RunID, string(p.Status), strconv.FormatInt(p.Attempt, 10), timeArg(deadline),
 			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), lost, l.grace(),
-			l.effectPrefix()},
+			l.o.Prefix},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			next, err := driver.ApplyRescue(cur, p, now)
 			return next, next, err
 		})
 }
 
-// Get implements ledger.Ledger with one HGETALL.
+// Get implements ledger.Ledger with one script that reads the run and its history.
 func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
-	m, err := l.rdb.HGetAll(ctx, l.runKey(p.RunID)).Result()
-	if err != nil {
-		return nil, interpretError("get run "+p.RunID, err)
-	}
-	r, err := decodeRun(m)
+	r, _, _, err := l.read(ctx, "get run "+p.RunID, p.RunID, time.Time{})
 	if err != nil {
 		return nil, err
 	}
@@ -310,6 +307,35 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 		return nil, fmt.Errorf("%w: run %s", ledger.ErrNotFound, p.RunID)
 	}
 	return r, nil
+}
+
+// read returns run id with its history (nil when absent), its fields as stored, and the
+// server's time (override when set), as of one moment.
+func (l *Ledger) read(ctx context.Context, op, id string, override time.Time) (*ledger.Run, map[string]string, time.Time, error) {
+	v, err := getScript.Run(ctx, l.rdb, []string{l.runKey(id), l.historyKey(id)}, timeArg(override)).Result()
+	if err != nil {
+		return nil, nil, time.Time{}, interpretError(op, err)
+	}
+	items, ok := v.([]any)
+	if !ok || len(items) != 3 {
+		return nil, nil, time.Time{}, fmt.Errorf("redisledger: %s: unexpected answer %v", op, v)
+	}
+	now, err := parseTime(fmt.Sprint(items[0]))
+	if err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("redisledger: %s: server time %v: %w", op, items[0], err)
+	}
+	m, err := fields(items[1])
+	if err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("redisledger: %s: %w", op, err)
+	}
+	r, err := decodeRun(m)
+	if err != nil || r == nil {
+		return nil, nil, now, err
+	}
+	if r.History, err = decodeHistory(items[2]); err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("redisledger: %s: %w", op, err)
+	}
+	return r, m, now, nil
 }
 
 func (l *Ledger) effectKeys(runID, key string) []string {
@@ -425,7 +451,7 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 // record by itself Options.Grace after its ExpireAt; Sweep deletes it sooner.
 func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
 	v, err := l.run(ctx, "sweep", sweepScript, []string{l.expireKey, l.rescueKey},
-		timeArg(p.Now), cmp.Or(p.Limit, defaultSweepLimit), l.o.Prefix+"run:", l.effectPrefix())
+		timeArg(p.Now), cmp.Or(p.Limit, defaultSweepLimit), l.o.Prefix)
 	if err != nil {
 		return 0, err
 	}

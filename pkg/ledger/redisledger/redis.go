@@ -17,7 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/runonce/runonce/pkg/ledger"
-	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // The URL schemes of this backend: redis://HOST:PORT/DB and rediss:// (TLS).
@@ -120,13 +119,13 @@ func (o *Options) withDefaults() (Options, error) {
 // Ledger is a ledger.Ledger stored in Redis (or Valkey, or Memorystore). It is safe for
 // concurrent use.
 type Ledger struct {
-	// NoOperations refuses the operators' methods: not implemented on redis yet.
-	driver.NoOperations
 	rdb        *redis.Client
 	ownsClient bool
 	o          Options
 	rescueKey  string
 	expireKey  string
+	// listBudget and listCalls bound a page's reads (see List); tests lower them.
+	listBudget, listCalls int
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -144,7 +143,7 @@ func New(ctx context.Context, rdb *redis.Client, opts *Options) (*Ledger, error)
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{NoOperations: driver.NoOperations{Backend: "redis"}, rdb: rdb, o: o, rescueKey: o.Prefix + "rescue", expireKey: o.Prefix + "expire"}
+	l := &Ledger{listBudget: listBudget, listCalls: listCalls, rdb: rdb, o: o, rescueKey: o.Prefix + "rescue", expireKey: o.Prefix + "expire"}
 	if err := l.checkPersistence(ctx); err != nil {
 		return nil, err
 	}

@@ -135,6 +135,7 @@ func harness() ledgertest.Harness {
 			return other
 		},
 		SupportsNow: true,
+		Operations:  true,
 	}
 }
 

@@ -1,6 +1,12 @@
 package redisledger
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/runonce/runonce/pkg/ledger"
+)
 
 // The Lua scripts, one per transition. Each runs atomically on the server, reads the
 // server's clock with TIME (or takes the caller's Now, for tests), and answers
@@ -15,7 +21,18 @@ import "github.com/redis/go-redis/v9"
 // Keys: KEYS[1] is the run's hash, KEYS[2] the rescue index (a sorted set of live run IDs
 // scored by deadline), KEYS[3] the expiry index (a sorted set of "r:RUNID" and
 // "e:EFFECTKEY" scored by expire_at); the effect scripts add KEYS[4], the effect's hash.
-const prelude = `
+// The last ARGV of every script that writes a run is the ledger's key prefix P, under
+// which it finds the run's other keys: its history P.."hist:"..RUNID (a list of
+// ledger.Event JSON, oldest first, the latest ledger.MaxHistory kept), its effects
+// P.."eff:"..EFFECTKEY, the listing indexes P.."list:"..NAME (sorted sets of run IDs
+// scored by created_at or updated_at: created, created:status:S, created:job:J,
+// created:ns:N, updated, updated:status:S) and P.."names", a hash of each indexed run's
+// job and namespace, by which an expired run's entries are found again to drop them.
+var prelude = `
+local MAX_HISTORY = ` + strconv.Itoa(ledger.MaxHistory) + `
+local MAX_TEXT = ` + strconv.Itoa(ledger.MaxEventText) + `
+local STATUSES = {'queued', 'running', 'completed', 'failed', 'cancelled'}
+
 local function now_us(arg)
   if arg ~= '' then return tonumber(arg) end
   local t = redis.call('TIME')
@@ -61,6 +78,29 @@ local function rfc3339(us)
   return s .. 'Z'
 end
 
+-- clip is driver.ClipText: at most MAX_TEXT bytes, cut before a UTF-8 continuation byte.
+local function clip(s)
+  if not s then return '' end
+  if #s <= MAX_TEXT then return s end
+  local cut = MAX_TEXT
+  while cut > 0 do
+    local b = string.byte(s, cut + 1)
+    if b < 128 or b >= 192 then break end
+    cut = cut - 1
+  end
+  return string.sub(s, 1, cut)
+end
+
+-- event is one history entry, as ledger.Event's JSON: what driver.Record adds.
+local function event(now, kind, attempt, text, worker)
+  local e = {at = rfc3339(now), kind = kind, attempt = attempt}
+  text = clip(text)
+  if text ~= '' then e.text = text end
+  worker = clip(worker)
+  if worker ~= '' then e.worker = worker end
+  return cjson.encode(e)
+end
+
 -- keep sets the key's expiry to expire_at plus the grace (ms); never in the past of the
 -- server's real clock, so that a record written with a caller's Now in the past lives the
 -- grace too. An effect's key is kept at least as long as its run's (see keep_effect).
@@ -70,10 +110,13 @@ local function keep(key, expire_us, grace_ms)
   redis.call('PEXPIREAT', key, at + tonumber(grace_ms))
 end
 
--- index_run files a written run in the rescue and expiry indexes, sets its key's expiry,
--- and keeps each of its effects (the run's 'effects' field lists their keys) at least as
--- long as the run. The script's last ARGV is the effect key prefix.
-local function index_run(id, status, deadline, expire_us, grace_ms)
+-- index_run files a run just written at now (its status was old; false when the write
+-- created it, and then new holds its created_at, job and namespace) in the rescue,
+-- expiry and listing indexes, appends the transition's events to its history, sets its
+-- keys' expiry, and keeps each of its effects (the run's 'effects' field lists their
+-- keys) at least as long as the run. The script's last ARGV is the ledger's key prefix.
+local function index_run(id, old, status, deadline, expire_us, grace_ms, events, now, new)
+  local P = ARGV[#ARGV]
   if status == 'queued' or status == 'running' then
     redis.call('ZADD', KEYS[2], deadline, id)
   else
@@ -81,10 +124,37 @@ local function index_run(id, status, deadline, expire_us, grace_ms)
   end
   redis.call('ZADD', KEYS[3], expire_us, 'r:' .. id)
   keep(KEYS[1], expire_us, grace_ms)
+  local L = P .. 'list:'
+  local hist = P .. 'hist:' .. id
+  local created
+  if new then
+    created = new[1]
+    redis.call('ZADD', L .. 'created', created, id)
+    redis.call('ZADD', L .. 'created:job:' .. new[2], created, id)
+    redis.call('ZADD', L .. 'created:ns:' .. new[3], created, id)
+    redis.call('HSET', P .. 'names', id, cjson.encode({new[2], new[3]}))
+    redis.call('DEL', hist)
+  end
+  if old ~= status then
+    if old then
+      redis.call('ZREM', L .. 'created:status:' .. old, id)
+      redis.call('ZREM', L .. 'updated:status:' .. old, id)
+    end
+    if not created then created = redis.call('HGET', KEYS[1], 'created_at') end
+    redis.call('ZADD', L .. 'created:status:' .. status, created, id)
+  end
+  redis.call('ZADD', L .. 'updated', fmt(now), id)
+  redis.call('ZADD', L .. 'updated:status:' .. status, fmt(now), id)
+  if #events > 0 then
+    redis.call('RPUSH', hist, unpack(events))
+    if not new then redis.call('LTRIM', hist, -MAX_HISTORY, -1) end
+  end
+  keep(hist, expire_us, grace_ms)
+  if new then return end
   local effects = redis.call('HGET', KEYS[1], 'effects')
   if effects then
     for ekey in string.gmatch(effects, '%S+') do
-      local key = ARGV[#ARGV] .. ekey
+      local key = P .. 'eff:' .. ekey
       local e = redis.call('HGET', key, 'expire_at')
       if e and num(e) < expire_us then
         redis.call('HSET', key, 'expire_at', fmt(expire_us))
@@ -95,14 +165,53 @@ local function index_run(id, status, deadline, expire_us, grace_ms)
   end
 end
 
+-- unindex_run drops a deleted (or expired) run's history and its entries in the listing
+-- indexes; job and ns are its job and namespace (false when unknown: those two indexes
+-- then drop the entry when a listing finds it stale).
+local function unindex_run(P, id, job, ns)
+  local L = P .. 'list:'
+  redis.call('ZREM', L .. 'created', id)
+  redis.call('ZREM', L .. 'updated', id)
+  for _, s in ipairs(STATUSES) do
+    redis.call('ZREM', L .. 'created:status:' .. s, id)
+    redis.call('ZREM', L .. 'updated:status:' .. s, id)
+  end
+  if not job or not ns then
+    local names = redis.call('HGET', P .. 'names', id)
+    if names then
+      local t = cjson.decode(names)
+      job, ns = t[1], t[2]
+    end
+  end
+  if job then redis.call('ZREM', L .. 'created:job:' .. job, id) end
+  if ns then redis.call('ZREM', L .. 'created:ns:' .. ns, id) end
+  redis.call('HDEL', P .. 'names', id)
+  redis.call('DEL', P .. 'hist:' .. id)
+end
+
 -- trim drops up to 10 expiry-index entries older than the grace by the server's real
 -- clock: their keys have expired in Redis (a rewritten record's entry carries its new
--- expire_at), so the index needs no sweeper either.
+-- expire_at), so the index needs no sweeper either; an expired run's listing entries
+-- and history go with its entry. A run whose key has not expired yet (it is kept the
+-- grace past the real clock of its last write, or expires in the next millisecond) is
+-- filed again at the real now, to be looked at once more a grace later.
 local function trim(grace_ms)
+  local P = ARGV[#ARGV]
   local t = redis.call('TIME')
-  local before = (tonumber(t[1]) * 1000 + floordiv(tonumber(t[2]), 1000) - tonumber(grace_ms)) * 1000
+  local real = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local before = (floordiv(real, 1000) - tonumber(grace_ms)) * 1000
   local stale = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. fmt(before), 'LIMIT', 0, 10)
-  if #stale > 0 then redis.call('ZREM', KEYS[3], unpack(stale)) end
+  for _, m in ipairs(stale) do
+    local id = string.sub(m, 3)
+    if string.sub(m, 1, 2) ~= 'r:' then
+      redis.call('ZREM', KEYS[3], m)
+    elseif redis.call('EXISTS', P .. 'run:' .. id) == 1 then
+      redis.call('ZADD', KEYS[3], real, m)
+    else
+      redis.call('ZREM', KEYS[3], m)
+      unindex_run(P, id, false, false)
+    end
+  end
 end
 
 -- keep_effect files an effect written with expire_us in the expiry index and sets its
@@ -121,7 +230,7 @@ end
 `
 
 // claim: ARGV now, id, namespace, job, key, schedule_time, payload_hash, payload,
-// attempt_id, pickup (µs), retention (µs), grace (ms), effect key prefix.
+// attempt_id, pickup (µs), retention (µs), grace (ms), prefix.
 var claimScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -134,12 +243,13 @@ redis.call('HSET', KEYS[1], 'id', ARGV[2], 'namespace', ARGV[3], 'job', ARGV[4],
   'attempt', '0', 'attempt_id', ARGV[9], 'deadline', fmt(deadline), 'not_before', '',
   'attempts_made', '0', 'last_error', '', 'created_at', fmt(now), 'updated_at', fmt(now),
   'completed_at', '', 'expire_at', fmt(exp))
-index_run(ARGV[2], 'queued', deadline, exp, ARGV[12])
+index_run(ARGV[2], false, 'queued', deadline, exp, ARGV[12], {event(now, 'claimed', 0)}, now,
+  {fmt(now), ARGV[4], ARGV[3]})
 trim(ARGV[12])
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
-// expedite: ARGV now, id, attempt_id, retention (µs), grace (ms), effect key prefix.
+// expedite: ARGV now, id, attempt_id, retention (µs), grace (ms), prefix.
 // An untouched ingress claim (queued, attempt 0, the claim's attempt ID) becomes due now.
 var expediteScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
@@ -149,12 +259,12 @@ if st[1] ~= 'queued' or st[2] ~= '0' or st[3] ~= ARGV[3] then
 end
 local exp = expiry(now, now, num(st[4]), tonumber(ARGV[4]))
 redis.call('HSET', KEYS[1], 'deadline', fmt(now), 'updated_at', fmt(now), 'expire_at', fmt(exp))
-index_run(ARGV[2], 'queued', now, exp, ARGV[5])
+index_run(ARGV[2], 'queued', 'queued', now, exp, ARGV[5], {}, now)
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
 // acquire: ARGV now, id, namespace, job, key, schedule_time, payload_hash, payload,
-// attempt_id, lease (µs), retention (µs), grace (ms), must exist ("1" or ""), effect key
+// attempt_id, lease (µs), retention (µs), grace (ms), must exist ("1" or ""), worker,
 // prefix. An absent run with must exist, or a run with another payload hash, is not
 // written (the state machine says ErrNotFound, PayloadMismatch).
 var acquireScript = redis.NewScript(prelude + `
@@ -176,28 +286,31 @@ if not status then
     'attempt', '1', 'attempt_id', ARGV[9], 'deadline', fmt(deadline), 'not_before', '',
     'attempts_made', '0', 'last_error', '', 'created_at', fmt(now), 'updated_at', fmt(now),
     'completed_at', '', 'expire_at', fmt(exp))
-  index_run(ARGV[2], 'running', deadline, exp, ARGV[12])
+  index_run(ARGV[2], false, 'running', deadline, exp, ARGV[12], {event(now, 'started', 1, '', ARGV[14])}, now,
+    {fmt(now), ARGV[4], ARGV[3]})
   return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 end
-if status == 'completed' or status == 'failed'
+if status == 'completed' or status == 'failed' or status == 'cancelled'
   or (status == 'queued' and num(st[2]) > now)
   or (status == 'running' and num(st[3]) >= now) then
   return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
 end
 local attempt = num(st[4])
+local events = {}
 if status == 'running' then
-  redis.call('HSET', KEYS[1], 'attempts_made', fmt(num(st[5]) + 1),
-    'last_error', 'attempt ' .. fmt(attempt) .. ' lost its lease at ' .. rfc3339(num(st[3])))
+  local lost = 'attempt ' .. fmt(attempt) .. ' lost its lease at ' .. rfc3339(num(st[3]))
+  redis.call('HSET', KEYS[1], 'attempts_made', fmt(num(st[5]) + 1), 'last_error', lost)
+  table.insert(events, event(now, 'lease_lost', attempt, lost))
 end
 redis.call('HSET', KEYS[1], 'status', 'running', 'attempt', fmt(attempt + 1), 'attempt_id', ARGV[9],
   'not_before', '', 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
-index_run(ARGV[2], 'running', deadline, exp, ARGV[12])
+table.insert(events, event(now, 'started', attempt + 1, '', ARGV[14]))
+index_run(ARGV[2], status, 'running', deadline, exp, ARGV[12], events, now)
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
 // renew: ARGV now, id, attempt, attempt_id, lease (µs), retention (µs), grace (ms),
-// progress (empty: unchanged), effect key prefix. ExpireAt never moves back:
-// max(old, ExpiryOf).
+// progress (empty: unchanged), prefix. ExpireAt never moves back: max(old, ExpiryOf).
 var renewScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'expire_at', 'not_before')
@@ -208,32 +321,39 @@ local deadline = now + tonumber(ARGV[5])
 local exp = math.max(num(st[4]), expiry(now, deadline, num(st[5]), tonumber(ARGV[6])))
 redis.call('HSET', KEYS[1], 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'progress', ARGV[8]) end
-index_run(ARGV[2], 'running', deadline, exp, ARGV[7])
+index_run(ARGV[2], 'running', 'running', deadline, exp, ARGV[7], {}, now)
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
 // finish (complete, fail): ARGV now, id, attempt, attempt_id, status, error, retention
-// (µs), grace (ms), result (empty for none), progress (empty: unchanged), effect key
-// prefix (always the last ARGV). The caller checks result and progress
-// (driver.ValidateResult, ValidateProgress).
+// (µs), grace (ms), result (empty for none), progress (empty: unchanged), prefix (always
+// the last ARGV). The caller checks result and progress (ledger.ValidateResult,
+// driver.ValidateProgress). A failure's event carries the run's last error (the
+// attempt's, or the one before when it gave none), a completion's none.
 var finishScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
-local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'attempts_made')
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'attempts_made', 'last_error')
 if not held(st, ARGV[3], ARGV[4]) then
   return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
 end
 local exp = now + tonumber(ARGV[7])
-if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'last_error', ARGV[6]) end
+local last = st[5]
+if ARGV[6] ~= '' then
+  last = ARGV[6]
+  redis.call('HSET', KEYS[1], 'last_error', last)
+end
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[9]) end
 if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'progress', ARGV[10]) end
 redis.call('HSET', KEYS[1], 'status', ARGV[5], 'attempts_made', fmt(num(st[4]) + 1), 'deadline', '',
   'not_before', '', 'completed_at', fmt(now), 'updated_at', fmt(now), 'expire_at', fmt(exp))
-index_run(ARGV[2], ARGV[5], 0, exp, ARGV[8])
+local text = ''
+if ARGV[5] == 'failed' then text = last end
+index_run(ARGV[2], 'running', ARGV[5], 0, exp, ARGV[8], {event(now, ARGV[5], tonumber(ARGV[3]), text)}, now)
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
 // release: ARGV now, id, attempt, attempt_id, error, retry after (µs, ≥ 0), pickup (µs),
-// retention (µs), grace (ms), progress (empty: unchanged), effect key prefix.
+// retention (µs), grace (ms), progress (empty: unchanged), prefix.
 var releaseScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'attempts_made')
@@ -248,12 +368,14 @@ local exp = expiry(now, deadline, num(nb), tonumber(ARGV[8]))
 redis.call('HSET', KEYS[1], 'status', 'queued', 'attempts_made', fmt(num(st[4]) + 1), 'last_error', ARGV[5],
   'not_before', nb, 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
 if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'progress', ARGV[10]) end
-index_run(ARGV[2], 'queued', deadline, exp, ARGV[9])
+index_run(ARGV[2], 'running', 'queued', deadline, exp, ARGV[9],
+  {event(now, 'released', tonumber(ARGV[3]), ARGV[5])}, now)
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
 // rescue: ARGV now, id, status, attempt, deadline (µs), pickup (µs), retention (µs),
-// lost-lease error, grace (ms), effect key prefix.
+// lost-lease error, grace (ms), prefix. A running run's lease is lost (lease_lost), a
+// queued one is made due again (rescued).
 var rescueScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'deadline', 'attempts_made')
@@ -261,16 +383,113 @@ if st[1] ~= ARGV[3] or st[2] ~= ARGV[4] or st[3] ~= ARGV[5]
   or (st[1] ~= 'queued' and st[1] ~= 'running') or num(st[3]) >= now then
   return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
 end
+local ev = event(now, 'rescued', tonumber(ARGV[4]))
 if st[1] == 'running' then
   redis.call('HSET', KEYS[1], 'attempts_made', fmt(num(st[4]) + 1), 'last_error', ARGV[8],
     'attempt_id', '', 'status', 'queued')
+  ev = event(now, 'lease_lost', tonumber(ARGV[4]), ARGV[8])
 end
 local deadline = now + tonumber(ARGV[6])
 local exp = expiry(now, deadline, 0, tonumber(ARGV[7]))
 redis.call('HSET', KEYS[1], 'not_before', '', 'deadline', fmt(deadline), 'updated_at', fmt(now),
   'expire_at', fmt(exp))
-index_run(ARGV[2], 'queued', deadline, exp, ARGV[9])
+index_run(ARGV[2], st[1], 'queued', deadline, exp, ARGV[9], {ev}, now)
 return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+`)
+
+// operate (an operator's retry, cancel or release, decided in Go by the driver's rule):
+// ARGV id, the run as read (status, attempt, attempt_id, deadline, not_before,
+// attempts_made, updated_at, expire_at: ARGV[2..9]), the run to write (status,
+// attempt_id, deadline, not_before, attempts_made, last_error, updated_at, completed_at,
+// expire_at: ARGV[10..18]), grace (ms), the number of events n, n events (JSON), prefix.
+// It writes only when the run is still as read, and answers {1} when it wrote, {0} when
+// the run changed since (the caller reads it again and decides anew).
+var operateScript = redis.NewScript(prelude + `
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'deadline', 'not_before',
+  'attempts_made', 'updated_at', 'expire_at')
+for i = 1, 8 do
+  if (st[i] or '') ~= ARGV[i + 1] then return {0} end
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[10], 'attempt_id', ARGV[11], 'deadline', ARGV[12],
+  'not_before', ARGV[13], 'attempts_made', ARGV[14], 'last_error', ARGV[15], 'updated_at', ARGV[16],
+  'completed_at', ARGV[17], 'expire_at', ARGV[18])
+local events = {}
+for i = 1, tonumber(ARGV[20]) do events[i] = ARGV[20 + i] end
+index_run(ARGV[1], st[1], ARGV[10], num(ARGV[12]), tonumber(ARGV[18]), ARGV[19], events, tonumber(ARGV[16]))
+return {1}
+`)
+
+// get: KEYS[1] the run, KEYS[2] its history; ARGV now. Answers {now, run fields,
+// history}: the record and its history as of one moment.
+var getScript = redis.NewScript(prelude + `
+local now = now_us(ARGV[1])
+return {fmt(now), redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
+`)
+
+// list: KEYS[1] a listing index; ARGV max and min score (ZREVRANGEBYSCORE's), the
+// cursor's score and run ID ("" for none: entries at that score with a run ID not below
+// it are skipped), how many runs to find, how many entries to read at most, the index's
+// own filter (its slot in status, job, namespace: "1", "2", "3", "" for none) and value,
+// the order's field (created_at or updated_at), the status, job and namespace filters
+// ("" for none), the run key prefix, then the fields to answer. The entries skipped at
+// the cursor's score do not count as read, so that every call reads past the cursor. Answers {runs (each the
+// fields' values), 1 when the index ran out, the score and run ID of the last entry
+// read}. An entry whose run is gone, or no longer matches the index (an expired run
+// claimed anew), is dropped.
+var listScript = redis.NewScript(prelude + `
+local want, budget = tonumber(ARGV[5]), tonumber(ARGV[6])
+local pos_s, pos_id = nil, ARGV[4]
+if ARGV[3] ~= '' then pos_s = tonumber(ARGV[3]) end
+local slot = tonumber(ARGV[7])
+local fields = {}
+for i = 14, #ARGV do fields[#fields + 1] = ARGV[i] end
+local out, scanned, off, done = {}, 0, 0, 0
+local last_s, last_id = '', ''
+while #out < want and scanned < budget do
+  local n = math.min(budget - scanned, want - #out + 20)
+  local batch = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[2], 'WITHSCORES', 'LIMIT', off, n)
+  if #batch == 0 then
+    done = 1
+    break
+  end
+  for i = 1, #batch, 2 do
+    local id, score = batch[i], batch[i + 1]
+    local s = tonumber(score)
+    if pos_s and s == pos_s and id >= pos_id then
+      off = off + 1
+    else
+      scanned = scanned + 1
+      last_s, last_id = score, id
+      local key = ARGV[13] .. id
+      local f = redis.call('HMGET', key, 'status', 'job', 'namespace', ARGV[9])
+      if not f[1] or (slot and f[slot] ~= ARGV[8]) or num(f[4]) ~= s then
+        redis.call('ZREM', KEYS[1], id)
+      else
+        off = off + 1
+        if (ARGV[10] == '' or f[1] == ARGV[10]) and (ARGV[11] == '' or f[2] == ARGV[11])
+          and (ARGV[12] == '' or f[3] == ARGV[12]) then
+          out[#out + 1] = redis.call('HMGET', key, unpack(fields))
+          if #out >= want then break end
+        end
+      end
+    end
+  end
+end
+return {out, done, last_s, last_id}
+`)
+
+// list_effects: KEYS[1] the run; ARGV the effect key prefix. Answers the fields of each
+// effect the run's 'effects' field lists.
+var listEffectsScript = redis.NewScript(`
+local out = {}
+local effects = redis.call('HGET', KEYS[1], 'effects')
+if effects then
+  for ekey in string.gmatch(effects, '%S+') do
+    local h = redis.call('HGETALL', ARGV[1] .. ekey)
+    if #h > 0 then out[#out + 1] = h end
+  end
+end
+return out
 `)
 
 // begin_effect: KEYS[4] the effect; ARGV now, run id, attempt, attempt_id, name, effect
@@ -333,38 +552,44 @@ end
 return {fmt(now), out}
 `)
 
-// sweep: KEYS[1] the expiry index, KEYS[2] the rescue index; ARGV now, limit, run key
-// prefix, effect key prefix. Deletes records past expire_at (at most limit index entries)
-// and answers how many records it deleted; entries whose key Redis already expired are
-// dropped without counting. An effect goes only once its run is gone: an expired
-// effect of a run past its own expire_at goes with the run, and one of a live run is
-// filed again under the run's expire_at.
+// sweep: KEYS[1] the expiry index, KEYS[2] the rescue index; ARGV now, limit, prefix.
+// Deletes records past expire_at (at most limit index entries), with a run's history and
+// listing entries, and answers how many records it deleted; entries whose key Redis
+// already expired are dropped without counting (an expired run's history and listing
+// entries with them). An effect goes only once its run is gone: an expired effect of a
+// run past its own expire_at goes with the run, and one of a live run is filed again
+// under the run's expire_at.
 var sweepScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
+local P = ARGV[3]
+local runs, effs = P .. 'run:', P .. 'eff:'
 local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now), 'LIMIT', 0, tonumber(ARGV[2]))
 local n = 0
 local function drop_run(id)
-  redis.call('DEL', ARGV[3] .. id)
+  local f = redis.call('HMGET', runs .. id, 'job', 'namespace')
+  redis.call('DEL', runs .. id)
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZREM', KEYS[1], 'r:' .. id)
+  unindex_run(P, id, f[1], f[2])
   n = n + 1
 end
 for _, m in ipairs(items) do
   local kind, id = string.sub(m, 1, 2), string.sub(m, 3)
   if kind == 'r:' then
-    local e = redis.call('HGET', ARGV[3] .. id, 'expire_at')
+    local e = redis.call('HGET', runs .. id, 'expire_at')
     if e and num(e) < now then
       drop_run(id)
     elseif not e then
       redis.call('ZREM', KEYS[1], m)
+      unindex_run(P, id, false, false)
     end
   else
-    local key = ARGV[4] .. id
+    local key = effs .. id
     local f = redis.call('HMGET', key, 'expire_at', 'run_id')
     if not f[1] then
       redis.call('ZREM', KEYS[1], m)
     elseif num(f[1]) < now then
-      local run_exp = redis.call('HGET', ARGV[3] .. (f[2] or ''), 'expire_at')
+      local run_exp = redis.call('HGET', runs .. (f[2] or ''), 'expire_at')
       if run_exp and num(run_exp) < now then
         drop_run(f[2])
         run_exp = false
@@ -386,5 +611,6 @@ return n
 // server that lost its script cache (a restart, a failover) gets them again through EVAL.
 var scripts = []*redis.Script{
 	claimScript, expediteScript, acquireScript, renewScript, finishScript, releaseScript, rescueScript,
+	operateScript, getScript, listScript, listEffectsScript,
 	beginEffectScript, completeEffectScript, listRescueScript, sweepScript,
 }
