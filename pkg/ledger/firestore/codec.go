@@ -18,6 +18,10 @@ const (
 	fieldExpireAt  = "expire_at"
 	fieldCreatedAt = "created_at"
 	fieldUpdatedAt = "updated_at"
+	fieldJob       = "job"
+	fieldNamespace = "namespace"
+	fieldHistory   = "history"
+	fieldRunID     = "run_id"
 	// fieldEffectSeq counts effect writes: each bumps it, with the run's update time
 	// as a precondition, to fence the effect on the run (see Ledger.effect).
 	fieldEffectSeq = "effect_seq"
@@ -42,6 +46,25 @@ type runDoc struct {
 	UpdatedAt    *time.Time `firestore:"updated_at"`
 	CompletedAt  *time.Time `firestore:"completed_at"`
 	ExpireAt     *time.Time `firestore:"expire_at"`
+	History      []eventDoc `firestore:"history"`
+}
+
+// eventDoc is one event of a run's history as stored.
+type eventDoc struct {
+	At      *time.Time `firestore:"at"`
+	Kind    string     `firestore:"kind"`
+	Attempt int64      `firestore:"attempt"`
+	Worker  string     `firestore:"worker"`
+	Actor   string     `firestore:"actor"`
+	Text    string     `firestore:"text"`
+}
+
+func encodeHistory(h []ledger.Event) []map[string]any {
+	out := make([]map[string]any, len(h))
+	for i, e := range h {
+		out[i] = map[string]any{"at": stamp(e.At), "kind": string(e.Kind), "attempt": e.Attempt, "worker": e.Worker, "actor": e.Actor, "text": e.Text}
+	}
+	return out
 }
 
 // effectDoc is an effect document as stored.
@@ -92,17 +115,17 @@ func encodeRun(r *ledger.Run) map[string]any {
 		fieldUpdatedAt:  stamp(r.UpdatedAt),
 		"completed_at":  stamp(r.CompletedAt),
 		fieldExpireAt:   stamp(r.ExpireAt),
+		fieldHistory:    encodeHistory(r.History),
 	}
 }
 
-// encodeClaim returns the document the ingress claim creates: every field but
-// created_at and updated_at, which are the document's own create time (the Create's
-// commit time) until a later write stores them.
+// encodeClaim returns the document the ingress claim creates: every field, created_at
+// and updated_at being the claim's estimate of the server's time (the one-RPC Create
+// cannot read the server's clock), so that listings ordered by them see the run at
+// once. (Documents claimed before runonce stored them carry neither: decodeRun takes
+// the document's create time.)
 func encodeClaim(r *ledger.Run) map[string]any {
-	m := encodeRun(r)
-	delete(m, fieldCreatedAt)
-	delete(m, fieldUpdatedAt)
-	return m
+	return encodeRun(r)
 }
 
 // updates turns a document's fields into a field-by-field Update, in a stable order.
@@ -132,6 +155,9 @@ func decodeRun(s *firestore.DocumentSnapshot) (*ledger.Run, error) {
 		AttemptsMade: d.AttemptsMade, LastError: d.LastError,
 		CreatedAt: unstamp(d.CreatedAt), UpdatedAt: unstamp(d.UpdatedAt),
 		CompletedAt: unstamp(d.CompletedAt), ExpireAt: unstamp(d.ExpireAt),
+	}
+	for _, e := range d.History {
+		r.History = append(r.History, ledger.Event{At: unstamp(e.At), Kind: ledger.EventKind(e.Kind), Attempt: e.Attempt, Worker: e.Worker, Actor: e.Actor, Text: e.Text})
 	}
 	// A document the ingress claim created and nothing rewrote since carries its
 	// times as the document's create time (see encodeClaim).

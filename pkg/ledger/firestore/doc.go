@@ -19,17 +19,20 @@
 //	namespace, job, key     string     the run's identity
 //	schedule_time           timestamp  null when the run is keyed by a caller key
 //	payload_hash, payload   string, bytes
-//	status                  string     queued | running | completed | failed
+//	status                  string     queued | running | completed | failed | cancelled
 //	attempt                 integer    the fencing number, bumped by every worker claim
 //	attempt_id              string     the current claim's ID
 //	deadline                timestamp  pickup deadline (queued) or lease expiry (running); null when terminal
 //	not_before              timestamp  Retry-After of a released run; null otherwise
 //	attempts_made           integer
 //	last_error              string
-//	created_at, updated_at  timestamp  absent until the first write after the ingress claim (see below)
+//	created_at, updated_at  timestamp  the claim's estimate of the server's time, then each write's read time
+//	                                   (absent on documents claimed before runonce stored them)
 //	completed_at            timestamp  null until completed or failed
 //	expire_at               timestamp  last write + retention: the TTL policy's field
 //	effect_seq              integer    bumped by every effect write, to fence it (below)
+//	history                 array      the latest ledger.MaxHistory events (maps: at, kind, attempt,
+//	                                   worker, actor, text ≤ 1 KiB): at most ~60 KiB
 //
 // An effect is one document in PREFIX+"effects" whose ID is ledger.EffectKey(run ID,
 // name), with run_id, name, status (pending | done), attempt, created_at, updated_at,
@@ -40,6 +43,10 @@
 // -max-body well below it.
 //
 // # Indexes and TTL
+//
+// List runs one query per page (Ledger.ListQuery), served by the composite indexes
+// (status|job|namespace ASC, created_at|updated_at DESC, __name__ DESC) that deploy/
+// declares; ListEffects queries run_id on its automatic single-field index.
 //
 // ListRescue runs exactly one query (Ledger.RescueQuery):
 //

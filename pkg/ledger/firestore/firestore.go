@@ -52,8 +52,6 @@ type Options struct {
 
 // Ledger is a ledger on Firestore. It is safe for concurrent use.
 type Ledger struct {
-	// NoOperations refuses the operators' methods: not implemented on firestore yet.
-	ledger.NoOperations
 	client     *firestore.Client
 	ownsClient bool
 	prefix     string
@@ -85,12 +83,11 @@ func New(ctx context.Context, client *firestore.Client, opts *Options) (*Ledger,
 		local = time.Now
 	}
 	l := &Ledger{
-		NoOperations: ledger.NoOperations{Backend: "firestore"},
-		client:       client,
-		prefix:       opts.Prefix,
-		runs:         client.Collection(opts.Prefix + RunsCollection),
-		effects:      client.Collection(opts.Prefix + EffectsCollection),
-		clock:        serverclock.New(local),
+		client:  client,
+		prefix:  opts.Prefix,
+		runs:    client.Collection(opts.Prefix + RunsCollection),
+		effects: client.Collection(opts.Prefix + EffectsCollection),
+		clock:   serverclock.New(local),
 	}
 	if err := l.Ping(ctx); err != nil {
 		return nil, err
@@ -153,6 +150,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	if err != nil {
 		return nil, err
 	}
+	next.History = ledger.Record(ledger.OpClaim, nil, next, est, ledger.Note{})
 	ref := l.runs.Doc(p.RunID)
 	data := encodeClaim(next)
 	for range maxAttempts {
@@ -160,8 +158,6 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 		wr, err := ref.Create(ctx, data)
 		if err == nil {
 			l.clock.Observe(sent, l.clock.Local(), wr.UpdateTime)
-			next.CreatedAt = ledger.Truncate(wr.UpdateTime)
-			next.UpdatedAt = next.CreatedAt
 			return res, nil
 		}
 		if err = mapErr(rpcCreate, err, "claim run %s", p.RunID); !errors.Is(err, errExists) {
@@ -213,9 +209,12 @@ func retryStale(ctx context.Context, what string, round func(ctx context.Context
 // writes it only if the document is still the one read (an update-time precondition,
 // or exists=false for a new document): two RPCs, no transaction, no locks. When the
 // document changed in between, it reads and decides again (retryStale).
-func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *ledger.Run, now time.Time) (change, error)) error {
+//
+// The change's events (ledger.Record of op with note) are added to the run's history;
+// a change that adds none leaves the stored history alone.
+func (l *Ledger) update(ctx context.Context, op ledger.Op, note ledger.Note, id string, decide func(cur *ledger.Run, now time.Time) (change, error)) error {
 	ref := l.runs.Doc(id)
-	return retryStale(ctx, op+" run "+id, func(ctx context.Context) error {
+	return retryStale(ctx, string(op)+" run "+id, func(ctx context.Context) error {
 		snap, cur, err := l.getRun(ctx, ref)
 		if err != nil {
 			return err
@@ -223,19 +222,33 @@ func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *led
 		if snap.ReadTime.IsZero() {
 			return fmt.Errorf("firestoreledger: %s run %s: the read carried no server time", op, id)
 		}
-		c, err := decide(cur, ledger.Truncate(snap.ReadTime))
+		now := ledger.Truncate(snap.ReadTime)
+		c, err := decide(cur, now)
 		if err != nil {
 			return err
 		}
+		var fields map[string]any
+		if c.put != nil {
+			var h []ledger.Event
+			if cur != nil {
+				h = cur.History
+			}
+			events := ledger.Record(op, cur, c.put, now, note)
+			c.put.History = ledger.AppendHistory(h, events...)
+			fields = encodeRun(c.put)
+			if len(events) == 0 {
+				delete(fields, fieldHistory) // a renewal need not resend it
+			}
+		}
 		switch {
 		case c.put != nil && cur == nil:
-			_, err = ref.Create(ctx, encodeRun(c.put))
+			_, err = ref.Create(ctx, fields)
 			if err = mapErr(rpcCreate, err, "%s run %s", op, id); errors.Is(err, errExists) {
 				return fmt.Errorf("%w: %w", errStale, err)
 			}
 			return err
 		case c.put != nil:
-			_, err = ref.Update(ctx, updates(encodeRun(c.put)), firestore.LastUpdateTime(snap.UpdateTime))
+			_, err = ref.Update(ctx, updates(fields), firestore.LastUpdateTime(snap.UpdateTime))
 			return mapErr(rpcWrite, err, "%s run %s", op, id)
 		}
 		return nil
@@ -251,7 +264,7 @@ func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledge
 		return nil, err
 	}
 	var answer *ledger.Run
-	err := l.update(ctx, "expedite", p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
+	err := l.update(ctx, ledger.OpExpedite, ledger.Note{}, p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
 		next, err := ledger.ApplyExpedite(cur, p, now)
 		answer = next
 		return change{put: next}, err
@@ -271,7 +284,7 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 		return nil, err
 	}
 	var res *ledger.AcquireResult
-	err := l.update(ctx, "acquire", p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
+	err := l.update(ctx, ledger.OpAcquire, ledger.Note{Worker: p.Worker}, p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
 		if cur != nil && cur.Status == ledger.StatusRunning && cur.AttemptID == p.AttemptID {
 			// Our own write landed on an earlier round whose answer was lost.
 			res = &ledger.AcquireResult{Outcome: ledger.Acquired, Run: cur}
@@ -288,15 +301,15 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 }
 
 // fenced runs a fenced transition of the run the fence names.
-func (l *Ledger) fenced(ctx context.Context, op string, f *ledger.Fence, now time.Time, apply func(cur *ledger.Run, now time.Time) (next, answer *ledger.Run, err error)) (*ledger.Run, error) {
-	if err := nowUnsupported(op, now); err != nil {
+func (l *Ledger) fenced(ctx context.Context, op ledger.Op, f *ledger.Fence, now time.Time, apply func(cur *ledger.Run, now time.Time) (next, answer *ledger.Run, err error)) (*ledger.Run, error) {
+	if err := nowUnsupported(string(op), now); err != nil {
 		return nil, err
 	}
 	if err := ledger.ValidateFence(f); err != nil {
 		return nil, err
 	}
 	var answer *ledger.Run
-	err := l.update(ctx, op, f.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
+	err := l.update(ctx, op, ledger.Note{}, f.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
 		next, a, err := apply(cur, now)
 		answer = a
 		return change{put: next}, err
@@ -309,7 +322,7 @@ func (l *Ledger) fenced(ctx context.Context, op string, f *ledger.Fence, now tim
 
 // Renew implements ledger.Ledger.
 func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	return l.fenced(ctx, "renew", &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+	return l.fenced(ctx, ledger.OpRenew, &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 		next, err := ledger.ApplyRenew(cur, p, now)
 		return next, next, err
 	})
@@ -317,21 +330,21 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 
 // Complete implements ledger.Ledger.
 func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	return l.fenced(ctx, "complete", &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+	return l.fenced(ctx, ledger.OpComplete, &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 		return ledger.ApplyComplete(cur, p, now)
 	})
 }
 
 // Release implements ledger.Ledger.
 func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	return l.fenced(ctx, "release", &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+	return l.fenced(ctx, ledger.OpRelease, &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 		return ledger.ApplyRelease(cur, p, now)
 	})
 }
 
 // Fail implements ledger.Ledger.
 func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	return l.fenced(ctx, "fail", &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+	return l.fenced(ctx, ledger.OpFail, &p.Fence, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 		return ledger.ApplyFail(cur, p, now)
 	})
 }
@@ -503,7 +516,7 @@ func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Ru
 		return nil, err
 	}
 	var answer *ledger.Run
-	err := l.update(ctx, "rescue", p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
+	err := l.update(ctx, ledger.OpRescue, ledger.Note{}, p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
 		next, err := ledger.ApplyRescue(cur, p, now)
 		answer = next
 		return change{put: next}, err

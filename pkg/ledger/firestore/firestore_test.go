@@ -104,6 +104,7 @@ var harness = ledgertest.Harness{
 		})
 	},
 	SupportsNow: false,
+	Operations:  true,
 }
 
 func TestConformance(t *testing.T) {

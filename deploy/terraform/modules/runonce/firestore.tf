@@ -56,3 +56,36 @@ resource "google_firestore_index" "rescue" {
     order      = "ASCENDING"
   }
 }
+
+# The operators' listing (Ledger.ListQuery): equality filters on status, job or namespace,
+# ordered by created_at (or updated_at) and the document ID, newest first. One index per
+# equality field and order; Firestore merges them when several filters are given.
+# Without them GET /v1/runs with a filter answers 503 (FAILED_PRECONDITION).
+locals {
+  firestore_list_indexes = {
+    for pair in setproduct(["status", "job", "namespace"], ["created_at", "updated_at"]) :
+    "${pair[0]}_${pair[1]}" => { field = pair[0], order_by = pair[1] }
+  }
+}
+
+resource "google_firestore_index" "list" {
+  for_each = local.firestore ? local.firestore_list_indexes : {}
+
+  project     = var.project_id
+  database    = local.database_name
+  collection  = "${var.collection_prefix}runs"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = each.value.field
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = each.value.order_by
+    order      = "DESCENDING"
+  }
+  fields {
+    field_path = "__name__"
+    order      = "DESCENDING"
+  }
+}
