@@ -15,7 +15,7 @@ type NoOperations struct {
 }
 
 func (n NoOperations) refuse(op string) error {
-	return fmt.Errorf("%w: %s on %s (listing runs and the operators' actions are served by the memory, sqlite, postgres and firestore ledgers so far)", ErrUnsupported, op, n.Backend)
+	return fmt.Errorf("%w: %s on %s (listing runs and the operators' actions are served by the memory, sqlite, postgres, firestore and spanner ledgers so far)", ErrUnsupported, op, n.Backend)
 }
 
 // List implements Ledger.

@@ -1,6 +1,7 @@
 package spannerledger
 
 import (
+	"encoding/json"
 	"time"
 
 	"cloud.google.com/go/spanner"
@@ -11,7 +12,7 @@ import (
 // runColumns are the runs table's columns in the order runRow and runValues use.
 var runColumns = []string{"run_id", "namespace", "job", "run_key", "schedule_time", "payload_hash", "payload",
 	"status", "attempt", "attempt_id", "deadline", "not_before", "attempts_made", "last_error",
-	"created_at", "updated_at", "completed_at", "expire_at"}
+	"created_at", "updated_at", "completed_at", "expire_at", "history"}
 
 var effectColumns = []string{"run_id", "name", "effect_key", "status", "attempt", "created_at", "updated_at",
 	"done_at", "expire_at", "ref"}
@@ -37,6 +38,8 @@ type runRow struct {
 	UpdatedAt    spanner.NullTime   `spanner:"updated_at"`
 	CompletedAt  spanner.NullTime   `spanner:"completed_at"`
 	ExpireAt     spanner.NullTime   `spanner:"expire_at"`
+	// History is the run's history as JSON text (ledger.Event), NULL for none.
+	History spanner.NullString `spanner:"history"`
 }
 
 type effectRow struct {
@@ -71,8 +74,35 @@ func (r *runRow) run() *ledger.Run {
 		Status: ledger.Status(r.Status.StringVal), Attempt: r.Attempt.Int64, AttemptID: r.AttemptID.StringVal,
 		Deadline: tm(r.Deadline), NotBefore: tm(r.NotBefore), AttemptsMade: r.AttemptsMade.Int64,
 		LastError: r.LastError.StringVal, CreatedAt: tm(r.CreatedAt), UpdatedAt: tm(r.UpdatedAt),
-		CompletedAt: tm(r.CompletedAt), ExpireAt: tm(r.ExpireAt),
+		CompletedAt: tm(r.CompletedAt), ExpireAt: tm(r.ExpireAt), History: decodeHistory(r.History),
 	}
+}
+
+// decodeHistory reads the history column; one that does not decode (never written so)
+// is shown as such rather than failing the transition that read it.
+func decodeHistory(h spanner.NullString) []ledger.Event {
+	if !h.Valid || h.StringVal == "" {
+		return nil
+	}
+	var out []ledger.Event
+	if err := json.Unmarshal([]byte(h.StringVal), &out); err != nil {
+		return []ledger.Event{{Kind: "undecodable", Text: err.Error()}}
+	}
+	for i := range out {
+		out[i].At = ledger.Truncate(out[i].At)
+	}
+	return out
+}
+
+func encodeHistory(h []ledger.Event) spanner.NullString {
+	if len(h) == 0 {
+		return spanner.NullString{}
+	}
+	b, err := json.Marshal(h)
+	if err != nil { // plain strings, times and integers: cannot happen
+		panic(err)
+	}
+	return spanner.NullString{StringVal: string(b), Valid: true}
 }
 
 func (e *effectRow) effect() *ledger.Effect {
@@ -94,7 +124,7 @@ func nullTime(t time.Time) spanner.NullTime {
 func runValues(r *ledger.Run) []any {
 	return []any{r.ID, r.Namespace, r.Job, r.Key, nullTime(r.ScheduleTime), r.PayloadHash, r.Payload,
 		string(r.Status), r.Attempt, r.AttemptID, nullTime(r.Deadline), nullTime(r.NotBefore), r.AttemptsMade,
-		r.LastError, r.CreatedAt, r.UpdatedAt, nullTime(r.CompletedAt), r.ExpireAt}
+		r.LastError, r.CreatedAt, r.UpdatedAt, nullTime(r.CompletedAt), r.ExpireAt, encodeHistory(r.History)}
 }
 
 func effectValues(e *ledger.Effect) []any {
@@ -105,7 +135,7 @@ func effectValues(e *ledger.Effect) []any {
 // selectRun is the select list of a run under the alias r.
 const selectRun = `r.run_id, r.namespace, r.job, r.run_key, r.schedule_time, r.payload_hash, r.payload,
 	r.status, r.attempt, r.attempt_id, r.deadline, r.not_before, r.attempts_made, r.last_error,
-	r.created_at, r.updated_at, r.completed_at, r.expire_at`
+	r.created_at, r.updated_at, r.completed_at, r.expire_at, r.history`
 
 const selectEffect = `e.run_id AS e_run_id, e.name AS e_name, e.effect_key AS e_effect_key,
 	e.status AS e_status, e.attempt AS e_attempt, e.created_at AS e_created_at,

@@ -21,12 +21,18 @@
 //
 //	runs(run_id STRING(64) PRIMARY KEY, namespace, job, run_key, schedule_time,
 //	     payload_hash, payload, status, attempt, attempt_id, deadline, not_before,
-//	     attempts_made, last_error, created_at, updated_at, completed_at, expire_at)
+//	     attempts_made, last_error, created_at, updated_at, completed_at, expire_at,
+//	     history STRING(MAX): JSON of the latest ledger.MaxHistory events)
 //	  ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))
 //	  runs_by_deadline   NULL_FILTERED INDEX ON runs (deadline)   live runs only
 //	  runs_by_expire_at  INDEX ON runs (expire_at)
+//	  runs_by_[status_|job_|namespace_]created, runs_by_[status_]updated
+//	                     INDEX ON runs ([field,] created_at|updated_at DESC, run_id DESC)  List
 //	effects(run_id, name) PRIMARY KEY, INTERLEAVE IN PARENT runs ON DELETE CASCADE
 //	     effect_key, status, attempt, created_at, updated_at, done_at, expire_at, ref
+//
+// Migrate upgrades a database made by an earlier Schema with the statements appended
+// since (the history column, the listing indexes).
 //
 // The row deletion policy is the retention: Spanner deletes a run past expire_at (the
 // retention after the latest of its last write, its deadline and its not-before,
@@ -37,7 +43,7 @@
 // they have no deletion policy of their own, so a done effect never expires before the
 // run whose retry it makes skip the effect. An effect's expire_at only records its own
 // retention; ref is the execution a start effect made (empty for none). The
-// two timestamp indexes take every write at the current time; at very high write rates
+// timestamp indexes take every write at the current time; at very high write rates
 // they are the hot spot to shard (prefix the key with a hash bucket).
 //
 // # What each operation costs, and how it is fenced

@@ -139,7 +139,7 @@ func nowParam(t time.Time) spanner.NullTime { return nullTime(ledger.Truncate(t)
 // isVerdict reports whether err is the state machine's answer rather than Spanner's.
 func isVerdict(err error) bool {
 	return errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrNotFound) ||
-		errors.Is(err, ledger.ErrConflict) || errors.Is(err, ledger.ErrInvalid)
+		errors.Is(err, ledger.ErrConflict) || errors.Is(err, ledger.ErrInvalid) || errors.Is(err, ledger.ErrWrongStatus)
 }
 
 func runParams(id string) map[string]any { return map[string]any{"id": id} }
@@ -177,6 +177,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	if err != nil {
 		return nil, err
 	}
+	res.Run.History = ledger.Record(ledger.OpClaim, nil, res.Run, now, ledger.Note{})
 	_, err = l.client.Apply(ctx, []*spanner.Mutation{spanner.Insert("runs", runColumns, runValues(res.Run))}, spanner.ApplyAtLeastOnce())
 	if err == nil {
 		return res, nil
@@ -202,7 +203,7 @@ func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledge
 	if err := ledger.ValidateExpedite(p); err != nil {
 		return nil, err
 	}
-	return l.runTransition(ctx, "expedite", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+	return l.runTransition(ctx, ledger.OpExpedite, ledger.Note{}, p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 		next, err := ledger.ApplyExpedite(cur, p, now)
 		return next, next, err
 	})
@@ -218,25 +219,42 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	}
 	return transact(ctx, l, "acquire run "+p.RunID, readRunSQL, runParams(p.RunID), p.Now,
 		func(row *readRow, now time.Time) ([]*spanner.Mutation, *ledger.AcquireResult, error) {
-			next, res, err := ledger.ApplyAcquire(row.run(), p, now)
+			cur := row.run()
+			next, res, err := ledger.ApplyAcquire(cur, p, now)
+			recordHistory(ledger.OpAcquire, cur, next, now, ledger.Note{Worker: p.Worker})
 			return writeRun(next), res, err
 		})
 }
 
+// recordHistory adds the events of a transition from cur to next (the record to write;
+// nil: none) to next's history.
+func recordHistory(op ledger.Op, cur, next *ledger.Run, now time.Time, n ledger.Note) {
+	if next == nil {
+		return
+	}
+	var h []ledger.Event
+	if cur != nil {
+		h = cur.History
+	}
+	next.History = ledger.AppendHistory(h, ledger.Record(op, cur, next, now, n)...)
+}
+
 // runTransition runs a transition of one run whose rule returns (record to write, answer).
-func (l *Ledger) runTransition(ctx context.Context, op, runID string, override time.Time,
+func (l *Ledger) runTransition(ctx context.Context, op ledger.Op, n ledger.Note, runID string, override time.Time,
 	rule func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error),
 ) (*ledger.Run, error) {
-	return transact(ctx, l, op+" run "+runID, readRunSQL, runParams(runID), override,
+	return transact(ctx, l, string(op)+" run "+runID, readRunSQL, runParams(runID), override,
 		func(row *readRow, now time.Time) ([]*spanner.Mutation, *ledger.Run, error) {
-			next, answer, err := rule(row.run(), now)
+			cur := row.run()
+			next, answer, err := rule(cur, now)
+			recordHistory(op, cur, next, now, n)
 			return writeRun(next), answer, err
 		})
 }
 
 // Renew implements ledger.Ledger with one read-write transaction fenced by the attempt.
 func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	return l.runTransition(ctx, "renew", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+	return l.runTransition(ctx, ledger.OpRenew, ledger.Note{}, p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 		next, err := ledger.ApplyRenew(cur, p, now)
 		return next, next, err
 	})
@@ -244,21 +262,21 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 
 // Complete implements ledger.Ledger with one read-write transaction fenced by the attempt.
 func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	return l.runTransition(ctx, "complete", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+	return l.runTransition(ctx, ledger.OpComplete, ledger.Note{}, p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 		return ledger.ApplyComplete(cur, p, now)
 	})
 }
 
 // Release implements ledger.Ledger with one read-write transaction fenced by the attempt.
 func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	return l.runTransition(ctx, "release", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+	return l.runTransition(ctx, ledger.OpRelease, ledger.Note{}, p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 		return ledger.ApplyRelease(cur, p, now)
 	})
 }
 
 // Fail implements ledger.Ledger with one read-write transaction fenced by the attempt.
 func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	return l.runTransition(ctx, "fail", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+	return l.runTransition(ctx, ledger.OpFail, ledger.Note{}, p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 		return ledger.ApplyFail(cur, p, now)
 	})
 }
@@ -266,7 +284,7 @@ func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, e
 // Rescue implements ledger.Ledger with one read-write transaction conditional on the run
 // as listed.
 func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	return l.runTransition(ctx, "rescue", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+	return l.runTransition(ctx, ledger.OpRescue, ledger.Note{}, p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 		next, err := ledger.ApplyRescue(cur, p, now)
 		return next, next, err
 	})

@@ -3,6 +3,7 @@ package spannerledger
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	database "cloud.google.com/go/spanner/admin/database/apiv1"
@@ -53,7 +54,22 @@ var Schema = []string{
 		ref STRING(MAX) NOT NULL
 	) PRIMARY KEY (run_id, name),
 	INTERLEAVE IN PARENT runs ON DELETE CASCADE`,
+	// The operators' side, appended (not folded into CREATE TABLE) so that a database
+	// made by an earlier Schema, by Migrate or by Terraform, is upgraded by the new
+	// statements alone (schemaUpgrade): the history (JSON text of ledger.Event, the
+	// latest ledger.MaxHistory) and the indexes of List, newest first.
+	`ALTER TABLE runs ADD COLUMN history STRING(MAX)`,
+	`CREATE INDEX runs_by_created ON runs (created_at DESC, run_id DESC)`,
+	`CREATE INDEX runs_by_status_created ON runs (status, created_at DESC, run_id DESC)`,
+	`CREATE INDEX runs_by_job_created ON runs (job, created_at DESC, run_id DESC)`,
+	`CREATE INDEX runs_by_namespace_created ON runs (namespace, created_at DESC, run_id DESC)`,
+	`CREATE INDEX runs_by_updated ON runs (updated_at DESC, run_id DESC)`,
+	`CREATE INDEX runs_by_status_updated ON runs (status, updated_at DESC, run_id DESC)`,
 }
+
+// schemaUpgrade is where the statements that upgrade a database made by an earlier
+// Schema begin.
+const schemaUpgrade = 4
 
 // Migrate creates the ledger's tables in the database db
 // (projects/P/instances/I/databases/D) when they are missing, through the database admin
@@ -65,12 +81,23 @@ var Schema = []string{
 // (the names exist, or Spanner refuses a schema change while another is in progress),
 // and Migrate then waits, for at most migrateWait, until it finds the winner's tables,
 // and reports success.
+//
+// A database whose runs table lacks the history column gets the statements from
+// schemaUpgrade on, the same way.
 func Migrate(ctx context.Context, admin *database.DatabaseAdminClient, db string) (bool, error) {
 	exists, err := hasLedgerTables(ctx, admin, db)
-	if err != nil || exists {
+	if err != nil {
 		return false, err
 	}
-	op, err := admin.UpdateDatabaseDdl(ctx, &databasepb.UpdateDatabaseDdlRequest{Database: db, Statements: Schema})
+	statements := Schema
+	if exists {
+		upgraded, err := hasHistory(ctx, admin, db)
+		if err != nil || upgraded {
+			return false, err
+		}
+		statements = Schema[schemaUpgrade:]
+	}
+	op, err := admin.UpdateDatabaseDdl(ctx, &databasepb.UpdateDatabaseDdlRequest{Database: db, Statements: statements})
 	if err == nil {
 		err = op.Wait(ctx)
 	}
@@ -78,7 +105,7 @@ func Migrate(ctx context.Context, admin *database.DatabaseAdminClient, db string
 		return true, nil
 	}
 	for give := time.Now().Add(migrateWait); ; {
-		if exists, again := hasLedgerTables(ctx, admin, db); again == nil && exists {
+		if done, again := hasHistory(ctx, admin, db); again == nil && done {
 			return false, nil
 		}
 		if status.Code(err) != codes.FailedPrecondition || time.Now().After(give) {
@@ -102,6 +129,21 @@ func hasLedgerTables(ctx context.Context, admin *database.DatabaseAdminClient, d
 	}
 	for _, s := range ddl.Statements {
 		if hasTable(s, "runs") {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// hasHistory reports whether the runs table exists with its history column (the
+// latest Schema).
+func hasHistory(ctx context.Context, admin *database.DatabaseAdminClient, db string) (bool, error) {
+	ddl, err := admin.GetDatabaseDdl(ctx, &databasepb.GetDatabaseDdlRequest{Database: db})
+	if err != nil {
+		return false, interpretError("read the schema of "+db, err)
+	}
+	for _, s := range ddl.Statements {
+		if hasTable(s, "runs") && strings.Contains(s, "history STRING(MAX)") {
 			return true, nil
 		}
 	}

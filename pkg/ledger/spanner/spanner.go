@@ -42,8 +42,6 @@ type Options struct {
 
 // Ledger is a ledger.Ledger stored in Cloud Spanner. It is safe for concurrent use.
 type Ledger struct {
-	// NoOperations refuses the operators' methods: not implemented on spanner yet.
-	ledger.NoOperations
 	client     *spanner.Client
 	ownsClient bool
 	db         string
@@ -69,7 +67,7 @@ func New(ctx context.Context, client *spanner.Client, opts *Options) (*Ledger, e
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	l := &Ledger{NoOperations: ledger.NoOperations{Backend: "spanner"}, client: client, db: client.DatabaseName(), clock: serverclock.New(o.Clock)}
+	l := &Ledger{client: client, db: client.DatabaseName(), clock: serverclock.New(o.Clock)}
 	// The first read also opens a session; the later ones bound the clock's offset by a
 	// warm round trip.
 	for range 3 {

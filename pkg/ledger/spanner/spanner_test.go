@@ -157,6 +157,7 @@ func harness() ledgertest.Harness {
 			return skewed
 		},
 		SupportsNow: true,
+		Operations:  true,
 	}
 }
 
@@ -439,5 +440,44 @@ func TestMustExistAgainstSweep(t *testing.T) {
 		if exists := err == nil; exists != acquired {
 			t.Fatalf("round %d: after the race the run exists = %v (%v), the claim acquired = %v", round, exists, err, acquired)
 		}
+	}
+}
+
+// TestMigrateUpgradesAnEarlierSchema: a database made by the Schema before the history
+// column and the listing indexes gets them from Migrate, and keeps its runs.
+func TestMigrateUpgradesAnEarlierSchema(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := newDatabase(t, true)
+	admin := adminClient(t)
+	op, err := admin.UpdateDatabaseDdl(ctx, &databasepb.UpdateDatabaseDdlRequest{Database: db, Statements: Schema[:schemaUpgrade]})
+	if err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	upgraded, err := Migrate(ctx, admin, db)
+	if err != nil || !upgraded {
+		t.Fatalf("Migrate of the earlier schema = %v, %v; want it upgraded", upgraded, err)
+	}
+	if again, err := Migrate(ctx, admin, db); err != nil || again {
+		t.Fatalf("a second Migrate = %v, %v; want nothing to do", again, err)
+	}
+	l, err := Open(ctx, db, &Options{NoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	id := ledger.KeyedRunID("u", "j", "k")
+	if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: id}, AttemptID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := l.List(ctx, &ledger.ListParams{Status: ledger.StatusQueued})
+	if err != nil || len(res.Runs) != 1 {
+		t.Fatalf("List after the upgrade = %v, %v", res, err)
+	}
+	if r, err := l.Get(ctx, &ledger.GetParams{RunID: id}); err != nil || len(r.History) != 1 {
+		t.Fatalf("Get after the upgrade = %+v, %v; want the claim in its history", r, err)
 	}
 }

@@ -32,6 +32,16 @@ resource "google_spanner_database" "ledger" {
     "CREATE NULL_FILTERED INDEX runs_by_deadline ON runs (deadline)",
     "CREATE INDEX runs_by_expire_at ON runs (expire_at)",
     "CREATE TABLE effects (run_id STRING(64) NOT NULL, name STRING(MAX) NOT NULL, effect_key STRING(64) NOT NULL, status STRING(16) NOT NULL, attempt INT64 NOT NULL, created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL, done_at TIMESTAMP, expire_at TIMESTAMP NOT NULL, ref STRING(MAX) NOT NULL) PRIMARY KEY (run_id, name), INTERLEAVE IN PARENT runs ON DELETE CASCADE",
+    # Appended, never folded into the statements above: the provider applies new
+    # statements at the end of ddl to an existing database in place (a changed one
+    # would replace the database).
+    "ALTER TABLE runs ADD COLUMN history STRING(MAX)",
+    "CREATE INDEX runs_by_created ON runs (created_at DESC, run_id DESC)",
+    "CREATE INDEX runs_by_status_created ON runs (status, created_at DESC, run_id DESC)",
+    "CREATE INDEX runs_by_job_created ON runs (job, created_at DESC, run_id DESC)",
+    "CREATE INDEX runs_by_namespace_created ON runs (namespace, created_at DESC, run_id DESC)",
+    "CREATE INDEX runs_by_updated ON runs (updated_at DESC, run_id DESC)",
+    "CREATE INDEX runs_by_status_updated ON runs (status, updated_at DESC, run_id DESC)",
   ]
   deletion_protection = var.deletion_protection
 }
