@@ -94,7 +94,6 @@ func newClient(tb testing.TB, opts ...option.ClientOption) *firestore.Client {
 }
 
 var harness = ledgertest.Harness{
-	Operations: true,
 	Open: func(tb testing.TB) ledger.Ledger {
 		return openLedger(tb, sharedClient(tb), &Options{Prefix: uniquePrefix()})
 	},
@@ -106,6 +105,7 @@ var harness = ledgertest.Harness{
 		})
 	},
 	SupportsNow: false,
+	Operations:  true,
 }
 
 func TestConformance(t *testing.T) {

@@ -88,6 +88,26 @@ var brokenBackends = map[string]brokenBackend{
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &blindRescue{l} },
 		mustFail: []string{"Rescue/ConcurrentRescueOneWinner", "Rescue/RescueRefusedWhenTheRunMoved", "Linearizability/ConcurrentHistories"},
 	},
+	// Answers a cancel as done without writing it: the run goes on.
+	"LyingCancel": {
+		wrap: func(l ledger.Ledger) ledger.Ledger { return &lyingCancel{l} },
+		mustFail: []string{"Operations/CancelQueuedRun", "Operations/CancelRunningFencesHolder",
+			"Operations/ConcurrentCancelsOneWins", "Linearizability/ConcurrentHistories"},
+	},
+}
+
+type lyingCancel struct{ ledger.Ledger }
+
+func (l *lyingCancel) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	r, err := l.Get(ctx, &ledger.GetParams{RunID: p.RunID})
+	if err != nil {
+		return nil, err
+	}
+	if r.Status != ledger.StatusQueued && r.Status != ledger.StatusRunning {
+		return l.Ledger.Cancel(ctx, p) // the refusal is the real one
+	}
+	r.Status, r.Deadline, r.CompletedAt = ledger.StatusCancelled, time.Time{}, time.Now()
+	return r, nil
 }
 
 func TestSuiteCatchesBrokenBackends(t *testing.T) {
@@ -124,6 +144,7 @@ func TestBrokenBackend(t *testing.T) {
 	ledgertest.Run(t, ledgertest.Harness{
 		Open:        func(testing.TB) ledger.Ledger { return b.wrap(memory.New(nil)) },
 		SupportsNow: true,
+		Operations:  true,
 		// Two random histories miss a broken rule now and then (IgnoresFencing and
 		// UnconditionalRescue did, about one run in four): forty do not.
 		LinearizabilityRounds: 40,

@@ -24,6 +24,9 @@ import (
 // some sequential order of the calls, each inside its call's interval, judged by a model
 // built from the state machine's Apply functions (package driver).
 //
+// The operators' actions (retry, cancel, release) are in the histories of backends that
+// implement them (Harness.Operations).
+//
 // Time enters the model where a history can judge it without the ledger's clock:
 //
 //   - Retry times: half the releases of the even rounds ask for a retry after
@@ -147,6 +150,8 @@ func errKind(err error) string {
 		return "conflict"
 	case errors.Is(err, ledger.ErrInvalid):
 		return "invalid"
+	case errors.Is(err, ledger.ErrWrongStatus):
+		return "wrong_status"
 	}
 	return "unknown"
 }
@@ -271,8 +276,21 @@ func apply(s linState, in linInput) (linState, linOutput) {
 		if err == nil && w != nil {
 			n.fx, n.fxBy = w.Status, w.Attempt
 		}
+	case "retry", "cancel", "orelease":
+		rule := map[string]func(*ledger.Run, *ledger.OperatorParams, time.Time) (*ledger.Run, error){
+			"retry": driver.ApplyRetry, "cancel": driver.ApplyCancel, "orelease": driver.ApplyOperatorRelease,
+		}[in.op]
+		w, err := rule(cur, linOperator(in.run), linNow)
+		out.err = errKind(err)
+		if err == nil {
+			out.run, n.run = snap(w), snap(w)
+		}
 	}
 	return n, out
+}
+
+func linOperator(run string) *ledger.OperatorParams {
+	return &ledger.OperatorParams{RunID: run, Actor: "ledgertest", Reason: "linearizability", PickupTimeout: linPickup}
 }
 
 var linModel = porcupine.NondeterministicModel{
@@ -483,6 +501,14 @@ func recordHistory(f *fixture, round uint64) []porcupine.Operation {
 				case x < 94 && listed.ID != "":
 					in.op, in.run = "rescue", listed.ID
 					in.rescue = ledger.RescueParams{Status: listed.Status, Attempt: listed.Attempt, Deadline: listed.Deadline}
+				// The operators' actions, on backends that implement them (elsewhere an
+				// ErrUnsupported would read as "may have applied" and weaken the check).
+				case x < 96 && f.h.Operations:
+					in.op = "cancel"
+				case x < 97 && f.h.Operations:
+					in.op = "retry"
+				case x < 98 && f.h.Operations:
+					in.op = "orelease"
 				default:
 					in.op = "get"
 				}
@@ -588,6 +614,12 @@ func linCall(f *fixture, in linInput) (linOutput, *ledger.Fence, *ledger.Run) {
 		}
 	case "completefx":
 		_, err = l.CompleteEffect(ctx, &ledger.CompleteEffectParams{Fence: fence, Name: linEffect, Retention: in.keep})
+	case "retry":
+		r, err = l.Retry(ctx, linOperator(in.run))
+	case "cancel":
+		r, err = l.Cancel(ctx, linOperator(in.run))
+	case "orelease":
+		r, err = l.OperatorRelease(ctx, linOperator(in.run))
 	}
 	out.err = errKind(err)
 	if err == nil && r != nil {
