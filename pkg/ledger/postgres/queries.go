@@ -74,11 +74,15 @@ func event(kind ledger.EventKind, attempt, text, worker string) string {
 }
 
 // appendHistory is the history h (a jsonb expression) with the events appended, cut to
-// the latest ledger.MaxHistory, as ledger.AppendHistory does.
+// the latest ledger.MaxHistory, as ledger.AppendHistory does. Only a history that would
+// grow past the bound pays for the cut (a subquery over its elements); the others are
+// one concatenation.
 func appendHistory(h string, events ...string) string {
 	all := "(" + h + " || jsonb_build_array(" + strings.Join(events, ", ") + "))"
-	return `(SELECT coalesce(jsonb_agg(e ORDER BY o), '[]'::jsonb) FROM jsonb_array_elements(` + all +
-		`) WITH ORDINALITY t(e, o) WHERE o > jsonb_array_length(` + all + `) - ` + strconv.Itoa(ledger.MaxHistory) + `)`
+	max := strconv.Itoa(ledger.MaxHistory)
+	return `(CASE WHEN jsonb_array_length(` + h + `) + ` + strconv.Itoa(len(events)) + ` <= ` + max + ` THEN ` + all +
+		` ELSE (SELECT coalesce(jsonb_agg(e ORDER BY o), '[]'::jsonb) FROM jsonb_array_elements(` + all +
+		`) WITH ORDINALITY t(e, o) WHERE o > jsonb_array_length(` + all + `) - ` + max + `) END)`
 }
 
 // The ingress claim: the INSERT creates the run; on a conflict it does nothing (no row
