@@ -524,6 +524,50 @@ func checkFirestore(d *deployment) []error {
 	if !found {
 		errs = append(errs, fmt.Errorf("no google_firestore_index on %q with fields status ASCENDING, deadline ASCENDING: the rescuer's query fails with FAILED_PRECONDITION", prefix+"runs"))
 	}
+	return append(errs, checkListIndexes(d, prefix)...)
+}
+
+// checkListIndexes: the operators' listing (firestoreledger.Ledger.ListQuery) has its
+// composite index for every equality field and order.
+func checkListIndexes(d *deployment, prefix string) []error {
+	have := map[string]bool{}
+	var errs []error
+	for _, ix := range d.mod.resourcesOf("google_firestore_index") {
+		eachs := []*cty.Value{nil}
+		if fe := attr(ix.body, "for_each"); fe != nil {
+			v, err := d.mod.eval(fe, nil)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: for_each: %v", ix, err))
+				continue
+			}
+			eachs = nil
+			for it := v.ElementIterator(); it.Next(); {
+				_, e := it.Element()
+				eachs = append(eachs, &e)
+			}
+		}
+		for _, each := range eachs {
+			c, err := d.mod.evalString(attr(ix.body, "collection"), each)
+			if err != nil || c != prefix+"runs" {
+				continue
+			}
+			var got []string
+			for _, f := range blocks(ix.body, "fields") {
+				p, _ := d.mod.evalString(attr(f, "field_path"), each)
+				o, _ := d.mod.evalString(attr(f, "order"), each)
+				got = append(got, p+" "+o)
+			}
+			have[strings.Join(got, ", ")] = true
+		}
+	}
+	for _, field := range []string{"status", "job", "namespace"} {
+		for _, order := range []string{"created_at", "updated_at"} {
+			want := field + " ASCENDING, " + order + " DESCENDING, __name__ DESCENDING"
+			if !have[want] {
+				errs = append(errs, fmt.Errorf("no google_firestore_index on %q with fields %s: GET /v1/runs filtered so fails with FAILED_PRECONDITION", prefix+"runs", want))
+			}
+		}
+	}
 	return errs
 }
 

@@ -59,17 +59,13 @@ resource "google_firestore_index" "rescue" {
 
 # The operators' listing (Ledger.ListQuery): equality filters on status, job or namespace,
 # ordered by created_at (or updated_at) and the document ID, newest first. One index per
-# equality field and order; Firestore merges them when several filters are given.
-# Without them GET /v1/runs with a filter answers 503 (FAILED_PRECONDITION).
-locals {
-  firestore_list_indexes = {
-    for pair in setproduct(["status", "job", "namespace"], ["created_at", "updated_at"]) :
-    "${pair[0]}_${pair[1]}" => { field = pair[0], order_by = pair[1] }
-  }
-}
-
+# equality field and order ("FIELD/ORDER_BY"); Firestore merges them when several filters
+# are given. Without them GET /v1/runs with a filter answers 503 (FAILED_PRECONDITION).
 resource "google_firestore_index" "list" {
-  for_each = local.firestore ? local.firestore_list_indexes : {}
+  for_each = local.firestore ? toset([
+    "status/created_at", "job/created_at", "namespace/created_at",
+    "status/updated_at", "job/updated_at", "namespace/updated_at",
+  ]) : toset([])
 
   project     = var.project_id
   database    = local.database_name
@@ -77,11 +73,11 @@ resource "google_firestore_index" "list" {
   query_scope = "COLLECTION"
 
   fields {
-    field_path = each.value.field
+    field_path = split("/", each.value)[0]
     order      = "ASCENDING"
   }
   fields {
-    field_path = each.value.order_by
+    field_path = split("/", each.value)[1]
     order      = "DESCENDING"
   }
   fields {
