@@ -307,7 +307,7 @@ func (sm *simulation) step(ctx context.Context, quiet bool) error {
 				e := sm.q.take(r[sm.rng.IntN(len(r))])
 				sm.q.back(e, e.availableAt)
 				forged := *e.m
-				forged.Payload = []byte(`{"forged":true}`)
+				forged.Identity.Payload = []byte(`{"forged":true}`)
 				id := sm.q.publish(&forged)
 				sm.log("queue: forged message %s for run %s with another payload", id, short(e.m.Identity.RunID))
 				return nil

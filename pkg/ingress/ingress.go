@@ -341,9 +341,7 @@ func (h *Handler) claim(ctx context.Context, key *Key, body []byte) answer {
 				run.ID, run.PayloadHash, id.PayloadHash),
 		}}
 	}
-	msgID := id
-	msgID.Payload = nil // a message carries it once, as Payload
-	msg := &queue.Message{Identity: msgID, EnqueuedAt: run.CreatedAt, Traceparent: obs.Traceparent(ctx), Payload: body}
+	msg := &queue.Message{Identity: id, EnqueuedAt: run.CreatedAt, Traceparent: obs.Traceparent(ctx)}
 	if res.Created {
 		if err := h.publish(ctx, msg); err != nil {
 			eerr := h.expedite(ctx, id.RunID, attempt.String())

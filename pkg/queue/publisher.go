@@ -139,7 +139,7 @@ func (p *Publisher) Topic() string { return p.name }
 // message ID. Any failure wraps ErrUnavailable. Once ctx is done Publish stops waiting,
 // though the message may still be sent.
 func (p *Publisher) Publish(ctx context.Context, m *Message) (string, error) {
-	res := p.pub.Publish(ctx, &pubsub.Message{Data: m.Payload, Attributes: m.Attributes()})
+	res := p.pub.Publish(ctx, &pubsub.Message{Data: m.Data(), Attributes: m.Attributes()})
 	id, err := res.Get(ctx)
 	if err != nil {
 		return "", fmt.Errorf("%w: publish run %s to %s: %w", ErrUnavailable, m.Identity.RunID, p.name, err)

@@ -79,7 +79,7 @@ func newMessage(payload string) *queue.Message {
 	return &queue.Message{Identity: ledger.Identity{
 		RunID: ledger.KeyedRunID("ns", "target", key), Namespace: "ns", Job: "target", Key: key,
 		PayloadHash: ledger.PayloadHash([]byte(payload)), Payload: []byte(payload),
-	}, Payload: []byte(payload)}
+	}}
 }
 
 // process runs a delivery in the background; the verdict arrives on the channel.

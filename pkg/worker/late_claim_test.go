@@ -51,8 +51,8 @@ func TestClaimAnsweredTooLateDoesNotStartTheJob(t *testing.T) {
 		}
 		payload := []byte(`{"n":1}`)
 		msg := &queue.Message{Identity: ledger.Identity{
-			RunID: ledger.KeyedRunID("ns", "job", "k"), Namespace: "ns", Job: "job", Key: "k", PayloadHash: ledger.PayloadHash(payload),
-		}, Payload: payload}
+			RunID: ledger.KeyedRunID("ns", "job", "k"), Namespace: "ns", Job: "job", Key: "k", PayloadHash: ledger.PayloadHash(payload), Payload: payload,
+		}}
 		v := w.Process(t.Context(), &worker.Delivery{Message: msg})
 		if started != tc.start {
 			t.Errorf("claim answered %s late (lease %s): job started = %v, want %v (verdict %+v)", tc.late, lease, started, tc.start, v)

@@ -223,8 +223,7 @@ func (w *Worker) Process(ctx context.Context, d *Delivery) (v Verdict) {
 	// The claim is checked against what the message carries, not what it says: the
 	// hash of its data must be the run's stored payload hash.
 	id := m.Identity
-	id.Payload = m.Payload
-	id.PayloadHash = ledger.PayloadHash(m.Payload)
+	id.PayloadHash = ledger.PayloadHash(m.Identity.Payload)
 	// A message older than the retention may have outlived its run's record (a record
 	// lives at least a retention after the run's creation, the message's EnqueuedAt):
 	// it may run a run that exists, but must not create one, which could run a finished
@@ -298,7 +297,7 @@ func (w *Worker) maxAttempts(job string) int {
 func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimStart time.Time, log *slog.Logger) Verdict {
 	job := &Job{
 		RunID: run.ID, Namespace: run.Namespace, Name: run.Job, Key: run.Key, ScheduleTime: run.ScheduleTime,
-		Attempt: run.Attempt, AttemptID: run.AttemptID, DeliveryAttempt: d.DeliveryAttempt, Payload: d.Message.Payload,
+		Attempt: run.Attempt, AttemptID: run.AttemptID, DeliveryAttempt: d.DeliveryAttempt, Payload: d.Message.Identity.Payload,
 	}
 
 	log = log.With(slog.Int64("attempt", run.Attempt), slog.String("attempt_id", run.AttemptID))

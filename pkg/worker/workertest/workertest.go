@@ -135,7 +135,7 @@ func (h *Harness) deliver(id ledger.Identity, payload []byte) *Result {
 		}
 	}
 	v := h.w.Process(ctx, &worker.Delivery{
-		Message:     &queue.Message{Identity: id, EnqueuedAt: time.Now(), Payload: payload},
+		Message:     &queue.Message{Identity: id, EnqueuedAt: time.Now()},
 		PublishTime: time.Now(),
 	})
 	run, err := h.Ledger.Get(ctx, &ledger.GetParams{RunID: id.RunID})
