@@ -24,6 +24,7 @@ import (
 	_ "github.com/runonce/runonce/pkg/ledger/postgres" // registers postgres://
 	_ "github.com/runonce/runonce/pkg/ledger/redis"    // registers redis://
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
+	"github.com/runonce/runonce/pkg/queue"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -418,7 +419,7 @@ func (sm *simulation) deliver(ctx context.Context, i int) error {
 	sm.actors++
 	sm.log("start: actor %d delivers message %s of run %s", sm.s.nextID+1, e.id, short(e.m.Identity.RunID))
 	a, err := sm.s.spawn(ctx, "deliver "+e.id, func(ctx context.Context, a *actor) {
-		v := w.Process(ctx, &worker.Delivery{Message: e.m, DeliveryAttempt: e.deliveries, PublishTime: e.publishedAt})
+		v := w.Process(ctx, &queue.Delivery{Message: e.m, DeliveryAttempt: e.deliveries, PublishTime: e.publishedAt})
 		if a.crashed {
 			return
 		}

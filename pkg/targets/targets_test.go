@@ -85,7 +85,7 @@ func newMessage(payload string) *queue.Message {
 // process runs a delivery in the background; the verdict arrives on the channel.
 func process(b *bench, w *worker.Worker, m *queue.Message) <-chan worker.Verdict {
 	ch := make(chan worker.Verdict, 1)
-	go func() { ch <- w.Process(b.t.Context(), &worker.Delivery{Message: m, PublishTime: time.Now()}) }()
+	go func() { ch <- w.Process(b.t.Context(), &queue.Delivery{Message: m, PublishTime: time.Now()}) }()
 	return ch
 }
 

@@ -53,7 +53,7 @@ func TestClaimAnsweredTooLateDoesNotStartTheJob(t *testing.T) {
 		msg := &queue.Message{Identity: ledger.Identity{
 			RunID: ledger.KeyedRunID("ns", "job", "k"), Namespace: "ns", Job: "job", Key: "k", PayloadHash: ledger.PayloadHash(payload), Payload: payload,
 		}}
-		v := w.Process(t.Context(), &worker.Delivery{Message: msg})
+		v := w.Process(t.Context(), &queue.Delivery{Message: msg})
 		if started != tc.start {
 			t.Errorf("claim answered %s late (lease %s): job started = %v, want %v (verdict %+v)", tc.late, lease, started, tc.start, v)
 		}

@@ -134,7 +134,7 @@ func (h *Harness) deliver(id ledger.Identity, payload []byte) *Result {
 			h.offset.Add(int64(wait + time.Millisecond))
 		}
 	}
-	v := h.w.Process(ctx, &worker.Delivery{
+	v := h.w.Process(ctx, &queue.Delivery{
 		Message:     &queue.Message{Identity: id, EnqueuedAt: time.Now()},
 		PublishTime: time.Now(),
 	})
