@@ -14,6 +14,7 @@ lint: ## gofmt, go vet, staticcheck
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	cd examples/userworker && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./... && $(GO) mod tidy -diff
 
 .PHONY: bench-floors
 bench-floors: ## runonce against its floors (bare handler, raw chains), paired in one run (BENCHMARKS.md)

@@ -46,6 +46,10 @@ echo "test: go vet" >&2
 go vet ./...
 echo "test: staticcheck" >&2
 "$gobin/staticcheck" ./...
+for m in examples/userworker; do # modules of their own: the root's ./... does not reach them
+	echo "test: go vet, staticcheck and go mod tidy -diff in $m" >&2
+	(cd "$m" && go vet ./... && "$gobin/staticcheck" ./... && go mod tidy -diff)
+done
 
 echo "test: starting services" >&2
 eval "$(scripts/services.sh start "$work")"
