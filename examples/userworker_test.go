@@ -69,7 +69,8 @@ func TestUserWorkerAgainstDev(t *testing.T) {
 	var stderr syncbuf.Buffer
 	cmd := exec.Command("go", "run", ".")
 	cmd.Dir = "userworker"
-	cmd.Env = append(os.Environ(), "PUBSUB_EMULATOR_HOST="+join["PUBSUB_EMULATOR_HOST="], "RUNONCE_LEDGER="+ledgerURL,
+	cmd.Env = append(os.Environ(), "GOWORK=off", // as a user builds it: its own go.mod, runonce by its replace
+		"PUBSUB_EMULATOR_HOST="+join["PUBSUB_EMULATOR_HOST="], "RUNONCE_LEDGER="+ledgerURL,
 		"RUNONCE_SUBSCRIPTION="+join["-subscription "], "RUNONCE_TOPIC="+join["-topic "])
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // go run and the program it starts: one group to signal
