@@ -185,7 +185,7 @@ func run(ctx context.Context, dsn string, out io.Writer) error {
 	}
 	deliver := func(key string) (*ledger.Run, worker.Verdict) {
 		id := ledger.Identity{RunID: ledger.KeyedRunID("example", jobName, key), Namespace: "example", Job: jobName, Key: key, PayloadHash: ledger.PayloadHash(nil)}
-		v := w.Process(ctx, &worker.Delivery{Message: &queue.Message{Identity: id, EnqueuedAt: time.Now()}, PublishTime: time.Now()})
+		v := w.Process(ctx, &queue.Delivery{Message: &queue.Message{Identity: id, EnqueuedAt: time.Now()}, PublishTime: time.Now()})
 		r, _ := led.Get(ctx, &ledger.GetParams{RunID: id.RunID})
 		return r, v
 	}

@@ -113,7 +113,7 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 			return err
 		}
 		defer closeTargets()
-		worker.MuxFromJobs(mux, fileJobs, &worker.HTTPTargetOptions{Token: GoogleIDTokens()})
+		worker.MuxFromJobs(mux, fileJobs, &worker.HTTPTargetOptions{Token: worker.GoogleIDTokens()})
 	}
 	here := mux.Jobs()
 	var accepted []string // nil: any job (-dev-concurrency 0 without a jobs file)
@@ -165,15 +165,17 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 			return err
 		}
 		workerAddr = workerLn.Addr().String()
+		// The worker command's defaults, from its own flag set, with what -dev sets.
+		var wf WorkerFlags
+		if err := WorkerFlagSet(&wf).Parse(nil); err != nil {
+			return err
+		}
+		wf.Addr, wf.Retention = workerAddr, f.Retention
+		wf.Concurrency, wf.RescueInterval = f.DevConcurrency, 10*time.Second
+		wf.Subscription, wf.Topic = ps.URL(DevInProcessSubscription), ps.URL(DevTopic)
 		setup = &WorkerSetup{
-			Flags: WorkerFlags{
-				ServerFlags: ServerFlags{Addr: workerLn.Addr().String(), Retention: f.Retention},
-				Concurrency: f.DevConcurrency, Lease: 30 * time.Second, Grace: 8 * time.Second,
-				MaxAttempts: 5, RescueInterval: 10 * time.Second, MaxAckExtension: time.Minute,
-				Subscription: ps.URL(DevInProcessSubscription), Topic: ps.URL(DevTopic),
-			},
-			Ledger: led, Handler: mux, Auth: auth.None{}, Log: log, Listener: workerLn,
-			Subscriber: queue.NewSubscriber(ps.Client, DevInProcessSubscription, &queue.SubscriberOptions{Concurrency: f.DevConcurrency, ShutdownTimeout: 9 * time.Second}),
+			Flags: wf, Ledger: led, Handler: mux, Auth: auth.None{}, Log: log, Listener: workerLn,
+			Subscriber: queue.NewSubscriber(ps.Client, DevInProcessSubscription, nil),
 			Republish:  pub,
 			NackDelay:  time.Second,
 		}

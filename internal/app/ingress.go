@@ -140,13 +140,13 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 
 // newIngress builds the ingress handler; tracing (nil: none) spans each request, its
 // ledger calls and its publish.
-func newIngress(f *IngressFlags, led ledger.Ledger, pub ingress.Publisher, authn, operators auth.Authenticator, jobNames []string, project string, metrics *obs.Metrics, tracing *obs.Tracing, log *slog.Logger) (*ingress.Handler, error) {
+func newIngress(f *IngressFlags, led ledger.Ledger, pub queue.RunPublisher, authn, operators auth.Authenticator, jobNames []string, project string, metrics *obs.Metrics, tracing *obs.Tracing, log *slog.Logger) (*ingress.Handler, error) {
 	topic := f.Topic
 	if _, id, err := queue.ParseURL(f.Topic); err == nil {
 		topic = id
 	}
 	return ingress.New(ingress.Config{
-		Ledger: traceLedger(led, tracing), Publisher: &tracedPublisher{Publisher: pub, tracer: tracing.Tracer(tracerName), topic: topic},
+		Ledger: traceLedger(led, tracing), Publisher: &tracedPublisher{RunPublisher: pub, tracer: tracing.Tracer(tracerName), topic: topic},
 		TracerProvider: tracing.TracerProvider(), Namespace: f.Namespace, NamespaceHeader: f.NamespaceHeader,
 		MaxBody: f.MaxBody, MaxSkew: f.MaxSkew, Jobs: jobNames, Retention: f.Retention, Auth: authn, Operators: operators,
 		TraceProject: project, Logger: log,

@@ -24,6 +24,7 @@ import (
 	_ "github.com/runonce/runonce/pkg/ledger/postgres"    // registers postgres://
 	_ "github.com/runonce/runonce/pkg/ledger/redisledger" // registers redis://
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
+	"github.com/runonce/runonce/pkg/queue"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -171,7 +172,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		w, err := worker.New(&worker.Config{
 			Ledger: &wfl, Handler: mux, Lease: lease, MaxAttempts: maxAttempts, PickupTimeout: pickupTimeout,
 			FinishTimeout: 5 * time.Second, LedgerTimeout: time.Hour, MaxRunTime: time.Hour,
-			Retention: retention, MaxRetryAfter: retention,
+			Retention: retention, UnsafeRetention: true, MaxRetryAfter: retention,
 			Republish: &wpub, Logger: discard, Now: sm.clock.Now,
 		})
 		if err != nil {
@@ -341,7 +342,7 @@ func (sm *simulation) step(ctx context.Context, quiet bool) error {
 				e := sm.q.take(r[sm.rng.IntN(len(r))])
 				sm.q.back(e, e.availableAt)
 				forged := *e.m
-				forged.Payload = []byte(`{"forged":true}`)
+				forged.Identity.Payload = []byte(`{"forged":true}`)
 				id := sm.q.publish(&forged)
 				sm.log("queue: forged message %s for run %s with another payload", id, short(e.m.Identity.RunID))
 				return nil
@@ -478,7 +479,7 @@ func (sm *simulation) deliver(ctx context.Context, i int) error {
 	sm.actors++
 	sm.log("start: actor %d delivers message %s of run %s", sm.s.nextID+1, e.id, short(e.m.Identity.RunID))
 	a, err := sm.s.spawn(ctx, "deliver "+e.id, func(ctx context.Context, a *actor) {
-		v := w.Process(ctx, &worker.Delivery{Message: e.m, DeliveryAttempt: e.deliveries, PublishTime: e.publishedAt})
+		v := w.Process(ctx, &queue.Delivery{Message: e.m, DeliveryAttempt: e.deliveries, PublishTime: e.publishedAt})
 		if a.crashed {
 			return
 		}

@@ -26,14 +26,6 @@ import (
 	"github.com/runonce/runonce/pkg/queue"
 )
 
-// Publisher enqueues runs; *queue.Publisher implements it. Publish returns only once the
-// message is stored (or has failed, wrapping queue.ErrUnavailable).
-type Publisher interface {
-	Publish(ctx context.Context, m *queue.Message) (serverID string, err error)
-	// Ping checks that the topic is reachable, for /readyz.
-	Ping(ctx context.Context) error
-}
-
 // Defaults of Config's zero fields.
 const (
 	DefaultMaxBody        = 1 << 20
@@ -46,7 +38,7 @@ const (
 // Config configures the ingress. Ledger and Publisher are required.
 type Config struct {
 	Ledger    ledger.Ledger
-	Publisher Publisher
+	Publisher queue.RunPublisher
 	// Namespace is mixed into every run ID (e.g. "my-project/us-central1").
 	Namespace string
 	// NamespaceHeader, when set, names a request header whose value, when present,
@@ -359,9 +351,7 @@ func (h *Handler) claim(ctx context.Context, key *Key, body []byte) answer {
 				run.ID, run.PayloadHash, id.PayloadHash),
 		}}
 	}
-	msgID := id
-	msgID.Payload = nil // a message carries it once, as Payload
-	msg := &queue.Message{Identity: msgID, EnqueuedAt: run.CreatedAt, Traceparent: obs.Traceparent(ctx), Payload: body}
+	msg := &queue.Message{Identity: id, EnqueuedAt: run.CreatedAt, Traceparent: obs.Traceparent(ctx)}
 	if res.Created {
 		if err := h.publish(ctx, msg); err != nil {
 			eerr := h.expedite(ctx, id.RunID, attempt.String())

@@ -413,8 +413,8 @@ func TestMessage(t *testing.T) {
 	if diff := cmp.Diff(want, m.Identity); diff != "" {
 		t.Errorf("identity (-want +got):\n%s", diff)
 	}
-	if string(m.Payload) != payload {
-		t.Errorf("payload %q", m.Payload)
+	if string(m.Data()) != payload {
+		t.Errorf("payload %q", m.Data())
 	}
 	if m.Traceparent != hdr["traceparent"] {
 		t.Errorf("traceparent %q, want %q", m.Traceparent, hdr["traceparent"])

@@ -92,6 +92,19 @@ type PublisherOptions struct {
 	Client ClientOptions
 }
 
+// RunPublisher publishes runs: the ingress publishes each new run with one, a worker's
+// rescuer republishes lost runs with one. *Publisher is one; another transport, or a
+// test's fault injector, may be another.
+type RunPublisher interface {
+	// Publish returns once the message is stored, with its server ID; an error means
+	// it is not known to be (retrying is safe: the worker deduplicates by run ID).
+	Publish(ctx context.Context, m *Message) (serverID string, err error)
+	// Ping checks that the topic is reachable, for readiness.
+	Ping(ctx context.Context) error
+}
+
+var _ RunPublisher = (*Publisher)(nil)
+
 // Publisher publishes runs to one topic and waits for each result. It is safe for
 // concurrent use.
 type Publisher struct {
@@ -139,7 +152,7 @@ func (p *Publisher) Topic() string { return p.name }
 // message ID. Any failure wraps ErrUnavailable. Once ctx is done Publish stops waiting,
 // though the message may still be sent.
 func (p *Publisher) Publish(ctx context.Context, m *Message) (string, error) {
-	res := p.pub.Publish(ctx, &pubsub.Message{Data: m.Payload, Attributes: m.Attributes()})
+	res := p.pub.Publish(ctx, &pubsub.Message{Data: m.Data(), Attributes: m.Attributes()})
 	id, err := res.Get(ctx)
 	if err != nil {
 		return "", fmt.Errorf("%w: publish run %s to %s: %w", ErrUnavailable, m.Identity.RunID, p.name, err)

@@ -36,13 +36,26 @@
 //     gives a failed run a fresh budget of attempts.
 //   - Every wait is bounded: each ledger call and republish by Config.LedgerTimeout, a
 //     Go handler by its maximum run time (its context is then cancelled with
-//     ErrMaxRunTime and the run released), push deliveries by Config.PushConcurrency,
+//     ErrMaxRunTime and the run released), deliveries by Config.Concurrency,
 //     a retry delay by Config.MaxRetryAfter.
 //   - On shutdown, running jobs get a grace period; the rest are cancelled, their runs
 //     released and their messages nacked.
+//   - A delivery of a job the handler does not run (a Router says which it runs) is not
+//     an attempt: nothing is written, it is logged and nacked after a delay, so that
+//     in a rolling deploy a run waits for a worker that knows its job instead of
+//     burning its attempts.
 //   - A rescuer in every worker republishes runs whose pickup deadline or lease passed
 //     (a lost message, an ingress that died between claim and publish); a conditional
 //     ledger write makes exactly one rescuer republish each.
+//
+// # Running a worker
+//
+// New takes a Config with the ledger, the handler, the Subscriber to pull from and the
+// publisher the rescuer republishes to, and refuses a configuration that could run a
+// run twice (a retention a message could outlive). Run pulls, rescues and sweeps until
+// its context ends, then gives running jobs Config.Grace, releases what is left and
+// returns. Handler serves readiness and, with Config.PushAuth, push delivery, for the
+// caller's own HTTP server. ExampleWorker_Run is a whole worker.
 //
 // # Jobs
 //

@@ -17,8 +17,8 @@ import (
 	"github.com/runonce/runonce/pkg/jobs"
 )
 
-// TokenSource returns an ID token for an audience (auth: oidc); on Google Cloud it is the
-// metadata server's, e.g. google.golang.org/api/idtoken.
+// TokenSource returns an ID token for an audience, for HTTP targets with auth: oidc;
+// GoogleIDTokens is the one for Google Cloud.
 type TokenSource func(ctx context.Context, audience string) (string, error)
 
 // HTTPTargetOptions configure HTTPTarget.

@@ -52,9 +52,9 @@ func TestClaimAnsweredTooLateDoesNotStartTheJob(t *testing.T) {
 		}
 		payload := []byte(`{"n":1}`)
 		msg := &queue.Message{Identity: ledger.Identity{
-			RunID: ledger.KeyedRunID("ns", "job", "k"), Namespace: "ns", Job: "job", Key: "k", PayloadHash: ledger.PayloadHash(payload),
-		}, Payload: payload}
-		v := w.Process(t.Context(), &worker.Delivery{Message: msg})
+			RunID: ledger.KeyedRunID("ns", "job", "k"), Namespace: "ns", Job: "job", Key: "k", PayloadHash: ledger.PayloadHash(payload), Payload: payload,
+		}}
+		v := w.Process(t.Context(), &queue.Delivery{Message: msg})
 		if started != tc.start {
 			t.Errorf("claim answered %s late (lease %s): job started = %v, want %v (verdict %+v)", tc.late, lease, started, tc.start, v)
 		}
@@ -78,16 +78,16 @@ func TestMessageAgeIsJudgedByConfigNow(t *testing.T) {
 	w, err := worker.New(&worker.Config{
 		Ledger:    mem,
 		Handler:   worker.HandlerFunc(func(context.Context, *worker.Job) error { started = true; return nil }),
-		Retention: retention, Now: clock,
+		Retention: retention, UnsafeRetention: true, Now: clock,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	payload := []byte(`{"n":1}`)
 	msg := &queue.Message{Identity: ledger.Identity{
-		RunID: ledger.KeyedRunID("ns", "job", "old"), Namespace: "ns", Job: "job", Key: "old", PayloadHash: ledger.PayloadHash(payload),
-	}, Payload: payload, EnqueuedAt: sent}
-	v := w.Process(t.Context(), &worker.Delivery{Message: msg, PublishTime: sent})
+		RunID: ledger.KeyedRunID("ns", "job", "old"), Namespace: "ns", Job: "job", Key: "old", PayloadHash: ledger.PayloadHash(payload), Payload: payload,
+	}, EnqueuedAt: sent}
+	v := w.Process(t.Context(), &queue.Delivery{Message: msg, PublishTime: sent})
 	if started || !v.Ack || v.Outcome != worker.OutcomeDropped {
 		t.Fatalf("a message %s old by Config.Now whose run has no record: job started = %v, verdict %+v; want it dropped", retention+time.Hour, started, v)
 	}

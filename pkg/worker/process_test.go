@@ -104,14 +104,13 @@ func runChild(raw string) error {
 		return err
 	})
 	w, err := worker.New(&worker.Config{
-		Ledger: led, Handler: mux, Lease: s.Lease, Republish: pub, RescueInterval: 400 * time.Millisecond,
+		Ledger: led, Handler: mux, Lease: s.Lease, Subscriber: sub, Concurrency: 4, Republish: pub, Grace: s.Grace, RescueInterval: 400 * time.Millisecond,
 		PickupTimeout: 2 * time.Second, Logger: obs.NewLogger(os.Stderr, -4),
 	})
 	if err != nil {
 		return err
 	}
-	go w.Rescue(ctx)
-	return w.Pull(ctx, sub, s.Grace)
+	return w.Run(ctx)
 }
 
 // sink is the downstream the child workers call; it records every call and can hold the

@@ -86,7 +86,7 @@ func BenchmarkBatch(b *testing.B, open func(tb testing.TB) ledger.Ledger) {
 				id := ledger.Identity{RunID: ledger.KeyedRunID(Namespace, "batch", key), Namespace: Namespace, Job: "batch", Key: key}
 				id.PayloadHash = ledger.PayloadHash(nil)
 				start := time.Now()
-				v := w.Process(b.Context(), &worker.Delivery{
+				v := w.Process(b.Context(), &queue.Delivery{
 					Message: &queue.Message{Identity: id, EnqueuedAt: time.Now()}, PublishTime: time.Now(),
 				})
 				elapsed += time.Since(start)
