@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/runonce/runonce/pkg/jobs"
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/memory"
 	"github.com/runonce/runonce/pkg/worker"
 	"github.com/runonce/runonce/pkg/worker/workertest"
 )
@@ -145,5 +147,33 @@ func TestHTTPTargetResult(t *testing.T) {
 			t.Errorf("job %s: result of %d bytes, truncated %v, body a prefix of the answer: %v (%v); want a truncated prefix within MaxResult",
 				name, len(r.Run.Result), got.Truncated, strings.HasPrefix(bodies[name].body, body), err)
 		}
+	}
+}
+
+// resultRefusing is a ledger whose records cannot hold a result (a Firestore document
+// whose payload leaves no room).
+type resultRefusing struct{ ledger.Ledger }
+
+func (l resultRefusing) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
+	if p.Result != nil {
+		return nil, fmt.Errorf("%w: the document would be over 1 MiB", ledger.ErrTooLarge)
+	}
+	return l.Ledger.Complete(ctx, p)
+}
+
+func TestResultTheLedgerCannotHoldCompletesWithout(t *testing.T) {
+	t.Parallel()
+	b := setup(t, resultRefusing{memory.New(nil)}, nil)
+	var calls atomic.Int32
+	b.mux.HandleFunc("job", func(ctx context.Context, j *worker.Job) error {
+		calls.Add(1)
+		return worker.SetResult(ctx, "fits the limit, not the record")
+	})
+	m := message("job", "k", "")
+	if v := b.process(m); v.Outcome != worker.OutcomeCompleted || !v.Ack {
+		t.Fatalf("verdict %+v; want completed and acked", v)
+	}
+	if r := b.run(m.Identity.RunID); r.Status != ledger.StatusCompleted || r.Result != nil || calls.Load() != 1 {
+		t.Fatalf("run %s with result %q after %d calls; want completed once, without a result", r.Status, r.Result, calls.Load())
 	}
 }

@@ -608,6 +608,14 @@ func (w *Worker) finish(ctx context.Context, write func(context.Context) error) 
 func (w *Worker) complete(ctx context.Context, f ledger.Fence, result []byte, log *slog.Logger) Verdict {
 	err := w.finish(ctx, func(ctx context.Context) error {
 		_, err := w.cfg.Ledger.Complete(ctx, &ledger.CompleteParams{Fence: f, Result: result, Progress: progressOf(ctx), Retention: w.cfg.Retention})
+		if result != nil && (errors.Is(err, ledger.ErrTooLarge) || errors.Is(err, ledger.ErrInvalid)) {
+			// The record cannot hold the result (Firestore: the payload and the result
+			// share a document's 1 MiB): the job's work is done, so the run completes
+			// without it rather than running again.
+			log.WarnContext(ctx, "the ledger refused the run's result; the run completes without one", slog.Int("result_bytes", len(result)), slog.Any("error", err))
+			result = nil
+			_, err = w.cfg.Ledger.Complete(ctx, &ledger.CompleteParams{Fence: f, Progress: progressOf(ctx), Retention: w.cfg.Retention})
+		}
 		return err
 	})
 	return w.finished(ctx, err, Verdict{Ack: true, Outcome: OutcomeCompleted}, "run completed", log)
