@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/memory"
 	"github.com/runonce/runonce/pkg/worker"
@@ -259,6 +262,41 @@ func TestBatch(t *testing.T) {
 		}
 		if n := l.refused.Load(); n != 0 {
 			t.Errorf("%d of the batch's effect writes overlapped another; want none", n)
+		}
+	})
+
+	t.Run("ItemsAreCountedInMetrics", func(t *testing.T) {
+		t.Parallel()
+		reader := sdkmetric.NewManualReader()
+		meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+		b := setup(t, nil, &worker.Config{Lease: time.Minute, Meter: meter})
+		sink := newItemSink()
+		sink.fail = func(item string, _ int64) bool { return item == "item-0004" }
+		b.mux.HandleFunc("remind", func(ctx context.Context, j *worker.Job) error {
+			_, err := worker.Batch(ctx, "reminders", itemIDs(30), sink.call, &worker.BatchOptions{OnItemError: worker.SkipItem})
+			return err
+		})
+		if v := b.process(message("remind", "k", "")); v.Outcome != worker.OutcomeCompleted {
+			t.Fatalf("outcome %s", v.Outcome)
+		}
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(t.Context(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "runonce.worker.batch.items" {
+					for _, dp := range sum.DataPoints {
+						outcome, _ := dp.Attributes.Value("outcome")
+						batch, _ := dp.Attributes.Value("batch")
+						got[batch.AsString()+"/"+outcome.AsString()] += dp.Value
+					}
+				}
+			}
+		}
+		if got["reminders/done"] != 29 || got["reminders/failed"] != 1 {
+			t.Errorf("runonce.worker.batch.items = %v; want 29 done and 1 failed for the batch reminders", got)
 		}
 	})
 
