@@ -9,8 +9,8 @@
 //
 // It creates a schema of its own (dropped at the end), a reminders table of 1,000 rows and
 // a runonce PostgreSQL ledger in the same database, runs two overlapping runs of the job
-// send-reminders (the downstream fails once mid-batch, so one of them is released and
-// retried), then a third run, and prints what each did.
+// send-reminders (the downstream fails once in the middle of the first one's batch, so
+// that run is released and retried), then a third run, and prints what each did.
 package main
 
 import (
@@ -54,7 +54,7 @@ func main() {
 const (
 	rows     = 1000
 	perRun   = 300 // rows one run claims
-	failAt   = 120 // the downstream's call that fails once, mid-batch
+	failAt   = 120 // the first run's call to the downstream that fails once, mid-batch
 	jobName  = "send-reminders"
 	schemaID = "skiplocked_example_"
 )
@@ -120,13 +120,15 @@ type downstream struct {
 	keys  map[string]string // key → row
 	sent  map[string]int    // row → reminders sent
 	calls atomic.Int64
-	// fail makes the call with this number fail, once.
-	fail atomic.Int64
+	// failRun's call number failAt fails, once.
+	failRun          string
+	failAt, runCalls atomic.Int64
 }
 
 func (d *downstream) send(ctx context.Context, row, key string) error {
-	if n := d.calls.Add(1); n == d.fail.Load() {
-		d.fail.Store(0)
+	d.calls.Add(1)
+	if j, _ := worker.JobFromContext(ctx); j != nil && j.RunID == d.failRun && d.runCalls.Add(1) == d.failAt.Load() {
+		d.failAt.Store(0)
 		return errors.New("reminder service: 503")
 	}
 	d.mu.Lock()
@@ -175,8 +177,9 @@ func run(ctx context.Context, dsn string, out io.Writer) error {
 		return err
 	}
 	defer led.Close()
-	down := &downstream{keys: map[string]string{}, sent: map[string]int{}}
-	down.fail.Store(failAt)
+	runID := func(key string) string { return ledger.KeyedRunID("example", jobName, key) }
+	down := &downstream{keys: map[string]string{}, sent: map[string]int{}, failRun: runID("2026-12-01")}
+	down.failAt.Store(failAt)
 	mux := worker.NewMux()
 	mux.Handle(jobName, sendReminders(db, down.send))
 	w, err := worker.New(&worker.Config{Ledger: led, Handler: mux, Lease: 10 * time.Second})
@@ -184,7 +187,7 @@ func run(ctx context.Context, dsn string, out io.Writer) error {
 		return err
 	}
 	deliver := func(key string) (*ledger.Run, worker.Verdict) {
-		id := ledger.Identity{RunID: ledger.KeyedRunID("example", jobName, key), Namespace: "example", Job: jobName, Key: key, PayloadHash: ledger.PayloadHash(nil)}
+		id := ledger.Identity{RunID: runID(key), Namespace: "example", Job: jobName, Key: key, PayloadHash: ledger.PayloadHash(nil)}
 		v := w.Process(ctx, &queue.Delivery{Message: &queue.Message{Identity: id, EnqueuedAt: time.Now()}, PublishTime: time.Now()})
 		r, _ := led.Get(ctx, &ledger.GetParams{RunID: id.RunID})
 		return r, v
