@@ -34,18 +34,19 @@
 // (queued or running) runs scored by deadline, for ListRescue; PREFIX+"expire" holds
 // every record scored by expire_at, for Sweep.
 //
-// A run's history is a list PREFIX+"hist:"+RUNID of ledger.Event JSON, oldest first:
-// every script that changes the run's state appends the events driver.Record would
-// (texts clipped as driver.ClipText does) and trims the list to the latest
-// ledger.MaxHistory; it expires with the run. Six sorted sets of run IDs serve List,
-// the same index set as the other backends': PREFIX+"list:created",
-// "list:created:status:"+STATUS, "list:created:job:"+JOB and "list:created:ns:"+NAMESPACE
-// scored by created_at, "list:updated" and "list:updated:status:"+STATUS scored by
-// updated_at; PREFIX+"names" holds each indexed run's job and namespace, by which an
-// expired run's entries are found again. Every script touches a record and these
-// indexes together, so the backend needs one primary (a standalone server, a
-// primary-with-replicas instance, Sentinel): Redis Cluster, and Memorystore's cluster
-// mode, are not supported.
+// A run's history is its hash's field history, one ledger.Event JSON a line, oldest
+// first: every script that changes the run's state appends the events driver.Record
+// would (texts clipped as driver.ClipText does) and keeps the latest ledger.MaxHistory;
+// it lives and expires with the run, and the scripts answer a run without it. (A list
+// key of its own made a new run's claim about a fifth slower at one goroutine: a second
+// key to create and expire.) Six sorted sets of run IDs serve List, the same index set
+// as the other backends': PREFIX+"list:created", "list:created:status:"+STATUS,
+// "list:created:job:"+JOB and "list:created:ns:"+NAMESPACE scored by created_at,
+// "list:updated" and "list:updated:status:"+STATUS scored by updated_at; PREFIX+"names"
+// holds each indexed run's job and namespace, by which an expired run's entries are
+// found again. Every script touches a record and these indexes together, so the backend
+// needs one primary (a standalone server, a primary-with-replicas instance, Sentinel):
+// Redis Cluster, and Memorystore's cluster mode, are not supported.
 //
 // # What each operation costs, and how it is fenced
 //
@@ -60,8 +61,8 @@
 // the claim's attempt ID) and writes only when it holds. When a script wrote nothing it
 // answers the record as it stands with the server's time, and the verdict (an idempotent
 // repeat, ErrLeaseLost with what the record holds, Held until …, Terminal) is taken by the
-// pure rules of package ledger over that record, so the two cannot disagree. Get is one
-// script that reads the run and its history; GetEffect one HGETALL.
+// pure rules of package ledger over that record, so the two cannot disagree. Get (the
+// run with its history) and GetEffect are one HGETALL.
 //
 // # The operators' methods
 //
@@ -93,13 +94,13 @@
 // Every write of a run sets its ExpireAt to the retention after the latest of now, its
 // deadline and its not-before (driver.ExpiryOf; a renewal never moves it back), and sets
 // the record's key to expire (PEXPIREAT) at its ExpireAt plus Options.Grace (1h by
-// default), so Redis deletes old records by itself: no sweeper is needed; a run's
-// history expires with it. Each new run's claim also drops up to ten expiry-index
-// entries older than the grace (their keys have expired), with an expired run's listing
-// entries and names entry, so the indexes do not grow either (a run whose key has not
-// expired yet is filed again, to be looked at a grace later). Sweep deletes records past
-// ExpireAt sooner, through the expiry index, with a run's history and listing entries. A
-// record past ExpireAt still deduplicates until one of the two deletes it.
+// default), so Redis deletes old records by itself: no sweeper is needed. Each new run's
+// claim also drops up to ten expiry-index entries older than the grace (their keys have
+// expired), with an expired run's listing entries and names entry, so the indexes do not
+// grow either (a run whose key has not expired yet is filed again, to be looked at a
+// grace later). Sweep deletes records past ExpireAt sooner, through the expiry index,
+// with a run's listing entries. A record past ExpireAt still deduplicates until one of
+// the two deletes it.
 //
 // # Durability: what is guaranteed, under which settings
 //

@@ -184,9 +184,9 @@ func listKeys(t *testing.T, l *Ledger) map[string]int64 {
 	return out
 }
 
-// TestSweepTakesHistoryAndListing: a swept run leaves no history and no entry in any
-// listing index.
-func TestSweepTakesHistoryAndListing(t *testing.T) {
+// TestSweepTakesTheListingEntries: a swept run leaves no entry in any listing index nor
+// in the names.
+func TestSweepTakesTheListingEntries(t *testing.T) {
 	t.Parallel()
 	l := openTest(t, nil)
 	ctx := t.Context()
@@ -210,8 +210,8 @@ func TestSweepTakesHistoryAndListing(t *testing.T) {
 	if got := listKeys(t, l); len(got) != 0 {
 		t.Fatalf("after the sweep the listing indexes hold %v, want nothing", got)
 	}
-	if n, err := l.rdb.Exists(ctx, l.historyKey(id), l.o.Prefix+"names").Result(); err != nil || n != 0 {
-		t.Fatalf("after the sweep %d of the history and the names are left (%v), want none", n, err)
+	if n, err := l.rdb.Exists(ctx, l.runKey(id), l.o.Prefix+"names").Result(); err != nil || n != 0 {
+		t.Fatalf("after the sweep %d of the run and the names are left (%v), want none", n, err)
 	}
 }
 
