@@ -189,8 +189,10 @@ local function index_run(id, old, status, deadline, expire_us, grace_ms, events,
   end
 end
 
--- unindex_run drops a deleted (or expired) run's entries in the listing indexes; job and ns are its job and namespace (false when unknown: those two indexes
--- then drop the entry when a listing finds it stale).
+-- unindex_run drops a deleted (or expired) run's entries in the listing indexes and its
+-- names entry; job and ns are its job and namespace, false when unknown: they are then
+-- taken from the names (and without them, those two indexes drop the entry when a
+-- listing finds it stale).
 local function unindex_run(P, id, job, ns)
   local L = P .. 'list:'
   redis.call('ZREM', L .. 'created', id)
@@ -213,10 +215,10 @@ end
 
 -- trim drops up to 10 expiry-index entries older than the grace by the server's real
 -- clock: their keys have expired in Redis (a rewritten record's entry carries its new
--- expire_at), so the index needs no sweeper either; an expired run's listing entries
--- go with its entry. A run whose key has not expired yet (it is kept the
--- grace past the real clock of its last write, or expires in the next millisecond) is
--- filed again at the real now, to be looked at once more a grace later.
+-- expire_at), so the index needs no sweeper either; an expired run's listing entries go
+-- with its entry. A run whose key has not expired yet (it is kept the grace past the
+-- real clock of its last write, or expires in the next millisecond) is filed again at
+-- the real now, to be looked at once more a grace later.
 local function trim(grace_ms)
   local P = ARGV[#ARGV]
   local t = redis.call('TIME')
