@@ -2,6 +2,7 @@ package redisledger
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -348,4 +349,65 @@ func TestListPagesThroughEqualTimesAndShortReads(t *testing.T) {
 
 func redisZ(at time.Time, id string) redis.Z {
 	return redis.Z{Score: float64(at.UnixMicro()), Member: id}
+}
+
+// BenchmarkListVsRaw alternates rounds of a page of List (50 runs of one job, of 2,000)
+// and of the raw reads a client would make for it (ZREVRANGE of the job's index, then
+// HMGET of each run's listed fields in one pipeline), and reports each rate and their
+// ratio.
+func BenchmarkListVsRaw(b *testing.B) {
+	const round, runs, page = 100, 2000, 50
+	l := openTest(b, nil)
+	ctx := b.Context()
+	for range runs {
+		id := ledger.KeyedRunID("bench-list", "job", uuid.NewString())
+		if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: id, Job: "job", Namespace: "ns",
+			Payload: make([]byte, 512)}, AttemptID: "a"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	raw := func() error {
+		ids, err := l.rdb.ZRevRange(ctx, l.o.Prefix+"list:created:job:job", 0, page).Result()
+		if err != nil {
+			return err
+		}
+		pipe := l.rdb.Pipeline()
+		for _, id := range ids {
+			pipe.HMGet(ctx, l.runKey(id), listedFields...)
+		}
+		_, err = pipe.Exec(ctx)
+		return err
+	}
+	list := func() error {
+		res, err := l.List(ctx, &ledger.ListParams{Job: "job", PageSize: page})
+		if err == nil && len(res.Runs) != page {
+			err = fmt.Errorf("a page of %d runs, want %d", len(res.Runs), page)
+		}
+		return err
+	}
+	var rawTime, listTime time.Duration
+	var rawOps, listOps int
+	timed := func(ops int, op func() error) time.Duration {
+		start := time.Now()
+		for range ops {
+			if err := op(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	b.ResetTimer()
+	for done := 0; done < b.N; done += round {
+		ops := min(round, b.N-done)
+		rawTime += timed(ops, raw)
+		rawOps += ops
+		listTime += timed(ops, list)
+		listOps += ops
+	}
+	b.StopTimer()
+	r := float64(rawOps) / rawTime.Seconds()
+	ls := float64(listOps) / listTime.Seconds()
+	b.ReportMetric(r, "raw-pages/s")
+	b.ReportMetric(ls, "list-pages/s")
+	b.ReportMetric(ls/r, "list/raw")
 }
