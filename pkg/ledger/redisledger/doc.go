@@ -136,14 +136,27 @@
 //
 //	go test -run '^$' -bench 'BenchmarkClaimVsRaw|BenchmarkLedger' -benchtime=4000x ./pkg/ledger/redisledger
 //
-// a new run's claim ran at 2,879, 7,784 and 16,140 claims/s at 1, 8 and 32 goroutines,
-// 0.73, 0.65 and 0.48 of one raw HSET of the same fields measured in alternating rounds
-// in the same run (3,956, 11,955 and 33,508/s; earlier runs: 0.86, 0.67, 0.49 and 0.75,
-// 0.68, 0.57): the script also files the run in both indexes and sets its expiry, and at
-// 32 goroutines the scripts, which Redis runs one at a time, are the limit. Claim p50
-// 0.30 to 0.37 ms at one goroutine; a duplicate, which writes nothing and waits for no
-// fsync, p50 0.07 to 0.08 ms; acquire, renew and complete p50 0.26 to 0.33 ms. Over a network add one round trip to
-// each.
+// a new run's claim, before the history and the listing indexes, ran at 2,879, 7,784 and
+// 16,140 claims/s at 1, 8 and 32 goroutines, 0.73, 0.65 and 0.48 of one raw HSET of the
+// same fields measured in alternating rounds in the same run (3,956, 11,955 and
+// 33,508/s; earlier runs: 0.86, 0.67, 0.49 and 0.75, 0.68, 0.57): the script also files
+// the run in both indexes and sets its expiry, and at 32 goroutines the scripts, which
+// Redis runs one at a time, are the limit. Claim p50 0.30 to 0.37 ms at one goroutine; a
+// duplicate, which writes nothing and waits for no fsync, p50 0.07 to 0.08 ms; acquire,
+// renew and complete p50 0.26 to 0.33 ms. Over a network add one round trip to each.
+//
+// The history costs the claim nothing measurable (it is one more field of the HSET); the
+// six listing indexes and the names entry cost it about a sixth of its rate. Measured on
+// the same machine loaded by other work (absolute rates 3 to 10 times lower than above,
+// and as variable from run to run), the claim script before them and the one after,
+// alternating rounds on one client, the new one ran at 1.02, 0.69 and 0.88, then 0.75,
+// 0.85 and 0.91, then 0.81, 0.82 and 0.76 of the old one's rate at 1, 8 and 32
+// goroutines; the command above gave claim/raw 0.59, 0.54, 0.57 and 0.84, 0.61, 0.48
+// after, 0.76, 0.92, 0.53 and 0.57, 0.49, 0.50 before, in alternating runs. A page of 50
+// runs of one job (of 2,000) through List ran at 0.49 to 0.54 of the raw reads a client
+// would make for it (ZREVRANGE, then a pipeline of HMGET):
+//
+//	go test -run '^$' -bench BenchmarkListVsRaw -benchtime=2000x ./pkg/ledger/redisledger
 //
 // On Google Cloud, use Memorystore for Valkey with cluster mode disabled, AOF persistence
 // with appendfsync always, and a replica (high availability) with wait=1; Open reads
