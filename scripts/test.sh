@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's one test command (the README's and CI's): installs the pinned linters,
-# installs redis-server when missing, fetches the google provider's schema (npm, cached;
+# installs redis-server and chromium when missing, fetches the google provider's schema (npm, cached;
 # deploy/tools.sh), starts every service the tests need (PostgreSQL, Redis, the
 # Firestore, Pub/Sub and Spanner emulators),
 # runs gofmt, go vet, staticcheck and the whole suite with -race, and stops what it
@@ -21,6 +21,11 @@ fi
 if ! command -v redis-server >/dev/null; then
 	echo "test: installing redis-server (Debian's, for the Redis ledger's tests)" >&2
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+fi
+
+if ! command -v chromium >/dev/null; then
+	echo "test: installing chromium (Debian's, for the dashboard's browser tests)" >&2
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
 
 echo "test: tools for the deploy checks (tflint, shellcheck, terraform, the google provider's schema)" >&2

@@ -148,7 +148,7 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 	if err != nil {
 		return err
 	}
-	h, err := newIngress(f, led, pub, auth.None{}, accepted, "", metrics, nil, log)
+	h, err := newIngress(f, led, pub, auth.None{}, auth.None{}, accepted, "", metrics, nil, log)
 	if err != nil {
 		return err
 	}

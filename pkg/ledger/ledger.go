@@ -84,7 +84,15 @@ type Run struct {
 	// current attempt is the (AttemptsMade+1)-th of its budget.
 	AttemptsMade int64
 	// LastError is the error of the latest released, rescued or failed attempt.
-	LastError   string
+	LastError string
+	// Result is what the completed attempt returned (JSON, at most MaxResult bytes),
+	// stored by Complete; nil when it returned none. It is replayed to duplicates,
+	// never recomputed.
+	Result []byte
+	// Progress is how far the run's work has got (JSON, at most MaxProgress bytes: a
+	// batch's items done, failed and total), as the latest attempt last wrote it with
+	// a renewal or a finishing write; nil when none was written.
+	Progress    []byte
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 	CompletedAt time.Time
@@ -241,7 +249,10 @@ type Fence struct {
 // RenewParams extend the lease of the caller's attempt.
 type RenewParams struct {
 	Fence
-	Lease time.Duration
+	// Progress, when set, replaces the run's Progress (at most MaxProgress bytes of
+	// JSON, ErrInvalid otherwise); nil leaves it.
+	Progress []byte
+	Lease    time.Duration
 	// Retention keeps ExpireAt at least this long after the new lease expiry. Zero
 	// means DefaultRetention.
 	Retention time.Duration
@@ -251,6 +262,12 @@ type RenewParams struct {
 // CompleteParams complete the caller's attempt.
 type CompleteParams struct {
 	Fence
+	// Progress, when set, replaces the run's Progress (at most MaxProgress bytes of
+	// JSON, ErrInvalid otherwise); nil leaves it.
+	Progress []byte
+	// Result, when set, is stored as the run's Result: a JSON value of at most
+	// MaxResult bytes (ErrInvalid otherwise, and nothing is written).
+	Result    []byte
 	Retention time.Duration
 	Now       time.Time
 }
@@ -258,6 +275,9 @@ type CompleteParams struct {
 // ReleaseParams return the caller's attempt's run to queued for a retry.
 type ReleaseParams struct {
 	Fence
+	// Progress, when set, replaces the run's Progress (at most MaxProgress bytes of
+	// JSON, ErrInvalid otherwise); nil leaves it.
+	Progress []byte
 	// Error is kept as the run's LastError.
 	Error string
 	// RetryAfter delays the next claim (NotBefore = now + RetryAfter). It must not be
@@ -272,6 +292,9 @@ type ReleaseParams struct {
 // FailParams fail the caller's attempt's run for good.
 type FailParams struct {
 	Fence
+	// Progress, when set, replaces the run's Progress (at most MaxProgress bytes of
+	// JSON, ErrInvalid otherwise); nil leaves it.
+	Progress  []byte
 	Error     string
 	Retention time.Duration
 	Now       time.Time

@@ -3,8 +3,11 @@
 // the subscriber and push handler the workers receive from, the message format both
 // share, and an in-process Pub/Sub server (pstest) for the embedded mode and fast tests.
 //
-// Delivery is at least once. A message carries the run's identity; the ledger decides
-// whether the run still needs work, so duplicates and redeliveries are harmless.
+// Delivery is at least once. A message carries the run's identity (its data the payload,
+// its attributes the rest); the ledger decides whether the run still needs work, so
+// duplicates and redeliveries are harmless. A Delivery is one delivery, pulled by a
+// Subscriber or decoded from a push by DecodePush; RunPublisher is what publishes runs,
+// the ingress's and the rescuer's alike.
 //
 // # Publishing
 //

@@ -97,6 +97,12 @@ func runChild(raw string) error {
 		return worker.Effect(ctx, "second", func(ctx context.Context, key string) error { return call(ctx, "/second", key) })
 	})
 	mux.HandleFunc("long", func(ctx context.Context, j *worker.Job) error { return call(ctx, "/long", worker.IdempotencyKey(ctx)) })
+	mux.HandleFunc("batch", func(ctx context.Context, j *worker.Job) error {
+		_, err := worker.Batch(ctx, processBatch, processBatchItems(), func(ctx context.Context, item, key string) error {
+			return call(ctx, "/item/"+item, key)
+		}, &worker.BatchOptions{Parallelism: 8, Checkpoint: processCheckpoint})
+		return err
+	})
 	w, err := worker.New(&worker.Config{
 		Ledger: led, Handler: mux, Lease: s.Lease, Republish: pub, RescueInterval: 400 * time.Millisecond,
 		PickupTimeout: 2 * time.Second, Logger: obs.NewLogger(os.Stderr, -4),

@@ -73,8 +73,9 @@ type Config struct {
 	Republish Publisher
 	// RescueInterval is how often the rescuer looks for runs to republish. Defaults to 30s.
 	RescueInterval time.Duration
-	// Now is the clock the worker times its own hold of a lease by: when a claim was
-	// sent, and whether its answer came too late to start the job. Defaults to time.Now;
+	// Now is the clock the worker times its own hold of a lease by (when a claim was
+	// sent, and whether its answer came too late to start the job) and a message's age
+	// against the Retention. Defaults to time.Now;
 	// a simulation drives it with the ledger's clock.
 	Now func() time.Time
 	// Logger receives JSON logs. Defaults to discarding them.
@@ -279,11 +280,14 @@ func (w *Worker) Process(ctx context.Context, d *Delivery) (v Verdict) {
 	return w.run(ctx, d, res.Run, claimStart, log)
 }
 
+// age is how old a delivery's message is by Config.Now, the clock the worker times
+// everything of its own by (a simulation's clock, not the machine's).
 func (w *Worker) age(d *Delivery) time.Duration {
+	now := w.cfg.Now()
 	var age time.Duration
 	for _, t := range []time.Time{d.PublishTime, d.Message.EnqueuedAt} {
 		if !t.IsZero() {
-			age = max(age, time.Since(t))
+			age = max(age, now.Sub(t))
 		}
 	}
 	return age
@@ -370,7 +374,7 @@ func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimSt
 		log.WarnContext(ctx, "lease lost during the job: another attempt holds the run; nothing written, delivery nacked", slog.Any("cause", cause), slog.Any("error", herr))
 		return w.verdict(ctx, Verdict{Outcome: OutcomeLeaseLost})
 	case herr == nil:
-		return w.complete(ctx, fence, log)
+		return w.complete(ctx, fence, a.storedResult(), log)
 	case errors.Is(herr, ErrPermanent):
 		return w.fail(ctx, fence, herr.Error(), log)
 	}
@@ -433,7 +437,7 @@ func (w *Worker) keepLease(ctx context.Context, a *attempt, held time.Time, stop
 		}
 		callStart := time.Now()
 		rctx, cancel := context.WithDeadline(ctx, fenceAt())
-		_, err := w.cfg.Ledger.Renew(rctx, &ledger.RenewParams{Fence: a.fence, Lease: w.cfg.Lease, Retention: w.cfg.Retention})
+		_, err := w.cfg.Ledger.Renew(rctx, &ledger.RenewParams{Fence: a.fence, Lease: w.cfg.Lease, Retention: w.cfg.Retention, Progress: a.progress()})
 		cancel()
 		switch {
 		case err == nil:
@@ -466,9 +470,9 @@ func (w *Worker) finish(ctx context.Context, write func(context.Context) error) 
 	})
 }
 
-func (w *Worker) complete(ctx context.Context, f ledger.Fence, log *slog.Logger) Verdict {
+func (w *Worker) complete(ctx context.Context, f ledger.Fence, result []byte, log *slog.Logger) Verdict {
 	err := w.finish(ctx, func(ctx context.Context) error {
-		_, err := w.cfg.Ledger.Complete(ctx, &ledger.CompleteParams{Fence: f, Retention: w.cfg.Retention})
+		_, err := w.cfg.Ledger.Complete(ctx, &ledger.CompleteParams{Fence: f, Result: result, Progress: progressOf(ctx), Retention: w.cfg.Retention})
 		return err
 	})
 	return w.finished(ctx, err, Verdict{Ack: true, Outcome: OutcomeCompleted}, "run completed", log)
@@ -476,7 +480,7 @@ func (w *Worker) complete(ctx context.Context, f ledger.Fence, log *slog.Logger)
 
 func (w *Worker) fail(ctx context.Context, f ledger.Fence, reason string, log *slog.Logger) Verdict {
 	err := w.finish(ctx, func(ctx context.Context) error {
-		_, err := w.cfg.Ledger.Fail(ctx, &ledger.FailParams{Fence: f, Error: reason, Retention: w.cfg.Retention})
+		_, err := w.cfg.Ledger.Fail(ctx, &ledger.FailParams{Fence: f, Error: reason, Progress: progressOf(ctx), Retention: w.cfg.Retention})
 		return err
 	})
 	return w.finished(ctx, err, Verdict{Ack: true, Outcome: OutcomeFailed}, "run failed for good: "+reason, log)
@@ -487,6 +491,7 @@ func (w *Worker) release(ctx context.Context, f ledger.Fence, reason string, del
 	err := w.finish(ctx, func(ctx context.Context) error {
 		r, err := w.cfg.Ledger.Release(ctx, &ledger.ReleaseParams{
 			Fence: f, Error: reason, RetryAfter: delay, PickupTimeout: w.cfg.PickupTimeout, Retention: w.cfg.Retention,
+			Progress: progressOf(ctx),
 		})
 		released = r
 		return err

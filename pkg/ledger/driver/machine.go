@@ -222,10 +222,14 @@ func ApplyRenew(cur *ledger.Run, p *ledger.RenewParams, now time.Time) (*ledger.
 	if err := ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
+	if err := ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, err
+	}
 	if !Holds(cur, &p.Fence) {
 		return nil, leaseLost(p.Fence, cur)
 	}
 	r := *cur
+	withProgress(&r, p.Progress)
 	r.Deadline = Micros(now.Add(cmp.Or(p.Lease, ledger.DefaultLease)))
 	r.UpdatedAt = now
 	if exp := ExpiryOf(&r, now, p.Retention); r.ExpireAt.Before(exp) {
@@ -238,14 +242,32 @@ func ApplyRenew(cur *ledger.Run, p *ledger.RenewParams, now time.Time) (*ledger.
 func ApplyComplete(cur *ledger.Run, p *ledger.CompleteParams, now time.Time) (next *ledger.Run, answer *ledger.Run, err error) {
 	defer func() { record(next, cur, OpComplete, now, Note{}) }()
 	now = Micros(now)
-	return finish(cur, &p.Fence, ledger.StatusCompleted, "", p.Retention, now)
+	if err := ledger.ValidateResult(p.RunID, p.Result); err != nil {
+		return nil, nil, err
+	}
+	if err := ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, nil, err
+	}
+	next, answer, err = finish(cur, &p.Fence, ledger.StatusCompleted, "", p.Retention, now)
+	if next != nil {
+		next.Result = p.Result
+		withProgress(next, p.Progress)
+	}
+	return next, answer, err
 }
 
 // ApplyFail fails the caller's run for good. A repeat by the same attempt writes nothing.
 func ApplyFail(cur *ledger.Run, p *ledger.FailParams, now time.Time) (next *ledger.Run, answer *ledger.Run, err error) {
 	defer func() { record(next, cur, OpFail, now, Note{}) }()
 	now = Micros(now)
-	return finish(cur, &p.Fence, ledger.StatusFailed, p.Error, p.Retention, now)
+	if err := ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, nil, err
+	}
+	next, answer, err = finish(cur, &p.Fence, ledger.StatusFailed, p.Error, p.Retention, now)
+	if next != nil {
+		withProgress(next, p.Progress)
+	}
+	return next, answer, err
 }
 
 // finish returns (record to write or nil, answer, error).
@@ -283,6 +305,9 @@ func ApplyRelease(cur *ledger.Run, p *ledger.ReleaseParams, now time.Time) (next
 	if err := ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
 		return nil, nil, err
 	}
+	if err := ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, nil, err
+	}
 	if cur != nil && cur.Status == ledger.StatusQueued && sameAttempt(cur, &p.Fence) {
 		return nil, cur, nil
 	}
@@ -290,6 +315,7 @@ func ApplyRelease(cur *ledger.Run, p *ledger.ReleaseParams, now time.Time) (next
 		return nil, nil, leaseLost(p.Fence, cur)
 	}
 	r := *cur
+	withProgress(&r, p.Progress)
 	r.Status = ledger.StatusQueued
 	r.AttemptsMade++
 	r.LastError = p.Error

@@ -17,7 +17,7 @@ type NoOperations struct {
 }
 
 func (n NoOperations) refuse(op string) error {
-	return fmt.Errorf("%w: %s on %s (listing runs and the operators' actions are served by the memory and sqlite ledgers so far)", ledger.ErrUnsupported, op, n.Backend)
+	return fmt.Errorf("%w: %s on %s (this backend does not serve listing runs and the operators' actions yet)", ledger.ErrUnsupported, op, n.Backend)
 }
 
 // List implements ledger.Ledger.

@@ -46,6 +46,8 @@ type runDoc struct {
 	NotBefore    *time.Time `firestore:"not_before"`
 	AttemptsMade int64      `firestore:"attempts_made"`
 	LastError    string     `firestore:"last_error"`
+	Result       []byte     `firestore:"result"`
+	Progress     []byte     `firestore:"progress"`
 	CreatedAt    *time.Time `firestore:"created_at"`
 	UpdatedAt    *time.Time `firestore:"updated_at"`
 	CompletedAt  *time.Time `firestore:"completed_at"`
@@ -64,6 +66,14 @@ type effectDoc struct {
 	UpdatedAt *time.Time `firestore:"updated_at"`
 	DoneAt    *time.Time `firestore:"done_at"`
 	ExpireAt  *time.Time `firestore:"expire_at"`
+}
+
+// nullBytes is a result as stored: nil (null) when empty.
+func nullBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 // stamp is a time as stored: nil (null) when zero.
@@ -110,6 +120,8 @@ func encodeRun(r *ledger.Run) map[string]any {
 		"not_before":    stamp(r.NotBefore),
 		"attempts_made": r.AttemptsMade,
 		"last_error":    r.LastError,
+		"result":        nullBytes(r.Result),
+		"progress":      nullBytes(r.Progress),
 		fieldCreatedAt:  stamp(r.CreatedAt),
 		fieldUpdatedAt:  stamp(r.UpdatedAt),
 		"completed_at":  stamp(r.CompletedAt),
@@ -141,7 +153,7 @@ func decodeRun(s *firestore.DocumentSnapshot) (*ledger.Run, error) {
 		ScheduleTime: unstamp(d.ScheduleTime), PayloadHash: d.PayloadHash, Payload: d.Payload,
 		Status: ledger.Status(d.Status), Attempt: d.Attempt, AttemptID: d.AttemptID,
 		Deadline: unstamp(d.Deadline), NotBefore: unstamp(d.NotBefore),
-		AttemptsMade: d.AttemptsMade, LastError: d.LastError,
+		AttemptsMade: d.AttemptsMade, LastError: d.LastError, Result: nullBytes(d.Result), Progress: nullBytes(d.Progress),
 		CreatedAt: unstamp(d.CreatedAt), UpdatedAt: unstamp(d.UpdatedAt),
 		CompletedAt: unstamp(d.CompletedAt), ExpireAt: unstamp(d.ExpireAt),
 	}

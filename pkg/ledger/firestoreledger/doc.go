@@ -26,6 +26,8 @@
 //	not_before              timestamp  Retry-After of a released run; null otherwise
 //	attempts_made           integer
 //	last_error              string
+//	result                  bytes      what the completed attempt returned (JSON); null for none
+//	progress                bytes      how far the run's work has got (JSON); null for none
 //	created_at, updated_at  timestamp  the claim's are the server's time as estimated (see below)
 //	completed_at            timestamp  null until completed or failed
 //	expire_at               timestamp  last write + retention: the TTL policy's field
@@ -37,7 +39,9 @@
 // done_at and expire_at.
 //
 // A payload is stored in the run document, and a Firestore document holds at most
-// 1 MiB: payloads near that size are refused (ledger.ErrInvalid). Keep the ingress's
+// 1 MiB with its result (at most ledger.MaxResult): payloads near that size are refused
+// (ledger.ErrInvalid), and a result that would push the document over it cannot be
+// stored (ledger.ErrTooLarge at Complete). Keep the ingress's
 // -max-body well below it.
 //
 // # Indexes and TTL

@@ -23,6 +23,7 @@ import (
 	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/ledgertest"
+	"github.com/runonce/runonce/pkg/worker/workertest"
 )
 
 const testProject = "runonce-test"
@@ -93,7 +94,6 @@ func newClient(tb testing.TB, opts ...option.ClientOption) *firestore.Client {
 }
 
 var harness = ledgertest.Harness{
-	Operations: true,
 	Open: func(tb testing.TB) ledger.Ledger {
 		return openLedger(tb, sharedClient(tb), &Options{Prefix: uniquePrefix()})
 	},
@@ -105,6 +105,7 @@ var harness = ledgertest.Harness{
 		})
 	},
 	SupportsNow: false,
+	Operations:  true,
 }
 
 func TestConformance(t *testing.T) {
@@ -468,7 +469,7 @@ func BenchmarkFirestore(b *testing.B) {
 	for _, n := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("RawCreate/goroutines=%d", n), func(b *testing.B) {
 			coll := client.Collection(uniquePrefix() + "raw")
-			doc := encodeClaim(&ledger.Run{
+			doc := encodeRun(&ledger.Run{
 				Namespace: "ledgertest/ns", Job: "job", Key: "sched-job", Status: ledger.StatusQueued,
 				ScheduleTime: time.Now(), PayloadHash: ledger.PayloadHash(nil), Payload: []byte(`{"n":1}`), AttemptID: uuid.NewString(),
 				Deadline: time.Now(), ExpireAt: time.Now(),
@@ -501,7 +502,7 @@ func benchPaired(b *testing.B, client *firestore.Client, n int) {
 	l := openLedger(b, client, &Options{Prefix: uniquePrefix()})
 	raw := client.Collection(l.Prefix() + "raw")
 	payload := []byte(`{"n":1}`)
-	doc := encodeClaim(&ledger.Run{Namespace: "ledgertest/ns", Job: "job", Key: "sched-job", Status: ledger.StatusQueued,
+	doc := encodeRun(&ledger.Run{Namespace: "ledgertest/ns", Job: "job", Key: "sched-job", Status: ledger.StatusQueued,
 		ScheduleTime: time.Now(), PayloadHash: ledger.PayloadHash(payload), Payload: payload, AttemptID: uuid.NewString(),
 		Deadline: time.Now(), ExpireAt: time.Now()})
 	ids := make([]ledger.Identity, b.N)
@@ -556,3 +557,8 @@ func TestTooLargePayload(t *testing.T) {
 		t.Fatalf("the refused claim left a record: %v", err)
 	}
 }
+
+// BenchmarkBatch measures a run of 10,000 items through worker.Batch beside the same
+// items as one worker.Effect each (the raw effect write), on this backend: items/s and
+// ledger writes per item (workertest.BenchmarkBatch).
+func BenchmarkBatch(b *testing.B) { workertest.BenchmarkBatch(b, harness.Open) }

@@ -16,7 +16,7 @@ import (
 var listFields = []string{
 	fieldNamespace, fieldJob, "key", "schedule_time", "payload_hash", fieldStatus, "attempt",
 	"attempt_id", fieldDeadline, "not_before", "attempts_made", "last_error", fieldCreatedAt,
-	fieldUpdatedAt, "completed_at", fieldExpireAt,
+	fieldUpdatedAt, "completed_at", fieldExpireAt, "result", "progress",
 }
 
 // ListQuery is the query List runs for p from position pos: equality filters on

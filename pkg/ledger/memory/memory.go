@@ -92,6 +92,8 @@ func copyRun(r *ledger.Run) *ledger.Run {
 	c := *r
 	c.Payload = bytes.Clone(r.Payload)
 	c.History = slices.Clone(r.History)
+	c.Result = bytes.Clone(r.Result)
+	c.Progress = bytes.Clone(r.Progress)
 	return &c
 }
 

@@ -49,7 +49,7 @@
 //
 //	runs(run_id text PRIMARY KEY, namespace, job, run_key, schedule_time, payload_hash,
 //	     payload, status, attempt, attempt_id, deadline, not_before, attempts_made, last_error,
-//	     created_at, updated_at, completed_at, expire_at, took_over)
+//	     created_at, updated_at, completed_at, expire_at, took_over, result, progress)
 //	  runs_rescue_idx    ON runs (deadline) WHERE status IN ('queued', 'running')
 //	  runs_expire_at_idx ON runs (expire_at)
 //	  runs_created_idx, runs_{status,job,namespace}_created_idx,

@@ -131,8 +131,11 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
+	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, err
+	}
 	return l.fenced(ctx, "renew", l.q.renew, p.RunID,
-		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention))},
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), nullBytes(p.Progress)},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			next, err := driver.ApplyRenew(cur, p, now)
 			return next, next, err
@@ -144,8 +147,14 @@ func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledge
 	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
+	if err := ledger.ValidateResult(p.RunID, p.Result); err != nil {
+		return nil, err
+	}
+	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, err
+	}
 	return l.fenced(ctx, "complete", l.q.complete, p.RunID,
-		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, "", micros(retention(p.Retention))},
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, "", micros(retention(p.Retention)), nullBytes(p.Result), nullBytes(p.Progress)},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return driver.ApplyComplete(cur, p, now)
 		})
@@ -156,8 +165,12 @@ func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, e
 	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
+	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, err
+	}
 	return l.fenced(ctx, "fail", l.q.fail, p.RunID,
-		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retention(p.Retention)), driver.ClipText(p.Error)},
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retention(p.Retention)), []byte(nil), nullBytes(p.Progress),
+			driver.ClipText(p.Error)},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return driver.ApplyFail(cur, p, now)
 		})
@@ -171,11 +184,14 @@ func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.
 	if err := driver.ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
 		return nil, err
 	}
+	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, err
+	}
 	retry := p.RetryAfter
 	pickup := cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)
 	return l.fenced(ctx, "release", l.q.release, p.RunID,
 		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retry), micros(retry + pickup), micros(retention(p.Retention)),
-			driver.ClipText(p.Error)},
+			nullBytes(p.Progress), driver.ClipText(p.Error)},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return driver.ApplyRelease(cur, p, now)
 		})
@@ -394,7 +410,7 @@ func timeOf(t pgtype.Timestamptz) time.Time {
 // statement that found no run).
 type runScan struct {
 	id, namespace, job, key, payloadHash, status, attemptID, lastError pgtype.Text
-	payload                                                            []byte
+	payload, result, progress                                          []byte
 	attempt, attemptsMade                                              pgtype.Int8
 	scheduleTime, deadline, notBefore                                  pgtype.Timestamptz
 	createdAt, updatedAt, completedAt, expireAt                        pgtype.Timestamptz
@@ -403,7 +419,7 @@ type runScan struct {
 func (s *runScan) dest() []any {
 	return []any{&s.id, &s.namespace, &s.job, &s.key, &s.scheduleTime, &s.payloadHash, &s.payload, &s.status,
 		&s.attempt, &s.attemptID, &s.deadline, &s.notBefore, &s.attemptsMade, &s.lastError,
-		&s.createdAt, &s.updatedAt, &s.completedAt, &s.expireAt}
+		&s.createdAt, &s.updatedAt, &s.completedAt, &s.expireAt, &s.result, &s.progress}
 }
 
 // run returns the scanned run, or nil when there was none.
@@ -418,7 +434,7 @@ func (s *runScan) run() *ledger.Run {
 		Deadline: timeOf(s.deadline), NotBefore: timeOf(s.notBefore),
 		AttemptsMade: s.attemptsMade.Int64, LastError: s.lastError.String,
 		CreatedAt: timeOf(s.createdAt), UpdatedAt: timeOf(s.updatedAt),
-		CompletedAt: timeOf(s.completedAt), ExpireAt: timeOf(s.expireAt),
+		CompletedAt: timeOf(s.completedAt), ExpireAt: timeOf(s.expireAt), Result: s.result, Progress: s.progress,
 	}
 }
 
@@ -460,4 +476,12 @@ func (s *effectScan) effect() *ledger.Effect {
 		CreatedAt: timeOf(s.createdAt), UpdatedAt: timeOf(s.updatedAt),
 		DoneAt: timeOf(s.doneAt), ExpireAt: timeOf(s.expireAt),
 	}
+}
+
+// nullBytes passes an empty value as NULL.
+func nullBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }

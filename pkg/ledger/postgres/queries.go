@@ -43,7 +43,7 @@ import (
 const (
 	runCols = `run_id, namespace, job, run_key, schedule_time, payload_hash, payload, status, attempt,
 	attempt_id, deadline, not_before, attempts_made, last_error, created_at, updated_at,
-	completed_at, expire_at`
+	completed_at, expire_at, result, progress`
 	effectCols = `effect_key, run_id, name, status, attempt, ref, created_at, updated_at, done_at, expire_at`
 
 	nowExpr = `coalesce($1::timestamptz, now())`
@@ -151,29 +151,32 @@ SELECT false, {s.runCols}, {now} FROM (SELECT * FROM {runs} WHERE run_id = $2 FO
 WHERE NOT EXISTS (SELECT 1 FROM up)`
 }
 
-// $5: lease, $6: retention.
-var renewSQL = fencedSQL(`deadline = {now} + {us5}, updated_at = {now},
+// $5: lease, $6: retention, $7: progress (NULL: unchanged).
+var renewSQL = fencedSQL(`deadline = {now} + {us5}, updated_at = {now}, progress = coalesce($7::bytea, r.progress),
 		expire_at = greatest(r.expire_at, {now} + {us5} + {us6})`, "", "")
 
-// $5: error text, $6: retention, $7: the error text cut for the history (driver.ClipText).
+// $5: error text, $6: retention, $7: result (NULL: none), $8: progress (NULL: unchanged),
+// $9 (failed only): the error text cut for the history (driver.ClipText).
 func finishSQL(status string) string {
 	text := `''`
 	if status == "failed" {
 		// The history's text is the run's last error: the failure's, or the one before
 		// (at most 256 characters, so at most ledger.MaxEventText bytes).
-		text = `CASE WHEN $7::text <> '' THEN $7::text ELSE left(last_error, 256) END`
+		text = `CASE WHEN $9::text <> '' THEN $9::text ELSE left(last_error, 256) END`
 	}
 	return fencedSQL(`status = '`+status+`', attempts_made = r.attempts_made + 1,
-		last_error = CASE WHEN $5::text <> '' THEN $5::text ELSE r.last_error END,
+		last_error = CASE WHEN $5::text <> '' THEN $5::text ELSE r.last_error END, result = $7::bytea,
+		progress = coalesce($8::bytea, r.progress),
 		deadline = NULL, not_before = NULL, completed_at = {now}, updated_at = {now},
 		expire_at = {now} + {us6}`, status, text)
 }
 
 // $5: error text, $6: retry after (0: none), $7: retry after + pickup timeout, $8: retention,
-// $9: the error text cut for the history.
+// $9: progress (NULL: unchanged), $10: the error text cut for the history.
 var releaseSQL = fencedSQL(`status = 'queued', attempts_made = r.attempts_made + 1, last_error = $5,
+		progress = coalesce($9::bytea, r.progress),
 		not_before = CASE WHEN $6::bigint > 0 THEN {now} + {us6} END,
-		deadline = {now} + {us7}, updated_at = {now}, expire_at = {now} + {us7} + {us8}`, "released", "$9::text")
+		deadline = {now} + {us7}, updated_at = {now}, expire_at = {now} + {us7} + {us8}`, "released", "$10::text")
 
 // $2 run, $3 listed status, $4 listed attempt, $5 listed deadline, $6 pickup timeout,
 // $7 retention, $8 the lost-lease error.

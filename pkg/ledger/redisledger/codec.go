@@ -100,6 +100,12 @@ func decodeRun(m map[string]string) (*ledger.Run, error) {
 	if p := m["payload"]; p != "" {
 		r.Payload = []byte(p)
 	}
+	if res := m["result"]; res != "" {
+		r.Result = []byte(res)
+	}
+	if pr := m["progress"]; pr != "" {
+		r.Progress = []byte(pr)
+	}
 	if d.err == nil && !r.Status.Valid() {
 		d.err = fmt.Errorf("status %q is not a run status", r.Status)
 	}

@@ -213,9 +213,12 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
+	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, err
+	}
 	return l.fenced(ctx, "renew", p.RunID, renewScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)),
-			micros(retention(p.Retention)), l.grace(), l.o.Prefix},
+			micros(retention(p.Retention)), l.grace(), string(p.Progress), l.o.Prefix},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			next, err := driver.ApplyRenew(cur, p, now)
 			return next, next, err
@@ -227,9 +230,15 @@ func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledge
 	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
+	if err := ledger.ValidateResult(p.RunID, p.Result); err != nil {
+		return nil, err
+	}
+	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, err
+	}
 	return l.fenced(ctx, "complete", p.RunID, finishScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, string(ledger.StatusCompleted), "",
-			micros(retention(p.Retention)), l.grace(), l.o.Prefix},
+			micros(retention(p.Retention)), l.grace(), string(p.Result), string(p.Progress), l.o.Prefix},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return driver.ApplyComplete(cur, p, now)
 		})
@@ -240,9 +249,12 @@ func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, e
 	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
+	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, err
+	}
 	return l.fenced(ctx, "fail", p.RunID, finishScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, string(ledger.StatusFailed), p.Error,
-			micros(retention(p.Retention)), l.grace(), l.o.Prefix},
+			micros(retention(p.Retention)), l.grace(), "", string(p.Progress), l.o.Prefix},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return driver.ApplyFail(cur, p, now)
 		})
@@ -253,12 +265,15 @@ func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.
 	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
+	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
+		return nil, err
+	}
 	if err := driver.ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
 		return nil, err
 	}
 	return l.fenced(ctx, "release", p.RunID, releaseScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, p.Error, micros(p.RetryAfter),
-			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), l.grace(), l.o.Prefix},
+			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), l.grace(), string(p.Progress), l.o.Prefix},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return driver.ApplyRelease(cur, p, now)
 		})

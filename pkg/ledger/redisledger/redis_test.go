@@ -27,6 +27,7 @@ import (
 	"github.com/runonce/runonce/internal/syncbuf"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/ledgertest"
+	"github.com/runonce/runonce/pkg/worker/workertest"
 )
 
 // testURL returns TEST_REDIS_URL. It skips the test when the variable is unset, and fails
@@ -676,3 +677,8 @@ func TestMustExistAgainstSweep(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkBatch measures a run of 10,000 items through worker.Batch beside the same
+// items as one worker.Effect each (the raw effect write), on this backend: items/s and
+// ledger writes per item (workertest.BenchmarkBatch).
+func BenchmarkBatch(b *testing.B) { workertest.BenchmarkBatch(b, harness().Open) }

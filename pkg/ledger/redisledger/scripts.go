@@ -332,7 +332,7 @@ return {1, fmt(now), run_fields(KEYS[1])}
 `)
 
 // renew: ARGV now, id, attempt, attempt_id, lease (µs), retention (µs), grace (ms),
-// prefix. ExpireAt never moves back: max(old, ExpiryOf).
+// progress (empty: unchanged), prefix. ExpireAt never moves back: max(old, ExpiryOf).
 var renewScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'expire_at', 'not_before')
@@ -342,12 +342,15 @@ end
 local deadline = now + tonumber(ARGV[5])
 local exp = math.max(num(st[4]), expiry(now, deadline, num(st[5]), tonumber(ARGV[6])))
 redis.call('HSET', KEYS[1], 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'progress', ARGV[8]) end
 index_run(ARGV[2], 'running', 'running', deadline, exp, ARGV[7], {}, now)
 return {1, fmt(now), run_fields(KEYS[1])}
 `)
 
 // finish (complete, fail): ARGV now, id, attempt, attempt_id, status, error, retention
-// (µs), grace (ms), prefix. A failure's event carries the run's last error (the
+// (µs), grace (ms), result (empty for none), progress (empty: unchanged), prefix (always
+// the last ARGV). The caller checks result and progress (ledger.ValidateResult,
+// driver.ValidateProgress). A failure's event carries the run's last error (the
 // attempt's, or the one before when it gave none), a completion's none.
 var finishScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
@@ -361,6 +364,8 @@ if ARGV[6] ~= '' then
   last = ARGV[6]
   redis.call('HSET', KEYS[1], 'last_error', last)
 end
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[9]) end
+if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'progress', ARGV[10]) end
 redis.call('HSET', KEYS[1], 'status', ARGV[5], 'attempts_made', fmt(num(st[4]) + 1), 'deadline', '',
   'not_before', '', 'completed_at', fmt(now), 'updated_at', fmt(now), 'expire_at', fmt(exp))
 local text = ''
@@ -370,7 +375,7 @@ return {1, fmt(now), run_fields(KEYS[1])}
 `)
 
 // release: ARGV now, id, attempt, attempt_id, error, retry after (µs, ≥ 0), pickup (µs),
-// retention (µs), grace (ms), prefix.
+// retention (µs), grace (ms), progress (empty: unchanged), prefix.
 var releaseScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'attempts_made')
@@ -384,6 +389,7 @@ local deadline = now + retry + tonumber(ARGV[7])
 local exp = expiry(now, deadline, num(nb), tonumber(ARGV[8]))
 redis.call('HSET', KEYS[1], 'status', 'queued', 'attempts_made', fmt(num(st[4]) + 1), 'last_error', ARGV[5],
   'not_before', nb, 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
+if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'progress', ARGV[10]) end
 index_run(ARGV[2], 'running', 'queued', deadline, exp, ARGV[9],
   {event(now, 'released', tonumber(ARGV[3]), ARGV[5])}, now)
 return {1, fmt(now), run_fields(KEYS[1])}

@@ -13,7 +13,7 @@ import (
 // runColumns are the runs table's columns in the order runRow and runValues use.
 var runColumns = []string{"run_id", "namespace", "job", "run_key", "schedule_time", "payload_hash", "payload",
 	"status", "attempt", "attempt_id", "deadline", "not_before", "attempts_made", "last_error",
-	"created_at", "updated_at", "completed_at", "expire_at", "history"}
+	"created_at", "updated_at", "completed_at", "expire_at", "history", "result", "progress"}
 
 var effectColumns = []string{"run_id", "name", "effect_key", "status", "attempt", "created_at", "updated_at",
 	"done_at", "expire_at", "ref"}
@@ -40,6 +40,8 @@ type runRow struct {
 	CompletedAt  spanner.NullTime   `spanner:"completed_at"`
 	ExpireAt     spanner.NullTime   `spanner:"expire_at"`
 	History      spanner.NullString `spanner:"history"`
+	Result       []byte             `spanner:"result"`
+	Progress     []byte             `spanner:"progress"`
 }
 
 type effectRow struct {
@@ -81,7 +83,7 @@ func (r *runRow) run() *ledger.Run {
 		Status: ledger.Status(r.Status.StringVal), Attempt: r.Attempt.Int64, AttemptID: r.AttemptID.StringVal,
 		Deadline: tm(r.Deadline), NotBefore: tm(r.NotBefore), AttemptsMade: r.AttemptsMade.Int64,
 		LastError: r.LastError.StringVal, CreatedAt: tm(r.CreatedAt), UpdatedAt: tm(r.UpdatedAt),
-		CompletedAt: tm(r.CompletedAt), ExpireAt: tm(r.ExpireAt),
+		CompletedAt: tm(r.CompletedAt), ExpireAt: tm(r.ExpireAt), Result: nullBytes(r.Result), Progress: nullBytes(r.Progress),
 	}
 }
 
@@ -104,7 +106,8 @@ func nullTime(t time.Time) spanner.NullTime {
 func runValues(r *ledger.Run) []any {
 	return []any{r.ID, r.Namespace, r.Job, r.Key, nullTime(r.ScheduleTime), r.PayloadHash, r.Payload,
 		string(r.Status), r.Attempt, r.AttemptID, nullTime(r.Deadline), nullTime(r.NotBefore), r.AttemptsMade,
-		r.LastError, r.CreatedAt, r.UpdatedAt, nullTime(r.CompletedAt), r.ExpireAt, encodeHistory(r.History)}
+		r.LastError, r.CreatedAt, r.UpdatedAt, nullTime(r.CompletedAt), r.ExpireAt, encodeHistory(r.History),
+		nullBytes(r.Result), nullBytes(r.Progress)}
 }
 
 // encodeHistory is a history as stored: a JSON array, or NULL when empty.
@@ -119,6 +122,14 @@ func encodeHistory(h []ledger.Event) spanner.NullString {
 	return spanner.NullString{StringVal: string(b), Valid: true}
 }
 
+// nullBytes is a result as a column value: NULL when empty.
+func nullBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
 func effectValues(e *ledger.Effect) []any {
 	return []any{e.RunID, e.Name, e.Key, string(e.Status), e.Attempt, e.CreatedAt, e.UpdatedAt,
 		nullTime(e.DoneAt), e.ExpireAt, e.Ref}
@@ -127,12 +138,12 @@ func effectValues(e *ledger.Effect) []any {
 // selectRun is the select list of a run under the alias r.
 const selectRun = `r.run_id, r.namespace, r.job, r.run_key, r.schedule_time, r.payload_hash, r.payload,
 	r.status, r.attempt, r.attempt_id, r.deadline, r.not_before, r.attempts_made, r.last_error,
-	r.created_at, r.updated_at, r.completed_at, r.expire_at, r.history`
+	r.created_at, r.updated_at, r.completed_at, r.expire_at, r.history, r.result, r.progress`
 
 // selectListed is the select list of a listed run: neither its payload nor its history.
 const selectListed = `r.run_id, r.namespace, r.job, r.run_key, r.schedule_time, r.payload_hash,
 	r.status, r.attempt, r.attempt_id, r.deadline, r.not_before, r.attempts_made, r.last_error,
-	r.created_at, r.updated_at, r.completed_at, r.expire_at`
+	r.created_at, r.updated_at, r.completed_at, r.expire_at, r.result, r.progress`
 
 const selectEffect = `e.run_id AS e_run_id, e.name AS e_name, e.effect_key AS e_effect_key,
 	e.status AS e_status, e.attempt AS e_attempt, e.created_at AS e_created_at,

@@ -22,7 +22,8 @@
 //	runs(run_id STRING(64) PRIMARY KEY, namespace, job, run_key, schedule_time,
 //	     payload_hash, payload, status, attempt, attempt_id, deadline, not_before,
 //	     attempts_made, last_error, created_at, updated_at, completed_at, expire_at,
-//	     history)                                   history: the run's latest events, JSON
+//	     history, result, progress)                 history: the run's latest events, JSON
+//	  (result and progress added by ALTER TABLE, appended to Schema)
 //	  ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))
 //	  runs_by_deadline   NULL_FILTERED INDEX ON runs (deadline)   live runs only
 //	  runs_by_expire_at  INDEX ON runs (expire_at)

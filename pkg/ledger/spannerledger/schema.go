@@ -3,6 +3,8 @@ package spannerledger
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	database "cloud.google.com/go/spanner/admin/database/apiv1"
@@ -62,6 +64,24 @@ var Schema = []string{
 		ref STRING(MAX) NOT NULL
 	) PRIMARY KEY (run_id, name),
 	INTERLEAVE IN PARENT runs ON DELETE CASCADE`,
+	// Columns added since: appended, never folded into the CREATE TABLE above, so that a
+	// database created earlier (or by Terraform, whose ddl list only grows) gets them with
+	// the same statements (Migrate applies those it lacks).
+	`ALTER TABLE runs ADD COLUMN result BYTES(MAX)`,
+	`ALTER TABLE runs ADD COLUMN progress BYTES(MAX)`,
+}
+
+// addedColumns are the ALTER TABLE … ADD COLUMN statements of Schema, by the column they
+// add.
+func addedColumns() map[string]string {
+	out := map[string]string{}
+	for _, s := range Schema {
+		var table, column string
+		if _, err := fmt.Sscanf(s, "ALTER TABLE %s ADD COLUMN %s", &table, &column); err == nil {
+			out[table+"."+column] = s
+		}
+	}
+	return out
 }
 
 // Migrate creates the ledger's tables in the database db
@@ -76,8 +96,11 @@ var Schema = []string{
 // and reports success.
 func Migrate(ctx context.Context, admin *database.DatabaseAdminClient, db string) (bool, error) {
 	exists, err := hasLedgerTables(ctx, admin, db)
-	if err != nil || exists {
+	if err != nil {
 		return false, err
+	}
+	if exists {
+		return false, addMissingColumns(ctx, admin, db)
 	}
 	op, err := admin.UpdateDatabaseDdl(ctx, &databasepb.UpdateDatabaseDdlRequest{Database: db, Statements: Schema})
 	if err == nil {
@@ -99,6 +122,61 @@ func Migrate(ctx context.Context, admin *database.DatabaseAdminClient, db string
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// addMissingColumns applies the ADD COLUMN statements of Schema whose column the
+// database's tables lack (a database created by an earlier Schema). Instances that
+// start together may both try; a loser finds the column there.
+func addMissingColumns(ctx context.Context, admin *database.DatabaseAdminClient, db string) error {
+	ddl, err := admin.GetDatabaseDdl(ctx, &databasepb.GetDatabaseDdlRequest{Database: db})
+	if err != nil {
+		return interpretError("read the schema of "+db, err)
+	}
+	var missing []string
+	for key, stmt := range addedColumns() {
+		table, column, _ := strings.Cut(key, ".")
+		if !hasColumn(ddl.Statements, table, column) {
+			missing = append(missing, stmt)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	sort.Strings(missing)
+	op, err := admin.UpdateDatabaseDdl(ctx, &databasepb.UpdateDatabaseDdlRequest{Database: db, Statements: missing})
+	if err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		if again, rerr := admin.GetDatabaseDdl(ctx, &databasepb.GetDatabaseDdlRequest{Database: db}); rerr == nil {
+			done := true
+			for key := range addedColumns() {
+				table, column, _ := strings.Cut(key, ".")
+				done = done && hasColumn(again.Statements, table, column)
+			}
+			if done {
+				return nil // another instance added them
+			}
+		}
+		return fmt.Errorf("spannerledger: add the columns %q to %s: %w", missing, db, err)
+	}
+	return nil
+}
+
+// hasColumn reports whether the CREATE TABLE statement of table among ddl (as Spanner
+// returns it: one column per line) has column.
+func hasColumn(ddl []string, table, column string) bool {
+	for _, s := range ddl {
+		if !hasTable(s, table) {
+			continue
+		}
+		for _, line := range strings.Split(s, "\n") {
+			if f := strings.Fields(strings.TrimSpace(line)); len(f) > 0 && f[0] == column {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // migrateWait bounds how long Migrate waits for another instance's schema change.

@@ -25,6 +25,7 @@ import (
 	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/ledgertest"
+	"github.com/runonce/runonce/pkg/worker/workertest"
 )
 
 const (
@@ -207,6 +208,42 @@ func TestURL(t *testing.T) {
 			t.Fatalf("Get after Migrate = %v, want ErrNotFound", err)
 		}
 	})
+	t.Run("AddsTheColumnsAnEarlierSchemaLacks", func(t *testing.T) {
+		db := newDatabase(t, true)
+		admin := adminClient(t)
+		var earlier []string // Schema before its ADD COLUMN statements
+		for _, stmt := range Schema {
+			if !strings.HasPrefix(stmt, "ALTER TABLE") {
+				earlier = append(earlier, stmt)
+			}
+		}
+		op, err := admin.UpdateDatabaseDdl(ctx, &databasepb.UpdateDatabaseDdlRequest{Database: db, Statements: earlier})
+		if err == nil {
+			err = op.Wait(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // the second finds nothing to add
+			if created, err := Migrate(ctx, admin, db); err != nil || created {
+				t.Fatalf("Migrate of a database with the tables = %v, %v; want the columns added, no tables created", created, err)
+			}
+		}
+		l, err := ledger.Open(ctx, "spanner://"+db+"?migrate=false")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		id := ledger.KeyedRunID("u", "j", "k")
+		res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, PayloadHash: ledger.PayloadHash(nil)}, AttemptID: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := ledger.Fence{RunID: id, Attempt: res.Run.Attempt, AttemptID: "a"}
+		if r, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f, Result: []byte(`1`), Progress: []byte(`2`)}); err != nil || string(r.Result) != "1" || string(r.Progress) != "2" {
+			t.Fatalf("Complete with a result and progress on the upgraded database = %v, %v", r, err)
+		}
+	})
 	for _, bad := range []struct{ url, want string }{
 		{"spanner://projects/p/instances/i", "names no database"},
 		{"spanner://projects/p/instances/i/databases/d?migrate=perhaps", "migrate"},
@@ -253,7 +290,7 @@ func rawInsert(ctx context.Context, l *Ledger, id ledger.Identity) error {
 	now := time.Now()
 	_, err := l.client.Apply(ctx, []*spanner.Mutation{spanner.Insert("runs", runColumns, []any{
 		id.RunID, id.Namespace, id.Job, id.Key, id.ScheduleTime, id.PayloadHash, id.Payload, "queued", int64(0),
-		uuid.NewString(), now.Add(5 * time.Minute), nil, int64(0), "", now, now, nil, now.Add(ledger.DefaultRetention),
+		uuid.NewString(), now.Add(5 * time.Minute), nil, int64(0), "", now, now, nil, now.Add(ledger.DefaultRetention), []byte(nil), []byte(nil),
 	})}, spanner.ApplyAtLeastOnce())
 	return err
 }
@@ -442,3 +479,8 @@ func TestMustExistAgainstSweep(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkBatch measures a run of 10,000 items through worker.Batch beside the same
+// items as one worker.Effect each (the raw effect write), on this backend: items/s and
+// ledger writes per item (workertest.BenchmarkBatch).
+func BenchmarkBatch(b *testing.B) { workertest.BenchmarkBatch(b, harness().Open) }

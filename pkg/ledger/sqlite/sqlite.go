@@ -209,11 +209,11 @@ func (l *Ledger) now(override time.Time) time.Time {
 }
 
 const runColumns = `run_id, namespace, job, key, schedule_time, status, attempt, attempt_id, deadline,
-	not_before, payload_hash, payload, attempts_made, last_error, created_at, updated_at, completed_at, expire_at, history`
+	not_before, payload_hash, payload, attempts_made, last_error, created_at, updated_at, completed_at, expire_at, history, result, progress`
 
 // listColumns are runColumns without the payload and the history, which List leaves out.
 const listColumns = `run_id, namespace, job, key, schedule_time, status, attempt, attempt_id, deadline,
-	not_before, payload_hash, x'', attempts_made, last_error, created_at, updated_at, completed_at, expire_at, ''`
+	not_before, payload_hash, x'', attempts_made, last_error, created_at, updated_at, completed_at, expire_at, '', result, progress`
 
 type scanner interface{ Scan(...any) error }
 
@@ -222,13 +222,20 @@ func scanRun(s scanner) (*ledger.Run, error) {
 	var sched, deadline, notBefore, created, updated, completed, expire int64
 	var status, history string
 	if err := s.Scan(&r.ID, &r.Namespace, &r.Job, &r.Key, &sched, &status, &r.Attempt, &r.AttemptID, &deadline,
-		&notBefore, &r.PayloadHash, &r.Payload, &r.AttemptsMade, &r.LastError, &created, &updated, &completed, &expire, &history); err != nil {
+		&notBefore, &r.PayloadHash, &r.Payload, &r.AttemptsMade, &r.LastError, &created, &updated, &completed, &expire, &history,
+		&r.Result, &r.Progress); err != nil {
 		return nil, err
 	}
 	if history != "" {
 		if err := json.Unmarshal([]byte(history), &r.History); err != nil {
 			return nil, fmt.Errorf("run %s: history: %w", r.ID, err)
 		}
+	}
+	if len(r.Result) == 0 {
+		r.Result = nil
+	}
+	if len(r.Progress) == 0 {
+		r.Progress = nil
 	}
 	r.Status = ledger.Status(status)
 	r.ScheduleTime, r.Deadline, r.NotBefore = fromMicros(sched), fromMicros(deadline), fromMicros(notBefore)
@@ -273,11 +280,19 @@ func putRun(ctx context.Context, tx *sql.Tx, r *ledger.Run) error {
 		}
 		history = string(b)
 	}
-	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO runs ("+runColumns+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO runs ("+runColumns+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
 		r.ID, r.Namespace, r.Job, r.Key, micros(r.ScheduleTime), string(r.Status), r.Attempt, r.AttemptID, micros(r.Deadline),
 		micros(r.NotBefore), r.PayloadHash, nonNil(r.Payload), r.AttemptsMade, r.LastError, micros(r.CreatedAt), micros(r.UpdatedAt),
-		micros(r.CompletedAt), micros(r.ExpireAt), history)
+		micros(r.CompletedAt), micros(r.ExpireAt), history, nullBytes(r.Result), nullBytes(r.Progress))
 	return err
+}
+
+// nullBytes stores an empty result as NULL.
+func nullBytes(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 const effectColumns = `effect_key, run_id, name, status, attempt, ref, created_at, updated_at, done_at, expire_at`

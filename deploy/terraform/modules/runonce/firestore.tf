@@ -117,10 +117,10 @@ resource "google_firestore_index" "effects_of_run" {
   }
 }
 
-# The payload and the history are read with their run, never queried: no index entries
+# The payload, the history, the result and the progress are read with their run, never queried: no index entries
 # for them (an index entry holds at most 1,500 bytes, and each would cost a write).
 resource "google_firestore_field" "unindexed" {
-  for_each = local.firestore ? toset(["payload", "history"]) : toset([])
+  for_each = local.firestore ? toset(["payload", "history", "result", "progress"]) : toset([])
 
   project    = var.project_id
   database   = local.database_name

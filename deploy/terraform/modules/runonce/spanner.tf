@@ -38,6 +38,10 @@ resource "google_spanner_database" "ledger" {
     "CREATE INDEX runs_by_updated ON runs (updated_at DESC)",
     "CREATE INDEX runs_by_status_updated ON runs (status, updated_at DESC)",
     "CREATE TABLE effects (run_id STRING(64) NOT NULL, name STRING(MAX) NOT NULL, effect_key STRING(64) NOT NULL, status STRING(16) NOT NULL, attempt INT64 NOT NULL, created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL, done_at TIMESTAMP, expire_at TIMESTAMP NOT NULL, ref STRING(MAX) NOT NULL) PRIMARY KEY (run_id, name), INTERLEAVE IN PARENT runs ON DELETE CASCADE",
+    # Columns added since are appended, never folded into the statements above: Terraform
+    # applies appended statements in place, and would replace the database for a changed one.
+    "ALTER TABLE runs ADD COLUMN result BYTES(MAX)",
+    "ALTER TABLE runs ADD COLUMN progress BYTES(MAX)",
   ]
   deletion_protection = var.deletion_protection
 }
