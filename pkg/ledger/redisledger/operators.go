@@ -96,11 +96,11 @@ const (
 	listCalls  = 10
 )
 
-// listedFields are the fields List reads: every field of a run but its payload (and
-// effects).
+// listedFields are the fields List reads: every field of a run but its payload, its
+// history (and its effects).
 var listedFields = []string{"id", "namespace", "job", "key", "schedule_time", "payload_hash", "status", "attempt",
-	"attempt_id", "deadline", "not_before", "attempts_made", "last_error", "created_at", "updated_at", "completed_at",
-	"expire_at"}
+	"attempt_id", "deadline", "not_before", "attempts_made", "last_error", "result", "progress", "created_at",
+	"updated_at", "completed_at", "expire_at"}
 
 // listIndex is the listing index a listing walks (see the scripts' keys): the one of its
 // order (created or updated) led by its equality filter when there is one (the same set

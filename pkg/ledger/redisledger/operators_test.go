@@ -292,6 +292,32 @@ func TestListDropsStaleEntries(t *testing.T) {
 	}
 }
 
+// TestListAnswersResultAndProgress: a listed run carries what the memory ledger's does
+// (every field but its payload and history), its result and progress included.
+func TestListAnswersResultAndProgress(t *testing.T) {
+	t.Parallel()
+	l := openTest(t, nil)
+	ctx := t.Context()
+	id := ledger.KeyedRunID("listed", "job", uuid.NewString())
+	a, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, Job: "listed", Payload: []byte(`{"n":1}`)},
+		AttemptID: "w", Worker: "host", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := ledger.Fence{RunID: id, Attempt: a.Run.Attempt, AttemptID: a.Run.AttemptID}
+	if _, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f, Result: []byte(`{"sent":3}`), Progress: []byte(`{"done":3}`)}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := l.List(ctx, &ledger.ListParams{Job: "listed"})
+	if err != nil || len(res.Runs) != 1 {
+		t.Fatalf("List = %+v, %v; want the run", res, err)
+	}
+	r := res.Runs[0]
+	if string(r.Result) != `{"sent":3}` || string(r.Progress) != `{"done":3}` || r.Payload != nil || r.History != nil || r.Status != ledger.StatusCompleted {
+		t.Fatalf("listed run: result %s, progress %s, payload %q, history %v, status %s", r.Result, r.Progress, r.Payload, r.History, r.Status)
+	}
+}
+
 // TestListPagesThroughEqualTimesAndShortReads: runs created in the same microsecond are
 // each listed once, in descending run ID order, across pages; and a listing whose filter
 // the index does not serve, with its reads bounded below what it must skip, ends its
