@@ -393,7 +393,7 @@ func BenchmarkListVsRaw(b *testing.B) {
 		}
 	}
 	raw := func() error {
-		ids, err := l.rdb.ZRevRange(ctx, l.o.Prefix+"list:created:job:job", 0, page).Result()
+		ids, err := l.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: l.o.Prefix + "list:created:job:job", Start: 0, Stop: page, Rev: true}).Result()
 		if err != nil {
 			return err
 		}
