@@ -17,8 +17,9 @@
 // The client is github.com/redis/go-redis/v9: Redis's own client, which parses both URL
 // schemes, runs a script with EVALSHA and falls back to EVAL when the server lost its
 // script cache (a restart, a failover), and has a Sentinel client for failover setups.
-// valkey-go is faster under heavy pipelining, but every transition here is one script
-// call whose latency is the round trip, where the two clients do alike.
+// valkey-go is faster under heavy pipelining, but every transition of the ingress and the
+// worker here is one script call whose latency is the round trip, where the two clients
+// do alike.
 //
 // # Records
 //
