@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/runonce/runonce/pkg/ledger"
@@ -131,20 +132,16 @@ func decodeEffect(m map[string]string) (*ledger.Effect, error) {
 	return e, nil
 }
 
-// decodeHistory decodes a run's history list: one ledger.Event JSON an item.
-func decodeHistory(v any) ([]ledger.Event, error) {
-	items, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("a history is a %T, not a list", v)
-	}
-	if len(items) == 0 {
+// decodeHistory decodes a run's history field: one ledger.Event JSON a line.
+func decodeHistory(h string) ([]ledger.Event, error) {
+	lines := strings.Split(strings.TrimSuffix(h, "\n"), "\n")
+	if h == "" {
 		return nil, nil
 	}
-	out := make([]ledger.Event, len(items))
-	for i, it := range items {
-		s, _ := it.(string)
-		if err := json.Unmarshal([]byte(s), &out[i]); err != nil {
-			return nil, fmt.Errorf("history event %d %q: %w", i, s, err)
+	out := make([]ledger.Event, len(lines))
+	for i, line := range lines {
+		if err := json.Unmarshal([]byte(line), &out[i]); err != nil {
+			return nil, fmt.Errorf("history event %d %q: %w", i, line, err)
 		}
 	}
 	return out, nil

@@ -17,8 +17,9 @@
 // The client is github.com/redis/go-redis/v9: Redis's own client, which parses both URL
 // schemes, runs a script with EVALSHA and falls back to EVAL when the server lost its
 // script cache (a restart, a failover), and has a Sentinel client for failover setups.
-// valkey-go is faster under heavy pipelining, but every transition here is one script
-// call whose latency is the round trip, where the two clients do alike.
+// valkey-go is faster under heavy pipelining, but every transition of the ingress and the
+// worker here is one script call whose latency is the round trip, where the two clients
+// do alike.
 //
 // # Records
 //
@@ -34,18 +35,19 @@
 // (queued or running) runs scored by deadline, for ListRescue; PREFIX+"expire" holds
 // every record scored by expire_at, for Sweep.
 //
-// A run's history is a list PREFIX+"hist:"+RUNID of ledger.Event JSON, oldest first:
-// every script that changes the run's state appends the events driver.Record would
-// (texts clipped as driver.ClipText does) and trims the list to the latest
-// ledger.MaxHistory; it expires with the run. Six sorted sets of run IDs serve List,
-// the same index set as the other backends': PREFIX+"list:created",
-// "list:created:status:"+STATUS, "list:created:job:"+JOB and "list:created:ns:"+NAMESPACE
-// scored by created_at, "list:updated" and "list:updated:status:"+STATUS scored by
-// updated_at; PREFIX+"names" holds each indexed run's job and namespace, by which an
-// expired run's entries are found again. Every script touches a record and these
-// indexes together, so the backend needs one primary (a standalone server, a
-// primary-with-replicas instance, Sentinel): Redis Cluster, and Memorystore's cluster
-// mode, are not supported.
+// A run's history is its hash's field history, one ledger.Event JSON a line, oldest
+// first: every script that changes the run's state appends the events driver.Record
+// would (texts clipped as driver.ClipText does) and keeps the latest ledger.MaxHistory;
+// it lives and expires with the run, and the scripts answer a run without it. (A list
+// key of its own made a new run's claim about a fifth slower at one goroutine: a second
+// key to create and expire.) Six sorted sets of run IDs serve List, the same index set
+// as the other backends': PREFIX+"list:created", "list:created:status:"+STATUS,
+// "list:created:job:"+JOB and "list:created:ns:"+NAMESPACE scored by created_at,
+// "list:updated" and "list:updated:status:"+STATUS scored by updated_at; PREFIX+"names"
+// holds each indexed run's job and namespace, by which an expired run's entries are
+// found again. Every script touches a record and these indexes together, so the backend
+// needs one primary (a standalone server, a primary-with-replicas instance, Sentinel):
+// Redis Cluster, and Memorystore's cluster mode, are not supported.
 //
 // # What each operation costs, and how it is fenced
 //
@@ -60,8 +62,8 @@
 // the claim's attempt ID) and writes only when it holds. When a script wrote nothing it
 // answers the record as it stands with the server's time, and the verdict (an idempotent
 // repeat, ErrLeaseLost with what the record holds, Held until …, Terminal) is taken by the
-// pure rules of package ledger over that record, so the two cannot disagree. Get is one
-// script that reads the run and its history; GetEffect one HGETALL.
+// pure rules of package ledger over that record, so the two cannot disagree. Get (the
+// run with its history) and GetEffect are one HGETALL.
 //
 // # The operators' methods
 //
@@ -93,13 +95,13 @@
 // Every write of a run sets its ExpireAt to the retention after the latest of now, its
 // deadline and its not-before (driver.ExpiryOf; a renewal never moves it back), and sets
 // the record's key to expire (PEXPIREAT) at its ExpireAt plus Options.Grace (1h by
-// default), so Redis deletes old records by itself: no sweeper is needed; a run's
-// history expires with it. Each new run's claim also drops up to ten expiry-index
-// entries older than the grace (their keys have expired), with an expired run's listing
-// entries and names entry, so the indexes do not grow either (a run whose key has not
-// expired yet is filed again, to be looked at a grace later). Sweep deletes records past
-// ExpireAt sooner, through the expiry index, with a run's history and listing entries. A
-// record past ExpireAt still deduplicates until one of the two deletes it.
+// default), so Redis deletes old records by itself: no sweeper is needed. Each new run's
+// claim also drops up to ten expiry-index entries older than the grace (their keys have
+// expired), with an expired run's listing entries and names entry, so the indexes do not
+// grow either (a run whose key has not expired yet is filed again, to be looked at a
+// grace later). Sweep deletes records past ExpireAt sooner, through the expiry index,
+// with a run's listing entries. A record past ExpireAt still deduplicates until one of
+// the two deletes it.
 //
 // # Durability: what is guaranteed, under which settings
 //
@@ -135,14 +137,27 @@
 //
 //	go test -run '^$' -bench 'BenchmarkClaimVsRaw|BenchmarkLedger' -benchtime=4000x ./pkg/ledger/redisledger
 //
-// a new run's claim ran at 2,879, 7,784 and 16,140 claims/s at 1, 8 and 32 goroutines,
-// 0.73, 0.65 and 0.48 of one raw HSET of the same fields measured in alternating rounds
-// in the same run (3,956, 11,955 and 33,508/s; earlier runs: 0.86, 0.67, 0.49 and 0.75,
-// 0.68, 0.57): the script also files the run in both indexes and sets its expiry, and at
-// 32 goroutines the scripts, which Redis runs one at a time, are the limit. Claim p50
-// 0.30 to 0.37 ms at one goroutine; a duplicate, which writes nothing and waits for no
-// fsync, p50 0.07 to 0.08 ms; acquire, renew and complete p50 0.26 to 0.33 ms. Over a network add one round trip to
-// each.
+// a new run's claim, before the history and the listing indexes, ran at 2,879, 7,784 and
+// 16,140 claims/s at 1, 8 and 32 goroutines, 0.73, 0.65 and 0.48 of one raw HSET of the
+// same fields measured in alternating rounds in the same run (3,956, 11,955 and
+// 33,508/s; earlier runs: 0.86, 0.67, 0.49 and 0.75, 0.68, 0.57): the script also files
+// the run in both indexes and sets its expiry, and at 32 goroutines the scripts, which
+// Redis runs one at a time, are the limit. Claim p50 0.30 to 0.37 ms at one goroutine; a
+// duplicate, which writes nothing and waits for no fsync, p50 0.07 to 0.08 ms; acquire,
+// renew and complete p50 0.26 to 0.33 ms. Over a network add one round trip to each.
+//
+// The history costs the claim nothing measurable (it is one more field of the HSET); the
+// six listing indexes and the names entry cost it about a sixth of its rate. Measured on
+// the same machine loaded by other work (absolute rates 3 to 10 times lower than above,
+// and as variable from run to run), the claim script before them and the one after,
+// alternating rounds on one client, the new one ran at 1.02, 0.69 and 0.88, then 0.75,
+// 0.85 and 0.91, then 0.81, 0.82 and 0.76 of the old one's rate at 1, 8 and 32
+// goroutines; the command above gave claim/raw 0.59, 0.54, 0.57 and 0.84, 0.61, 0.48
+// after, 0.76, 0.92, 0.53 and 0.57, 0.49, 0.50 before, in alternating runs. A page of 50
+// runs of one job (of 2,000) through List ran at 0.49 to 0.54 of the raw reads a client
+// would make for it (ZREVRANGE, then a pipeline of HMGET):
+//
+//	go test -run '^$' -bench BenchmarkListVsRaw -benchtime=2000x ./pkg/ledger/redisledger
 //
 // On Google Cloud, use Memorystore for Valkey with cluster mode disabled, AOF persistence
 // with appendfsync always, and a replica (high availability) with wait=1; Open reads

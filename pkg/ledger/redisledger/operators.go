@@ -96,30 +96,37 @@ const (
 	listCalls  = 10
 )
 
-// listedFields are the fields List reads: every field of a run but its payload (and
-// effects).
+// listedFields are the fields List reads: every field of a run but its payload, its
+// history (and its effects).
 var listedFields = []string{"id", "namespace", "job", "key", "schedule_time", "payload_hash", "status", "attempt",
-	"attempt_id", "deadline", "not_before", "attempts_made", "last_error", "created_at", "updated_at", "completed_at",
-	"expire_at"}
+	"attempt_id", "deadline", "not_before", "attempts_made", "last_error", "result", "progress", "created_at",
+	"updated_at", "completed_at", "expire_at"}
 
 // listIndex is the listing index a listing walks (see the scripts' keys): the one of its
 // order (created or updated) led by its equality filter when there is one (the same set
-// as the other backends'), with the filter's slot in the list script's (status, job,
-// namespace) and its value.
-func listIndex(p *ledger.ListParams) (name, slot, value string) {
+// as the other backends'), with the filter's field and value.
+func listIndex(p *ledger.ListParams) (name, field, value string) {
 	col := "created"
 	if p.ByUpdated() {
 		col = "updated"
 	}
 	switch {
 	case p.Status != "":
-		return col + ":status:" + string(p.Status), "1", string(p.Status)
+		return col + ":status:" + string(p.Status), "status", string(p.Status)
 	case p.Job != "" && col == "created":
-		return "created:job:" + p.Job, "2", p.Job
+		return "created:job:" + p.Job, "job", p.Job
 	case p.Namespace != "" && col == "created":
-		return "created:ns:" + p.Namespace, "3", p.Namespace
+		return "created:ns:" + p.Namespace, "namespace", p.Namespace
 	}
 	return col, "", ""
+}
+
+// listedAt is the list script's position (from 1) of a listed field, "" for none.
+func listedAt(field string) string {
+	if i := slices.Index(listedFields, field); i >= 0 {
+		return strconv.Itoa(i + 1)
+	}
+	return ""
 }
 
 func scoreArg(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
@@ -132,7 +139,7 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 	if err != nil {
 		return nil, err
 	}
-	index, slot, value := listIndex(p)
+	index, filter, value := listIndex(p)
 	field, after, before := "created_at", driver.Micros(p.CreatedAfter), driver.Micros(p.CreatedBefore)
 	if p.ByUpdated() {
 		field, after, before = "updated_at", driver.Micros(p.UpdatedAfter), driver.Micros(p.UpdatedBefore)
@@ -157,8 +164,9 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 		if at.RunID != "" {
 			posScore = scoreArg(at.At)
 		}
-		args := []any{hi(at), lo, posScore, at.RunID, size + 1 - len(runs), l.listBudget, slot, value, field,
-			string(p.Status), p.Job, p.Namespace, l.o.Prefix + "run:"}
+		args := []any{hi(at), lo, posScore, at.RunID, size + 1 - len(runs), l.listBudget, listedAt(filter), value,
+			listedAt(field), string(p.Status), p.Job, p.Namespace, l.o.Prefix + "run:", listedAt("status"), listedAt("job"),
+			listedAt("namespace")}
 		for _, f := range listedFields {
 			args = append(args, f)
 		}

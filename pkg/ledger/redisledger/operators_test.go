@@ -2,6 +2,7 @@ package redisledger
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -184,9 +185,9 @@ func listKeys(t *testing.T, l *Ledger) map[string]int64 {
 	return out
 }
 
-// TestSweepTakesHistoryAndListing: a swept run leaves no history and no entry in any
-// listing index.
-func TestSweepTakesHistoryAndListing(t *testing.T) {
+// TestSweepTakesTheListingEntries: a swept run leaves no entry in any listing index nor
+// in the names.
+func TestSweepTakesTheListingEntries(t *testing.T) {
 	t.Parallel()
 	l := openTest(t, nil)
 	ctx := t.Context()
@@ -210,8 +211,8 @@ func TestSweepTakesHistoryAndListing(t *testing.T) {
 	if got := listKeys(t, l); len(got) != 0 {
 		t.Fatalf("after the sweep the listing indexes hold %v, want nothing", got)
 	}
-	if n, err := l.rdb.Exists(ctx, l.historyKey(id), l.o.Prefix+"names").Result(); err != nil || n != 0 {
-		t.Fatalf("after the sweep %d of the history and the names are left (%v), want none", n, err)
+	if n, err := l.rdb.Exists(ctx, l.runKey(id), l.o.Prefix+"names").Result(); err != nil || n != 0 {
+		t.Fatalf("after the sweep %d of the run and the names are left (%v), want none", n, err)
 	}
 }
 
@@ -291,6 +292,32 @@ func TestListDropsStaleEntries(t *testing.T) {
 	}
 }
 
+// TestListAnswersResultAndProgress: a listed run carries what the memory ledger's does
+// (every field but its payload and history), its result and progress included.
+func TestListAnswersResultAndProgress(t *testing.T) {
+	t.Parallel()
+	l := openTest(t, nil)
+	ctx := t.Context()
+	id := ledger.KeyedRunID("listed", "job", uuid.NewString())
+	a, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, Job: "listed", Payload: []byte(`{"n":1}`)},
+		AttemptID: "w", Worker: "host", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := ledger.Fence{RunID: id, Attempt: a.Run.Attempt, AttemptID: a.Run.AttemptID}
+	if _, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f, Result: []byte(`{"sent":3}`), Progress: []byte(`{"done":3}`)}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := l.List(ctx, &ledger.ListParams{Job: "listed"})
+	if err != nil || len(res.Runs) != 1 {
+		t.Fatalf("List = %+v, %v; want the run", res, err)
+	}
+	r := res.Runs[0]
+	if string(r.Result) != `{"sent":3}` || string(r.Progress) != `{"done":3}` || r.Payload != nil || r.History != nil || r.Status != ledger.StatusCompleted {
+		t.Fatalf("listed run: result %s, progress %s, payload %q, history %v, status %s", r.Result, r.Progress, r.Payload, r.History, r.Status)
+	}
+}
+
 // TestListPagesThroughEqualTimesAndShortReads: runs created in the same microsecond are
 // each listed once, in descending run ID order, across pages; and a listing whose filter
 // the index does not serve, with its reads bounded below what it must skip, ends its
@@ -348,4 +375,65 @@ func TestListPagesThroughEqualTimesAndShortReads(t *testing.T) {
 
 func redisZ(at time.Time, id string) redis.Z {
 	return redis.Z{Score: float64(at.UnixMicro()), Member: id}
+}
+
+// BenchmarkListVsRaw alternates rounds of a page of List (50 runs of one job, of 2,000)
+// and of the raw reads a client would make for it (ZREVRANGE of the job's index, then
+// HMGET of each run's listed fields in one pipeline), and reports each rate and their
+// ratio.
+func BenchmarkListVsRaw(b *testing.B) {
+	const round, runs, page = 100, 2000, 50
+	l := openTest(b, nil)
+	ctx := b.Context()
+	for range runs {
+		id := ledger.KeyedRunID("bench-list", "job", uuid.NewString())
+		if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: id, Job: "job", Namespace: "ns",
+			Payload: make([]byte, 512)}, AttemptID: "a"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	raw := func() error {
+		ids, err := l.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: l.o.Prefix + "list:created:job:job", Start: 0, Stop: page, Rev: true}).Result()
+		if err != nil {
+			return err
+		}
+		pipe := l.rdb.Pipeline()
+		for _, id := range ids {
+			pipe.HMGet(ctx, l.runKey(id), listedFields...)
+		}
+		_, err = pipe.Exec(ctx)
+		return err
+	}
+	list := func() error {
+		res, err := l.List(ctx, &ledger.ListParams{Job: "job", PageSize: page})
+		if err == nil && len(res.Runs) != page {
+			err = fmt.Errorf("a page of %d runs, want %d", len(res.Runs), page)
+		}
+		return err
+	}
+	var rawTime, listTime time.Duration
+	var rawOps, listOps int
+	timed := func(ops int, op func() error) time.Duration {
+		start := time.Now()
+		for range ops {
+			if err := op(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	b.ResetTimer()
+	for done := 0; done < b.N; done += round {
+		ops := min(round, b.N-done)
+		rawTime += timed(ops, raw)
+		rawOps += ops
+		listTime += timed(ops, list)
+		listOps += ops
+	}
+	b.StopTimer()
+	r := float64(rawOps) / rawTime.Seconds()
+	ls := float64(listOps) / listTime.Seconds()
+	b.ReportMetric(r, "raw-pages/s")
+	b.ReportMetric(ls, "list-pages/s")
+	b.ReportMetric(ls/r, "list/raw")
 }

@@ -24,7 +24,6 @@ func retention(d time.Duration) time.Duration { return cmp.Or(d, ledger.DefaultR
 func (l *Ledger) runKey(id string) string     { return l.o.Prefix + "run:" + id }
 func (l *Ledger) effectKey(key string) string { return l.o.Prefix + "eff:" + key }
 func (l *Ledger) effectPrefix() string        { return l.o.Prefix + "eff:" }
-func (l *Ledger) historyKey(id string) string { return l.o.Prefix + "hist:" + id }
 func (l *Ledger) grace() string               { return strconv.FormatInt(l.o.Grace.Milliseconds(), 10) }
 
 // answer is a script's reply: whether it wrote, the server's time it used, the run and
@@ -297,9 +296,14 @@ func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Ru
 		})
 }
 
-// Get implements ledger.Ledger with one script that reads the run and its history.
+// Get implements ledger.Ledger with one HGETALL: the run's hash holds its history.
 func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
-	r, _, _, err := l.read(ctx, "get run "+p.RunID, p.RunID, time.Time{})
+	what := "get run " + p.RunID
+	m, err := l.rdb.HGetAll(ctx, l.runKey(p.RunID)).Result()
+	if err != nil {
+		return nil, interpretError(what, err)
+	}
+	r, err := decodeRunWithHistory(what, m)
 	if err != nil {
 		return nil, err
 	}
@@ -309,15 +313,27 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 	return r, nil
 }
 
+// decodeRunWithHistory is decodeRun with the run's history.
+func decodeRunWithHistory(op string, m map[string]string) (*ledger.Run, error) {
+	r, err := decodeRun(m)
+	if err != nil || r == nil {
+		return r, err
+	}
+	if r.History, err = decodeHistory(m["history"]); err != nil {
+		return nil, fmt.Errorf("redisledger: %s: %w", op, err)
+	}
+	return r, nil
+}
+
 // read returns run id with its history (nil when absent), its fields as stored, and the
 // server's time (override when set), as of one moment.
 func (l *Ledger) read(ctx context.Context, op, id string, override time.Time) (*ledger.Run, map[string]string, time.Time, error) {
-	v, err := getScript.Run(ctx, l.rdb, []string{l.runKey(id), l.historyKey(id)}, timeArg(override)).Result()
+	v, err := getScript.Run(ctx, l.rdb, []string{l.runKey(id)}, timeArg(override)).Result()
 	if err != nil {
 		return nil, nil, time.Time{}, interpretError(op, err)
 	}
 	items, ok := v.([]any)
-	if !ok || len(items) != 3 {
+	if !ok || len(items) != 2 {
 		return nil, nil, time.Time{}, fmt.Errorf("redisledger: %s: unexpected answer %v", op, v)
 	}
 	now, err := parseTime(fmt.Sprint(items[0]))
@@ -328,12 +344,9 @@ func (l *Ledger) read(ctx context.Context, op, id string, override time.Time) (*
 	if err != nil {
 		return nil, nil, time.Time{}, fmt.Errorf("redisledger: %s: %w", op, err)
 	}
-	r, err := decodeRun(m)
-	if err != nil || r == nil {
-		return nil, nil, now, err
-	}
-	if r.History, err = decodeHistory(items[2]); err != nil {
-		return nil, nil, time.Time{}, fmt.Errorf("redisledger: %s: %w", op, err)
+	r, err := decodeRunWithHistory(op, m)
+	if err != nil {
+		return nil, nil, time.Time{}, err
 	}
 	return r, m, now, nil
 }

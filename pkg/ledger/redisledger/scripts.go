@@ -21,13 +21,14 @@ import (
 // Keys: KEYS[1] is the run's hash, KEYS[2] the rescue index (a sorted set of live run IDs
 // scored by deadline), KEYS[3] the expiry index (a sorted set of "r:RUNID" and
 // "e:EFFECTKEY" scored by expire_at); the effect scripts add KEYS[4], the effect's hash.
-// The last ARGV of every script that writes a run is the ledger's key prefix P, under
-// which it finds the run's other keys: its history P.."hist:"..RUNID (a list of
-// ledger.Event JSON, oldest first, the latest ledger.MaxHistory kept), its effects
-// P.."eff:"..EFFECTKEY, the listing indexes P.."list:"..NAME (sorted sets of run IDs
-// scored by created_at or updated_at: created, created:status:S, created:job:J,
-// created:ns:N, updated, updated:status:S) and P.."names", a hash of each indexed run's
-// job and namespace, by which an expired run's entries are found again to drop them.
+// A run's history is its hash's field history: one ledger.Event JSON a line, oldest
+// first, the latest ledger.MaxHistory kept; the scripts answer a run without it (Get
+// reads it). The last ARGV of every script that writes a run is the ledger's key prefix
+// P, under which it finds the run's other keys: its effects P.."eff:"..EFFECTKEY, the
+// listing indexes P.."list:"..NAME (sorted sets of run IDs scored by created_at or
+// updated_at: created, created:status:S, created:job:J, created:ns:N, updated,
+// updated:status:S) and P.."names", a hash of each indexed run's job and namespace, by
+// which an expired run's entries are found again to drop them.
 var prelude = `
 local MAX_HISTORY = ` + strconv.Itoa(ledger.MaxHistory) + `
 local MAX_TEXT = ` + strconv.Itoa(ledger.MaxEventText) + `
@@ -101,6 +102,32 @@ local function event(now, kind, attempt, text, worker)
   return cjson.encode(e)
 end
 
+-- append returns history h (lines) with events added, the latest MAX_HISTORY kept.
+local function append(h, events)
+  h = (h or '') .. table.concat(events, '\n') .. '\n'
+  local n = 0
+  for _ in string.gmatch(h, '\n') do n = n + 1 end
+  if n > MAX_HISTORY then
+    local pos = 0
+    for _ = 1, n - MAX_HISTORY do pos = string.find(h, '\n', pos + 1, true) end
+    h = string.sub(h, pos + 1)
+  end
+  return h
+end
+
+-- run_fields answers a run's fields (HGETALL's flat list) without its history.
+local function run_fields(key)
+  local h = redis.call('HGETALL', key)
+  for i = 1, #h, 2 do
+    if h[i] == 'history' then
+      table.remove(h, i)
+      table.remove(h, i)
+      break
+    end
+  end
+  return h
+end
+
 -- keep sets the key's expiry to expire_at plus the grace (ms); never in the past of the
 -- server's real clock, so that a record written with a caller's Now in the past lives the
 -- grace too. An effect's key is kept at least as long as its run's (see keep_effect).
@@ -111,10 +138,11 @@ local function keep(key, expire_us, grace_ms)
 end
 
 -- index_run files a run just written at now (its status was old; false when the write
--- created it, and then new holds its created_at, job and namespace) in the rescue,
--- expiry and listing indexes, appends the transition's events to its history, sets its
--- keys' expiry, and keeps each of its effects (the run's 'effects' field lists their
--- keys) at least as long as the run. The script's last ARGV is the ledger's key prefix.
+-- created it, with its history, and then new holds its created_at, job and namespace)
+-- in the rescue, expiry and listing indexes, appends the transition's events to its
+-- history, sets its key's expiry, and keeps each of its effects (the run's 'effects'
+-- field lists their keys) at least as long as the run. The script's last ARGV is the
+-- ledger's key prefix.
 local function index_run(id, old, status, deadline, expire_us, grace_ms, events, now, new)
   local P = ARGV[#ARGV]
   if status == 'queued' or status == 'running' then
@@ -125,7 +153,6 @@ local function index_run(id, old, status, deadline, expire_us, grace_ms, events,
   redis.call('ZADD', KEYS[3], expire_us, 'r:' .. id)
   keep(KEYS[1], expire_us, grace_ms)
   local L = P .. 'list:'
-  local hist = P .. 'hist:' .. id
   local created
   if new then
     created = new[1]
@@ -133,7 +160,6 @@ local function index_run(id, old, status, deadline, expire_us, grace_ms, events,
     redis.call('ZADD', L .. 'created:job:' .. new[2], created, id)
     redis.call('ZADD', L .. 'created:ns:' .. new[3], created, id)
     redis.call('HSET', P .. 'names', id, cjson.encode({new[2], new[3]}))
-    redis.call('DEL', hist)
   end
   if old ~= status then
     if old then
@@ -146,10 +172,8 @@ local function index_run(id, old, status, deadline, expire_us, grace_ms, events,
   redis.call('ZADD', L .. 'updated', fmt(now), id)
   redis.call('ZADD', L .. 'updated:status:' .. status, fmt(now), id)
   if #events > 0 then
-    redis.call('RPUSH', hist, unpack(events))
-    if not new then redis.call('LTRIM', hist, -MAX_HISTORY, -1) end
+    redis.call('HSET', KEYS[1], 'history', append(redis.call('HGET', KEYS[1], 'history'), events))
   end
-  keep(hist, expire_us, grace_ms)
   if new then return end
   local effects = redis.call('HGET', KEYS[1], 'effects')
   if effects then
@@ -165,9 +189,10 @@ local function index_run(id, old, status, deadline, expire_us, grace_ms, events,
   end
 end
 
--- unindex_run drops a deleted (or expired) run's history and its entries in the listing
--- indexes; job and ns are its job and namespace (false when unknown: those two indexes
--- then drop the entry when a listing finds it stale).
+-- unindex_run drops a deleted (or expired) run's entries in the listing indexes and its
+-- names entry; job and ns are its job and namespace, false when unknown: they are then
+-- taken from the names (and without them, those two indexes drop the entry when a
+-- listing finds it stale).
 local function unindex_run(P, id, job, ns)
   local L = P .. 'list:'
   redis.call('ZREM', L .. 'created', id)
@@ -186,15 +211,14 @@ local function unindex_run(P, id, job, ns)
   if job then redis.call('ZREM', L .. 'created:job:' .. job, id) end
   if ns then redis.call('ZREM', L .. 'created:ns:' .. ns, id) end
   redis.call('HDEL', P .. 'names', id)
-  redis.call('DEL', P .. 'hist:' .. id)
 end
 
 -- trim drops up to 10 expiry-index entries older than the grace by the server's real
 -- clock: their keys have expired in Redis (a rewritten record's entry carries its new
--- expire_at), so the index needs no sweeper either; an expired run's listing entries
--- and history go with its entry. A run whose key has not expired yet (it is kept the
--- grace past the real clock of its last write, or expires in the next millisecond) is
--- filed again at the real now, to be looked at once more a grace later.
+-- expire_at), so the index needs no sweeper either; an expired run's listing entries go
+-- with its entry. A run whose key has not expired yet (it is kept the grace past the
+-- real clock of its last write, or expires in the next millisecond) is filed again at
+-- the real now, to be looked at once more a grace later.
 local function trim(grace_ms)
   local P = ARGV[#ARGV]
   local t = redis.call('TIME')
@@ -234,7 +258,7 @@ end
 var claimScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+  return {0, fmt(now), run_fields(KEYS[1])}
 end
 local deadline = now + tonumber(ARGV[10])
 local exp = expiry(now, deadline, 0, tonumber(ARGV[11]))
@@ -242,11 +266,10 @@ redis.call('HSET', KEYS[1], 'id', ARGV[2], 'namespace', ARGV[3], 'job', ARGV[4],
   'schedule_time', ARGV[6], 'payload_hash', ARGV[7], 'payload', ARGV[8], 'status', 'queued',
   'attempt', '0', 'attempt_id', ARGV[9], 'deadline', fmt(deadline), 'not_before', '',
   'attempts_made', '0', 'last_error', '', 'created_at', fmt(now), 'updated_at', fmt(now),
-  'completed_at', '', 'expire_at', fmt(exp))
-index_run(ARGV[2], false, 'queued', deadline, exp, ARGV[12], {event(now, 'claimed', 0)}, now,
-  {fmt(now), ARGV[4], ARGV[3]})
+  'completed_at', '', 'expire_at', fmt(exp), 'history', event(now, 'claimed', 0) .. '\n')
+index_run(ARGV[2], false, 'queued', deadline, exp, ARGV[12], {}, now, {fmt(now), ARGV[4], ARGV[3]})
 trim(ARGV[12])
-return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+return {1, fmt(now), run_fields(KEYS[1])}
 `)
 
 // expedite: ARGV now, id, attempt_id, retention (µs), grace (ms), prefix.
@@ -255,12 +278,12 @@ var expediteScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'not_before')
 if st[1] ~= 'queued' or st[2] ~= '0' or st[3] ~= ARGV[3] then
-  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+  return {0, fmt(now), run_fields(KEYS[1])}
 end
 local exp = expiry(now, now, num(st[4]), tonumber(ARGV[4]))
 redis.call('HSET', KEYS[1], 'deadline', fmt(now), 'updated_at', fmt(now), 'expire_at', fmt(exp))
 index_run(ARGV[2], 'queued', 'queued', now, exp, ARGV[5], {}, now)
-return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+return {1, fmt(now), run_fields(KEYS[1])}
 `)
 
 // acquire: ARGV now, id, namespace, job, key, schedule_time, payload_hash, payload,
@@ -278,22 +301,21 @@ if not status and ARGV[13] == '1' then
   return {0, fmt(now), {}}
 end
 if status and st[6] ~= ARGV[7] then
-  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+  return {0, fmt(now), run_fields(KEYS[1])}
 end
 if not status then
   redis.call('HSET', KEYS[1], 'id', ARGV[2], 'namespace', ARGV[3], 'job', ARGV[4], 'key', ARGV[5],
     'schedule_time', ARGV[6], 'payload_hash', ARGV[7], 'payload', ARGV[8], 'status', 'running',
     'attempt', '1', 'attempt_id', ARGV[9], 'deadline', fmt(deadline), 'not_before', '',
     'attempts_made', '0', 'last_error', '', 'created_at', fmt(now), 'updated_at', fmt(now),
-    'completed_at', '', 'expire_at', fmt(exp))
-  index_run(ARGV[2], false, 'running', deadline, exp, ARGV[12], {event(now, 'started', 1, '', ARGV[14])}, now,
-    {fmt(now), ARGV[4], ARGV[3]})
-  return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+    'completed_at', '', 'expire_at', fmt(exp), 'history', event(now, 'started', 1, '', ARGV[14]) .. '\n')
+  index_run(ARGV[2], false, 'running', deadline, exp, ARGV[12], {}, now, {fmt(now), ARGV[4], ARGV[3]})
+  return {1, fmt(now), run_fields(KEYS[1])}
 end
 if status == 'completed' or status == 'failed' or status == 'cancelled'
   or (status == 'queued' and num(st[2]) > now)
   or (status == 'running' and num(st[3]) >= now) then
-  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+  return {0, fmt(now), run_fields(KEYS[1])}
 end
 local attempt = num(st[4])
 local events = {}
@@ -306,7 +328,7 @@ redis.call('HSET', KEYS[1], 'status', 'running', 'attempt', fmt(attempt + 1), 'a
   'not_before', '', 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
 table.insert(events, event(now, 'started', attempt + 1, '', ARGV[14]))
 index_run(ARGV[2], status, 'running', deadline, exp, ARGV[12], events, now)
-return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+return {1, fmt(now), run_fields(KEYS[1])}
 `)
 
 // renew: ARGV now, id, attempt, attempt_id, lease (µs), retention (µs), grace (ms),
@@ -315,14 +337,14 @@ var renewScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'expire_at', 'not_before')
 if not held(st, ARGV[3], ARGV[4]) then
-  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+  return {0, fmt(now), run_fields(KEYS[1])}
 end
 local deadline = now + tonumber(ARGV[5])
 local exp = math.max(num(st[4]), expiry(now, deadline, num(st[5]), tonumber(ARGV[6])))
 redis.call('HSET', KEYS[1], 'deadline', fmt(deadline), 'updated_at', fmt(now), 'expire_at', fmt(exp))
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'progress', ARGV[8]) end
 index_run(ARGV[2], 'running', 'running', deadline, exp, ARGV[7], {}, now)
-return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+return {1, fmt(now), run_fields(KEYS[1])}
 `)
 
 // finish (complete, fail): ARGV now, id, attempt, attempt_id, status, error, retention
@@ -334,7 +356,7 @@ var finishScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'attempts_made', 'last_error')
 if not held(st, ARGV[3], ARGV[4]) then
-  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+  return {0, fmt(now), run_fields(KEYS[1])}
 end
 local exp = now + tonumber(ARGV[7])
 local last = st[5]
@@ -349,7 +371,7 @@ redis.call('HSET', KEYS[1], 'status', ARGV[5], 'attempts_made', fmt(num(st[4]) +
 local text = ''
 if ARGV[5] == 'failed' then text = last end
 index_run(ARGV[2], 'running', ARGV[5], 0, exp, ARGV[8], {event(now, ARGV[5], tonumber(ARGV[3]), text)}, now)
-return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+return {1, fmt(now), run_fields(KEYS[1])}
 `)
 
 // release: ARGV now, id, attempt, attempt_id, error, retry after (µs, ≥ 0), pickup (µs),
@@ -358,7 +380,7 @@ var releaseScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'attempts_made')
 if not held(st, ARGV[3], ARGV[4]) then
-  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+  return {0, fmt(now), run_fields(KEYS[1])}
 end
 local retry = tonumber(ARGV[6])
 local nb = ''
@@ -370,7 +392,7 @@ redis.call('HSET', KEYS[1], 'status', 'queued', 'attempts_made', fmt(num(st[4]) 
 if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'progress', ARGV[10]) end
 index_run(ARGV[2], 'running', 'queued', deadline, exp, ARGV[9],
   {event(now, 'released', tonumber(ARGV[3]), ARGV[5])}, now)
-return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+return {1, fmt(now), run_fields(KEYS[1])}
 `)
 
 // rescue: ARGV now, id, status, attempt, deadline (µs), pickup (µs), retention (µs),
@@ -381,7 +403,7 @@ local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'deadline', 'attempts_made')
 if st[1] ~= ARGV[3] or st[2] ~= ARGV[4] or st[3] ~= ARGV[5]
   or (st[1] ~= 'queued' and st[1] ~= 'running') or num(st[3]) >= now then
-  return {0, fmt(now), redis.call('HGETALL', KEYS[1])}
+  return {0, fmt(now), run_fields(KEYS[1])}
 end
 local ev = event(now, 'rescued', tonumber(ARGV[4]))
 if st[1] == 'running' then
@@ -394,7 +416,7 @@ local exp = expiry(now, deadline, 0, tonumber(ARGV[7]))
 redis.call('HSET', KEYS[1], 'not_before', '', 'deadline', fmt(deadline), 'updated_at', fmt(now),
   'expire_at', fmt(exp))
 index_run(ARGV[2], st[1], 'queued', deadline, exp, ARGV[9], {ev}, now)
-return {1, fmt(now), redis.call('HGETALL', KEYS[1])}
+return {1, fmt(now), run_fields(KEYS[1])}
 `)
 
 // operate (an operator's retry, cancel or release, decided in Go by the driver's rule):
@@ -419,30 +441,31 @@ index_run(ARGV[1], st[1], ARGV[10], num(ARGV[12]), tonumber(ARGV[18]), ARGV[19],
 return {1}
 `)
 
-// get: KEYS[1] the run, KEYS[2] its history; ARGV now. Answers {now, run fields,
-// history}: the record and its history as of one moment.
+// get: KEYS[1] the run; ARGV now. Answers {now, the run's fields with its history}.
 var getScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])
-return {fmt(now), redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
+return {fmt(now), redis.call('HGETALL', KEYS[1])}
 `)
 
 // list: KEYS[1] a listing index; ARGV max and min score (ZREVRANGEBYSCORE's), the
 // cursor's score and run ID ("" for none: entries at that score with a run ID not below
-// it are skipped), how many runs to find, how many entries to read at most, the index's
-// own filter (its slot in status, job, namespace: "1", "2", "3", "" for none) and value,
-// the order's field (created_at or updated_at), the status, job and namespace filters
-// ("" for none), the run key prefix, then the fields to answer. The entries skipped at
-// the cursor's score do not count as read, so that every call reads past the cursor. Answers {runs (each the
-// fields' values), 1 when the index ran out, the score and run ID of the last entry
-// read}. An entry whose run is gone, or no longer matches the index (an expired run
-// claimed anew), is dropped.
+// it are skipped), how many runs to find, how many entries to read at most, the position
+// among the fields of the index's own filter ("" for none) and its value, the position
+// of the order's field (created_at or updated_at), the status, job and namespace filters
+// ("" for none), the run key prefix, the positions of status, job and namespace, then
+// the fields to answer. Answers {runs (each the fields' values), 1 when the index ran
+// out, the score and run ID of the last entry read}. An entry whose run is gone, or no
+// longer matches the index (an expired run claimed anew), is dropped. The entries
+// skipped at the cursor's score do not count as read, so that every call reads past the
+// cursor.
 var listScript = redis.NewScript(prelude + `
 local want, budget = tonumber(ARGV[5]), tonumber(ARGV[6])
 local pos_s, pos_id = nil, ARGV[4]
 if ARGV[3] ~= '' then pos_s = tonumber(ARGV[3]) end
-local slot = tonumber(ARGV[7])
+local slot, sort = tonumber(ARGV[7]), tonumber(ARGV[9])
+local ps, pj, pn = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
 local fields = {}
-for i = 14, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 17, #ARGV do fields[#fields + 1] = ARGV[i] end
 local out, scanned, off, done = {}, 0, 0, 0
 local last_s, last_id = '', ''
 while #out < want and scanned < budget do
@@ -460,15 +483,14 @@ while #out < want and scanned < budget do
     else
       scanned = scanned + 1
       last_s, last_id = score, id
-      local key = ARGV[13] .. id
-      local f = redis.call('HMGET', key, 'status', 'job', 'namespace', ARGV[9])
-      if not f[1] or (slot and f[slot] ~= ARGV[8]) or num(f[4]) ~= s then
+      local f = redis.call('HMGET', ARGV[13] .. id, unpack(fields))
+      if not f[ps] or (slot and f[slot] ~= ARGV[8]) or num(f[sort]) ~= s then
         redis.call('ZREM', KEYS[1], id)
       else
         off = off + 1
-        if (ARGV[10] == '' or f[1] == ARGV[10]) and (ARGV[11] == '' or f[2] == ARGV[11])
-          and (ARGV[12] == '' or f[3] == ARGV[12]) then
-          out[#out + 1] = redis.call('HMGET', key, unpack(fields))
+        if (ARGV[10] == '' or f[ps] == ARGV[10]) and (ARGV[11] == '' or f[pj] == ARGV[11])
+          and (ARGV[12] == '' or f[pn] == ARGV[12]) then
+          out[#out + 1] = f
           if #out >= want then break end
         end
       end
@@ -499,7 +521,7 @@ local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id')
 local es = redis.call('HMGET', KEYS[4], 'status', 'attempt')
 if not held(st, ARGV[3], ARGV[4]) or es[1] == 'done' then
-  return {0, fmt(now), redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[4]), '0'}
+  return {0, fmt(now), run_fields(KEYS[1]), redis.call('HGETALL', KEYS[4]), '0'}
 end
 local prev = '0'
 if es[1] then
@@ -525,7 +547,7 @@ local now = now_us(ARGV[1])
 local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id')
 local es = redis.call('HMGET', KEYS[4], 'status', 'attempt')
 if not held(st, ARGV[3], ARGV[4]) or es[1] ~= 'pending' or es[2] ~= ARGV[3] then
-  return {0, fmt(now), redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[4])}
+  return {0, fmt(now), run_fields(KEYS[1]), redis.call('HGETALL', KEYS[4])}
 end
 local exp = now + tonumber(ARGV[6])
 redis.call('HSET', KEYS[4], 'status', 'done', 'done_at', fmt(now), 'updated_at', fmt(now),
@@ -542,7 +564,7 @@ local now = now_us(ARGV[1])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now), 'LIMIT', 0, tonumber(ARGV[2]))
 local out = {}
 for _, id in ipairs(ids) do
-  local h = redis.call('HGETALL', ARGV[3] .. id)
+  local h = run_fields(ARGV[3] .. id)
   if #h == 0 then
     redis.call('ZREM', KEYS[1], id)
   else
@@ -553,10 +575,9 @@ return {fmt(now), out}
 `)
 
 // sweep: KEYS[1] the expiry index, KEYS[2] the rescue index; ARGV now, limit, prefix.
-// Deletes records past expire_at (at most limit index entries), with a run's history and
-// listing entries, and answers how many records it deleted; entries whose key Redis
-// already expired are dropped without counting (an expired run's history and listing
-// entries with them). An effect goes only once its run is gone: an expired effect of a
+// Deletes records past expire_at (at most limit index entries), with a run's listing
+// entries, and answers how many records it deleted; entries whose key Redis already
+// expired are dropped without counting (an expired run's listing entries with them). An effect goes only once its run is gone: an expired effect of a
 // run past its own expire_at goes with the run, and one of a live run is filed again
 // under the run's expire_at.
 var sweepScript = redis.NewScript(prelude + `
