@@ -59,7 +59,8 @@ type Subscriber struct {
 	client    *pubsub.Client
 	ownClient bool
 	sub       *pubsub.Subscriber
-	name      string // projects/P/subscriptions/S
+	name      string         // projects/P/subscriptions/S
+	mem       *memSubscriber // when set, receives instead of sub: MemTopic.Subscriber
 }
 
 // OpenSubscriber opens pubsub://PROJECT/SUBSCRIPTION. It honours PUBSUB_EMULATOR_HOST.
@@ -91,7 +92,7 @@ func NewSubscriber(client *pubsub.Client, subscriptionID string, o *SubscriberOp
 	return &Subscriber{client: client, sub: sub, name: name}
 }
 
-// Name returns the subscription's full name.
+// Name returns the subscription's full name (mem://TOPIC/SUBSCRIPTION in process).
 func (s *Subscriber) Name() string { return s.name }
 
 // Received is one delivery of a message. Exactly one of Ack and Nack must be called.
@@ -102,7 +103,8 @@ type Received struct {
 	Err error
 	// ID is Pub/Sub's message ID.
 	ID string
-	// DeliveryAttempt is Pub/Sub's count where a dead-letter policy provides it, else 0.
+	// DeliveryAttempt is Pub/Sub's count where a dead-letter policy provides it, else 0;
+	// a MemTopic always counts.
 	DeliveryAttempt int
 	PublishTime     time.Time
 	ack, nack       func()
@@ -119,6 +121,9 @@ func (r *Received) Nack() { r.nack() }
 // running callbacks at most ShutdownTimeout and returns. Callbacks run concurrently, at
 // most Concurrency at once; the context f gets ends when Receive's does.
 func (s *Subscriber) Receive(ctx context.Context, f func(context.Context, *Received)) error {
+	if s.mem != nil {
+		return s.mem.receive(ctx, f)
+	}
 	err := s.sub.Receive(ctx, func(ctx context.Context, m *pubsub.Message) {
 		r := &Received{ID: m.ID, PublishTime: m.PublishTime, ack: m.Ack, nack: m.Nack}
 		if m.DeliveryAttempt != nil {
@@ -136,6 +141,9 @@ func (s *Subscriber) Receive(ctx context.Context, f func(context.Context, *Recei
 // Retention returns the subscription's message retention (Pub/Sub's default when it
 // sets none): the worker checks the ledger's retention outlasts it.
 func (s *Subscriber) Retention(ctx context.Context) (time.Duration, error) {
+	if s.mem != nil {
+		return s.mem.retention(), nil
+	}
 	sub, err := s.client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: s.name})
 	if err != nil {
 		return 0, fmt.Errorf("%w: subscription %s: %w", ErrUnavailable, s.name, err)
@@ -148,6 +156,9 @@ func (s *Subscriber) Retention(ctx context.Context) (time.Duration, error) {
 
 // Ping checks that the subscription exists and is reachable (for /readyz).
 func (s *Subscriber) Ping(ctx context.Context) error {
+	if s.mem != nil {
+		return s.mem.ping()
+	}
 	_, err := s.Retention(ctx)
 	return err
 }
