@@ -5,11 +5,15 @@
 //
 // # Guarantees
 //
-// Every operation is one immediate (write-locking) transaction: it reads the record,
+// Every write runs in an immediate (write-locking) transaction: it reads the record,
 // applies the state machine of package ledger, and writes the result, so concurrent
 // claims of one key, from goroutines or processes, have exactly one winner. Writers in
-// one process queue on a mutex; writers in other processes wait on SQLite's busy timeout
-// and, if it runs out, get ledger.ErrContended.
+// one process queue on a mutex, and the writes that queued while one transaction
+// committed share the next (group commit): each under its own savepoint, in order,
+// answered only once the batch is on disk, so one fsync serves many writes and a
+// failed write undoes only itself. Writers in other processes wait on SQLite's busy
+// timeout and, if it runs out, get ledger.ErrContended. A duplicate Claim, Get and
+// GetEffect are reads outside the write lock.
 //
 // The backend's clock is the host's: every process sharing the file reads the same clock,
 // so leases cannot be judged differently by two of them. A caller-supplied Now replaces

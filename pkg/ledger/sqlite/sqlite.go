@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sqlite3 "modernc.org/sqlite"
@@ -50,8 +51,23 @@ type Ledger struct {
 	path  string
 	clock func() time.Time
 	// wmu serialises this process's write transactions: SQLite has one writer at a
-	// time, and queueing here is cheaper than spinning on the busy handler.
+	// time, and queueing here is cheaper than spinning on the busy handler. Its holder
+	// commits every write queued meanwhile in its one transaction (group commit).
 	wmu sync.Mutex
+	qmu sync.Mutex // guards queued
+	// queued are the writes waiting for the write lock, oldest first.
+	queued []*txOp
+	// commits counts the write transactions committed (or rolled back): fewer than
+	// the writes when group commit batches them. Tests read it.
+	commits atomic.Int64
+}
+
+// txOp is one caller's write, queued for the next group commit.
+type txOp struct {
+	ctx  context.Context
+	fn   func(ctx context.Context, tx *sql.Tx) error
+	err  error
+	done chan struct{} // closed once err is set
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -140,7 +156,7 @@ func (l *Ledger) migrate(ctx context.Context) error {
 		return err
 	}
 	slices.Sort(names)
-	return l.tx(ctx, func(tx *sql.Tx) error {
+	return l.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var version int
 		if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
 			return err
@@ -162,19 +178,96 @@ func (l *Ledger) migrate(ctx context.Context) error {
 	})
 }
 
-// tx runs fn in one immediate transaction, serialised with this process's other writes.
-func (l *Ledger) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+// tx runs fn in an immediate transaction, serialised with this process's other writes,
+// and returns once that transaction has committed (or fn failed, its writes undone).
+//
+// Group commit: the writes that queue while one transaction commits are run together
+// in the next, each under its own savepoint, in the order they queued, and committed
+// with one fsync. Each caller still gets its own answer: an fn that fails is rolled back
+// to its savepoint alone; a commit that fails fails every write of the batch. A write is
+// answered only after its batch is durable, so the batch is a valid serial order of its
+// writes. fn gets a context that is not cancelled (a statement interrupted inside a
+// transaction would roll back the whole batch); a write whose caller's context ended
+// before its turn is not run.
+func (l *Ledger) tx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	op := &txOp{ctx: ctx, fn: fn, done: make(chan struct{})}
+	l.qmu.Lock()
+	l.queued = append(l.queued, op)
+	l.qmu.Unlock()
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
+	select {
+	case <-op.done: // the previous holder's batch had it
+		return op.err
+	default:
+	}
+	l.qmu.Lock()
+	batch := l.queued
+	l.queued = nil
+	l.qmu.Unlock()
+	l.commitBatch(batch)
+	return op.err
+}
+
+// commitBatch runs batch in one transaction and answers each write. The caller holds wmu.
+func (l *Ledger) commitBatch(batch []*txOp) {
+	defer func() {
+		for _, op := range batch {
+			close(op.done)
+		}
+	}()
+	fail := func(err error) {
+		for _, op := range batch {
+			if op.err == nil {
+				op.err = interpret(err)
+			}
+		}
+	}
+	ctx := context.Background() // busy_timeout bounds the wait for another process's writer
+	l.commits.Add(1)
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
-		return interpret(err)
+		fail(err)
+		return
 	}
-	if err := fn(tx); err != nil {
+	ran := 0
+	for _, op := range batch {
+		if err := op.ctx.Err(); err != nil {
+			op.err = err
+			continue
+		}
+		if len(batch) == 1 {
+			if op.err = interpret(op.fn(context.WithoutCancel(op.ctx), tx)); op.err != nil {
+				tx.Rollback()
+				return
+			}
+			ran++
+			break
+		}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
+			tx.Rollback()
+			fail(err)
+			return
+		}
+		stmt := "RELEASE w"
+		if op.err = interpret(op.fn(context.WithoutCancel(op.ctx), tx)); op.err != nil {
+			stmt = "ROLLBACK TO w; RELEASE w"
+		} else {
+			ran++
+		}
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			tx.Rollback()
+			fail(err)
+			return
+		}
+	}
+	if ran == 0 {
 		tx.Rollback()
-		return interpret(err)
+		return
 	}
-	return interpret(tx.Commit())
+	if err := tx.Commit(); err != nil {
+		fail(err)
+	}
 }
 
 // interpret maps SQLite's errors to the ledger's sentinels: the one place that does.
@@ -293,7 +386,7 @@ func putEffect(ctx context.Context, tx *sql.Tx, e *ledger.Effect) error {
 // apply for the record to write (nil: nothing) and the answer, and writes the record.
 func updateRun[T any](ctx context.Context, l *Ledger, op, id string, apply func(cur *ledger.Run) (*ledger.Run, T, error)) (T, error) {
 	var answer T
-	err := l.tx(ctx, func(tx *sql.Tx) error {
+	err := l.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		cur, err := getRun(ctx, tx, id)
 		if err != nil {
 			return err
@@ -400,7 +493,7 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 // effectTx reads a run and one of its effects, applies a transition and writes the
 // effect, in one transaction.
 func (l *Ledger) effectTx(ctx context.Context, op, runID, name string, apply func(run *ledger.Run, cur *ledger.Effect) (*ledger.Effect, error)) error {
-	return wrap(op, runID, l.tx(ctx, func(tx *sql.Tx) error {
+	return wrap(op, runID, l.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		run, err := getRun(ctx, tx, runID)
 		if err != nil {
 			return err
@@ -473,7 +566,7 @@ func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) 
 	now := micros(ledger.Truncate(l.now(p.Now)))
 	limit := cmp.Or(p.Limit, 500)
 	n := 0
-	err := l.tx(ctx, func(tx *sql.Tx) error {
+	err := l.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		n = 0
 		// Runs first; then effects whose run is gone (this sweep's or an earlier one's):
 		// a live run's effects are kept whatever their own expire_at says, or a later
