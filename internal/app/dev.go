@@ -54,8 +54,9 @@ func devAddr(f *IngressFlags, addrSource, port string) string {
 	return DevAddr
 }
 
-// runDev runs the embedded all-in-one: the embedded ledger, an in-process Pub/Sub, an
-// in-process worker pool with the demo jobs, and the ingress, with auth off.
+// runDev runs the embedded all-in-one: the embedded ledger, an in-process worker pool
+// with the demo jobs fed through an in-process MemTopic, an in-process Pub/Sub (pstest)
+// for the jobs of workers that join from other processes, and the ingress, with auth off.
 func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *slog.Logger, stdout io.Writer) error {
 	f.Addr = devAddr(f, addrSource, port)
 	ledgerURL := f.Ledger
@@ -86,8 +87,12 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 	if _, err := queue.EnsureTopic(ctx, ps.Client, DevTopic); err != nil {
 		return err
 	}
-	pub := queue.NewPublisher(ps.Client, DevTopic, nil)
-	defer pub.Close()
+	psPub := queue.NewPublisher(ps.Client, DevTopic, nil)
+	defer psPub.Close()
+	// The in-process worker's runs go through a MemTopic: pstest's gRPC delivery caps a
+	// worker at a few hundred runs a second, whatever the ledger.
+	mem := queue.NewMemTopic(DevTopic)
+	defer mem.Close()
 
 	ln, err := net.Listen("tcp", f.Addr)
 	if err != nil {
@@ -121,12 +126,13 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 		accepted = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(here), jobs.Names(fileJobs)...))))
 	}
 	elsewhere := &pubsubpb.Subscription{AckDeadlineSeconds: 30}
+	pub := psPub
 	if inProcess {
 		elsewhere.Filter = jobFilter(here, false)
-		if _, err := queue.EnsureSubscription(ctx, ps.Client, DevTopic, DevInProcessSubscription,
-			&pubsubpb.Subscription{AckDeadlineSeconds: 30, Filter: jobFilter(here, true)}); err != nil {
+		if err := mem.CreateSubscription(DevInProcessSubscription, nil); err != nil {
 			return err
 		}
+		pub = queue.Route(func(m *queue.Message) bool { return slices.Contains(here, m.Identity.Job) }, mem.Publisher(), psPub)
 	}
 	if _, err := queue.EnsureSubscription(ctx, ps.Client, DevTopic, DevSubscription, elsewhere); err != nil {
 		return err
@@ -165,15 +171,19 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 			return err
 		}
 		workerAddr = workerLn.Addr().String()
+		sub, err := mem.Subscriber(DevInProcessSubscription, &queue.SubscriberOptions{Concurrency: f.DevConcurrency, ShutdownTimeout: 9 * time.Second})
+		if err != nil {
+			return err
+		}
 		setup = &WorkerSetup{
 			Flags: WorkerFlags{
 				ServerFlags: ServerFlags{Addr: workerLn.Addr().String(), Retention: f.Retention},
 				Concurrency: f.DevConcurrency, Lease: 30 * time.Second, Grace: 8 * time.Second,
 				MaxAttempts: 5, RescueInterval: 10 * time.Second, MaxAckExtension: time.Minute,
-				Subscription: ps.URL(DevInProcessSubscription), Topic: ps.URL(DevTopic),
+				Subscription: sub.Name(), Topic: mem.Name(),
 			},
 			Ledger: led, Handler: mux, Auth: auth.None{}, Log: log, Listener: workerLn,
-			Subscriber: queue.NewSubscriber(ps.Client, DevInProcessSubscription, &queue.SubscriberOptions{Concurrency: f.DevConcurrency, ShutdownTimeout: 9 * time.Second}),
+			Subscriber: sub,
 			Republish:  pub,
 			NackDelay:  time.Second,
 		}
