@@ -57,6 +57,7 @@ type Ledger struct {
 	qmu sync.Mutex // guards queued
 	// queued are the writes waiting for the write lock, oldest first.
 	queued []*txOp
+	stmts  sync.Map // query text -> *sql.Stmt, prepared once (see prepared)
 	// commits counts the write transactions committed (or rolled back): fewer than
 	// the writes when group commit batches them. Tests read it.
 	commits atomic.Int64
@@ -244,21 +245,23 @@ func (l *Ledger) commitBatch(batch []*txOp) {
 			ran++
 			break
 		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
+		if _, err := l.q(tx).ExecContext(ctx, "SAVEPOINT w"); err != nil {
 			tx.Rollback()
 			fail(err)
 			return
 		}
-		stmt := "RELEASE w"
+		end := []string{"RELEASE w"}
 		if op.err = interpret(op.fn(context.WithoutCancel(op.ctx), tx)); op.err != nil {
-			stmt = "ROLLBACK TO w; RELEASE w"
+			end = []string{"ROLLBACK TO w", "RELEASE w"}
 		} else {
 			ran++
 		}
-		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			tx.Rollback()
-			fail(err)
-			return
+		for _, stmt := range end {
+			if _, err := l.q(tx).ExecContext(ctx, stmt); err != nil {
+				tx.Rollback()
+				fail(err)
+				return
+			}
 		}
 	}
 	if ran == 0 {
@@ -330,10 +333,65 @@ func fromMicros(us int64) time.Time {
 	return time.UnixMicro(us).UTC()
 }
 
-// getRun reads a run inside tx; nil when absent.
-func getRun(ctx context.Context, q interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}, id string) (*ledger.Run, error) {
+// querier is what the statement helpers run on: the database or a transaction, through
+// prepared.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// prepared runs the ledger's few statements prepared once and reused (parsing each
+// statement again was a seventh of a write's CPU), on tx or, when tx is nil, on the
+// database. database/sql keeps each statement prepared on every connection it used.
+type prepared struct {
+	l  *Ledger
+	tx *sql.Tx
+}
+
+func (l *Ledger) q(tx *sql.Tx) prepared { return prepared{l, tx} }
+
+// stmt returns query prepared for p's transaction or database; nil when it cannot be
+// prepared (the caller runs the text, which reports the error).
+func (p prepared) stmt(ctx context.Context, query string) *sql.Stmt {
+	v, ok := p.l.stmts.Load(query)
+	if !ok {
+		st, err := p.l.db.PrepareContext(ctx, query)
+		if err != nil {
+			return nil
+		}
+		if v, ok = p.l.stmts.LoadOrStore(query, st); ok {
+			st.Close()
+		}
+	}
+	st := v.(*sql.Stmt)
+	if p.tx != nil {
+		return p.tx.StmtContext(ctx, st)
+	}
+	return st
+}
+
+func (p prepared) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := p.stmt(ctx, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	if p.tx != nil {
+		return p.tx.QueryRowContext(ctx, query, args...)
+	}
+	return p.l.db.QueryRowContext(ctx, query, args...)
+}
+
+func (p prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if st := p.stmt(ctx, query); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	if p.tx != nil {
+		return p.tx.ExecContext(ctx, query, args...)
+	}
+	return p.l.db.ExecContext(ctx, query, args...)
+}
+
+// getRun reads a run; nil when absent.
+func getRun(ctx context.Context, q querier, id string) (*ledger.Run, error) {
 	r, err := scanRun(q.QueryRowContext(ctx, "SELECT "+runColumns+" FROM runs WHERE run_id = ?", id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -341,7 +399,7 @@ func getRun(ctx context.Context, q interface {
 	return r, err
 }
 
-func putRun(ctx context.Context, tx *sql.Tx, r *ledger.Run) error {
+func putRun(ctx context.Context, tx querier, r *ledger.Run) error {
 	if r == nil {
 		return nil
 	}
@@ -354,9 +412,7 @@ func putRun(ctx context.Context, tx *sql.Tx, r *ledger.Run) error {
 
 const effectColumns = `effect_key, run_id, name, status, attempt, ref, created_at, updated_at, done_at, expire_at`
 
-func getEffect(ctx context.Context, q interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}, key string) (*ledger.Effect, error) {
+func getEffect(ctx context.Context, q querier, key string) (*ledger.Effect, error) {
 	var e ledger.Effect
 	var status string
 	var created, updated, done, expire int64
@@ -373,7 +429,7 @@ func getEffect(ctx context.Context, q interface {
 	return &e, nil
 }
 
-func putEffect(ctx context.Context, tx *sql.Tx, e *ledger.Effect) error {
+func putEffect(ctx context.Context, tx querier, e *ledger.Effect) error {
 	if e == nil {
 		return nil
 	}
@@ -387,7 +443,7 @@ func putEffect(ctx context.Context, tx *sql.Tx, e *ledger.Effect) error {
 func updateRun[T any](ctx context.Context, l *Ledger, op, id string, apply func(cur *ledger.Run) (*ledger.Run, T, error)) (T, error) {
 	var answer T
 	err := l.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		cur, err := getRun(ctx, tx, id)
+		cur, err := getRun(ctx, l.q(tx), id)
 		if err != nil {
 			return err
 		}
@@ -396,7 +452,7 @@ func updateRun[T any](ctx context.Context, l *Ledger, op, id string, apply func(
 			return err
 		}
 		answer = a
-		return putRun(ctx, tx, next)
+		return putRun(ctx, l.q(tx), next)
 	})
 	return answer, wrap(op, id, err)
 }
@@ -408,7 +464,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	if err := ledger.ValidateClaim(p); err != nil {
 		return nil, err
 	}
-	cur, err := getRun(ctx, l.db, p.RunID)
+	cur, err := getRun(ctx, l.q(nil), p.RunID)
 	if err != nil {
 		return nil, wrap("claim", p.RunID, interpret(err))
 	}
@@ -480,7 +536,7 @@ func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Ru
 
 // Get implements ledger.Ledger.
 func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
-	r, err := getRun(ctx, l.db, p.RunID)
+	r, err := getRun(ctx, l.q(nil), p.RunID)
 	if err != nil {
 		return nil, wrap("get", p.RunID, interpret(err))
 	}
@@ -494,11 +550,11 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 // effect, in one transaction.
 func (l *Ledger) effectTx(ctx context.Context, op, runID, name string, apply func(run *ledger.Run, cur *ledger.Effect) (*ledger.Effect, error)) error {
 	return wrap(op, runID, l.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		run, err := getRun(ctx, tx, runID)
+		run, err := getRun(ctx, l.q(tx), runID)
 		if err != nil {
 			return err
 		}
-		cur, err := getEffect(ctx, tx, ledger.EffectKey(runID, name))
+		cur, err := getEffect(ctx, l.q(tx), ledger.EffectKey(runID, name))
 		if err != nil {
 			return err
 		}
@@ -506,7 +562,7 @@ func (l *Ledger) effectTx(ctx context.Context, op, runID, name string, apply fun
 		if err != nil {
 			return err
 		}
-		return putEffect(ctx, tx, next)
+		return putEffect(ctx, l.q(tx), next)
 	}))
 }
 
@@ -530,7 +586,7 @@ func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectPar
 
 // GetEffect implements ledger.Ledger.
 func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
-	e, err := getEffect(ctx, l.db, ledger.EffectKey(p.RunID, p.Name))
+	e, err := getEffect(ctx, l.q(nil), ledger.EffectKey(p.RunID, p.Name))
 	if err != nil {
 		return nil, wrap("get effect", p.RunID, interpret(err))
 	}
@@ -603,7 +659,13 @@ func (l *Ledger) Ping(ctx context.Context) error {
 }
 
 // Close implements ledger.Ledger.
-func (l *Ledger) Close() error { return l.db.Close() }
+func (l *Ledger) Close() error {
+	l.stmts.Range(func(_, v any) bool {
+		v.(*sql.Stmt).Close()
+		return true
+	})
+	return l.db.Close()
+}
 
 func wrap(op, id string, err error) error {
 	if err == nil {
