@@ -54,10 +54,13 @@ type Ledger struct {
 	// time, and queueing here is cheaper than spinning on the busy handler. Its holder
 	// commits every write queued meanwhile in its one transaction (group commit).
 	wmu sync.Mutex
-	qmu sync.Mutex // guards queued
-	// queued are the writes waiting for the write lock, oldest first.
+	qmu sync.Mutex // guards queued and leading
+	// queued are the writes waiting for the next group commit, oldest first.
 	queued []*txOp
-	stmts  sync.Map // query text -> *sql.Stmt, prepared once (see prepared)
+	// leading is set while a writer commits the queue or is about to: it hands the
+	// role to the oldest queued write when it is done.
+	leading bool
+	stmts   sync.Map // query text -> *sql.Stmt, prepared once (see prepared)
 	// commits counts the write transactions committed (or rolled back): fewer than
 	// the writes when group commit batches them. Tests read it.
 	commits atomic.Int64
@@ -69,6 +72,7 @@ type txOp struct {
 	fn   func(ctx context.Context, tx *sql.Tx) error
 	err  error
 	done chan struct{} // closed once err is set
+	lead chan struct{} // signalled when this write is to commit the queue
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -190,23 +194,39 @@ func (l *Ledger) migrate(ctx context.Context) error {
 // writes. fn gets a context that is not cancelled (a statement interrupted inside a
 // transaction would roll back the whole batch); a write whose caller's context ended
 // before its turn is not run.
+//
+// One write at a time leads: it takes the write lock and commits the whole queue, its
+// own write included, then hands the lead to the oldest write queued meanwhile. The
+// others wait for their answer alone, so a batch's writers are woken together, not one
+// after the other through the lock.
 func (l *Ledger) tx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	op := &txOp{ctx: ctx, fn: fn, done: make(chan struct{})}
+	op := &txOp{ctx: ctx, fn: fn, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	l.qmu.Lock()
 	l.queued = append(l.queued, op)
-	l.qmu.Unlock()
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	select {
-	case <-op.done: // the previous holder's batch had it
-		return op.err
-	default:
+	if !l.leading {
+		l.leading = true
+		op.lead <- struct{}{}
 	}
+	l.qmu.Unlock()
+	select {
+	case <-op.done: // a leader's batch had it
+		return op.err
+	case <-op.lead:
+	}
+	l.wmu.Lock()
 	l.qmu.Lock()
-	batch := l.queued
+	batch := l.queued // op is in it: only the leader takes the queue
 	l.queued = nil
 	l.qmu.Unlock()
 	l.commitBatch(batch)
+	l.wmu.Unlock()
+	l.qmu.Lock()
+	if len(l.queued) > 0 {
+		l.queued[0].lead <- struct{}{}
+	} else {
+		l.leading = false
+	}
+	l.qmu.Unlock()
 	return op.err
 }
 
