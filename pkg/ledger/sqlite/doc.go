@@ -22,7 +22,8 @@
 // Durability: the file is opened with synchronous=FULL, so every commit is on disk
 // before it is answered; a Complete survives a power loss before its message is acked,
 // and a claim answered 202 survives too. In WAL mode synchronous=NORMAL would sync only
-// at checkpoints: about twice the write rate, but the last commits may be lost with the
+// at checkpoints: about twice the rate of a lone writer (little gain once group commit
+// batches many writes), but the last commits may be lost with the
 // machine's power (never with a process crash). ?synchronous=normal chooses it.
 //
 // The schema is embedded and migrated when the file is opened (PRAGMA user_version, in one

@@ -38,7 +38,8 @@ type Options struct {
 	BusyTimeout time.Duration
 	// Clock replaces the host clock, for tests. Defaults to time.Now.
 	Clock func() time.Time
-	// RelaxedSync sets synchronous=NORMAL instead of FULL: about twice the write rate,
+	// RelaxedSync sets synchronous=NORMAL instead of FULL: about twice a lone writer's rate
+	// (little gain once group commit batches many writes),
 	// but a power loss or an OS crash may lose the last commits (a completed run may
 	// come back queued, and a claim answered 202 may be gone). A process crash loses
 	// nothing either way. URL: ?synchronous=normal.
