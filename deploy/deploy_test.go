@@ -22,7 +22,7 @@ import (
 
 	"github.com/runonce/runonce/internal/app"
 	"github.com/runonce/runonce/internal/config"
-	spannerledger "github.com/runonce/runonce/pkg/ledger/spanner"
+	spannerledger "github.com/runonce/runonce/pkg/ledger/spannerledger"
 )
 
 // The Terraform tree the checks read: the module and every example root that calls it.
@@ -459,8 +459,8 @@ func checkRetention(d *deployment) []error {
 
 // --- Firestore -------------------------------------------------------------------------
 
-// The TTL policy is on expire_at for both collections, and the rescue query's composite
-// index (status ASC, deadline ASC on the runs collection) exists.
+// The TTL policy is on expire_at of the runs (not the effects), and the composite
+// indexes of the rescuer's and the operators' queries exist.
 func checkFirestore(d *deployment) []error {
 	if ledgerOf(d) != "firestore" {
 		return nil
@@ -476,19 +476,10 @@ func checkFirestore(d *deployment) []error {
 		if err != nil || field != "expire_at" || len(blocks(f.body, "ttl_config")) != 1 {
 			continue
 		}
-		var eachs []*cty.Value
-		if fe := attr(f.body, "for_each"); fe != nil {
-			v, err := d.mod.eval(fe, nil)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: for_each: %v", f, err))
-				continue
-			}
-			for it := v.ElementIterator(); it.Next(); {
-				_, e := it.Element()
-				eachs = append(eachs, &e)
-			}
-		} else {
-			eachs = []*cty.Value{nil}
+		eachs, err := forEach(d, f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
 		for _, each := range eachs {
 			c, err := d.mod.evalString(attr(f.body, "collection"), each)
@@ -505,26 +496,62 @@ func checkFirestore(d *deployment) []error {
 	if ttl[prefix+"effects"] {
 		errs = append(errs, fmt.Errorf("a TTL policy on %q: Firestore would delete the effects of a live run, and a later attempt would redo them (the worker's sweep deletes an effect only after its run)", prefix+"effects"))
 	}
-	found := false
+	indexes := map[string]bool{} // "collection: field ORDER, field ORDER"
 	for _, ix := range d.mod.resourcesOf("google_firestore_index") {
-		c, err := d.mod.evalString(attr(ix.body, "collection"), nil)
-		if err != nil || c != prefix+"runs" {
+		eachs, err := forEach(d, ix)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		var got []string
-		for _, f := range blocks(ix.body, "fields") {
-			p, _ := d.mod.evalString(attr(f, "field_path"), nil)
-			o, _ := d.mod.evalString(attr(f, "order"), nil)
-			got = append(got, p+" "+o)
-		}
-		if slices.Equal(got, []string{"status ASCENDING", "deadline ASCENDING"}) {
-			found = true
+		for _, each := range eachs {
+			c, err := d.mod.evalString(attr(ix.body, "collection"), each)
+			if err != nil {
+				continue
+			}
+			var got []string
+			for _, f := range blocks(ix.body, "fields") {
+				p, _ := d.mod.evalString(attr(f, "field_path"), each)
+				o, _ := d.mod.evalString(attr(f, "order"), each)
+				got = append(got, p+" "+o)
+			}
+			indexes[c+": "+strings.Join(got, ", ")] = true
 		}
 	}
-	if !found {
-		errs = append(errs, fmt.Errorf("no google_firestore_index on %q with fields status ASCENDING, deadline ASCENDING: the rescuer's query fails with FAILED_PRECONDITION", prefix+"runs"))
+	want := []struct{ index, why string }{
+		{prefix + "runs: status ASCENDING, deadline ASCENDING", "the rescuer's query fails with FAILED_PRECONDITION"},
+		{prefix + "effects: run_id ASCENDING, name ASCENDING", "a run's detail view cannot list its effects"},
+	}
+	for _, f := range []string{"status", "job", "namespace"} {
+		for _, o := range []string{"created_at", "updated_at"} {
+			want = append(want, struct{ index, why string }{
+				fmt.Sprintf("%sruns: %s ASCENDING, %s DESCENDING", prefix, f, o), "the operators' listing filtered by " + f + " fails with FAILED_PRECONDITION"})
+		}
+	}
+	for _, w := range want {
+		if !indexes[w.index] {
+			errs = append(errs, fmt.Errorf("no google_firestore_index on %s: %s", w.index, w.why))
+		}
 	}
 	return errs
+}
+
+// forEach returns the each values of a resource: its for_each's elements, or one nil
+// when it has none.
+func forEach(d *deployment, r *tfBlock) ([]*cty.Value, error) {
+	fe := attr(r.body, "for_each")
+	if fe == nil {
+		return []*cty.Value{nil}, nil
+	}
+	v, err := d.mod.eval(fe, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: for_each: %v", r, err)
+	}
+	var eachs []*cty.Value
+	for it := v.ElementIterator(); it.Next(); {
+		_, e := it.Element()
+		eachs = append(eachs, &e)
+	}
+	return eachs, nil
 }
 
 // ledgerOf is the deployment's var.ledger ("firestore" when not known).

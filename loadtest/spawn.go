@@ -320,14 +320,16 @@ func binaries(ctx context.Context, c *config, stderr io.Writer) (string, error) 
 		out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 		root := filepath.Dir(strings.TrimSpace(string(out)))
 		if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "go.mod") {
-			buildErr = errors.New("-spawn builds ./cmd/ingress and ./cmd/worker: run it inside the runonce module, or give -bin-dir")
+			buildErr = errors.New("-spawn builds cmd/ingress and cmd/worker: run it inside the runonce repository, or give -bin-dir")
 			return
 		}
 		if builtDir, buildErr = os.MkdirTemp("", "runonce-loadtest-bin-"); buildErr != nil {
 			return
 		}
 		fmt.Fprintln(stderr, "loadtest: building cmd/ingress and cmd/worker …")
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", builtDir+string(filepath.Separator), "./cmd/ingress", "./cmd/worker")
+		// By import path: the load test is a module of its own, which requires runonce.
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", builtDir+string(filepath.Separator),
+			"github.com/runonce/runonce/cmd/ingress", "github.com/runonce/runonce/cmd/worker")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %w\n%s", err, out)

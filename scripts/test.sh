@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's one test command (the README's and CI's): installs the pinned linters,
-# installs redis-server when missing, fetches the google provider's schema (npm, cached;
+# installs redis-server and chromium when missing, fetches the google provider's schema (npm, cached;
 # deploy/tools.sh), starts every service the tests need (PostgreSQL, Redis, the
 # Firestore, Pub/Sub and Spanner emulators),
 # runs gofmt, go vet, staticcheck and the whole suite with -race, and stops what it
@@ -23,6 +23,11 @@ if ! command -v redis-server >/dev/null; then
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
 fi
 
+if ! command -v chromium >/dev/null; then
+	echo "test: installing chromium (Debian's, for the dashboard's browser tests)" >&2
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi
+
 echo "test: tools for the deploy checks (tflint, shellcheck, terraform, the google provider's schema)" >&2
 deploy/tools.sh
 
@@ -42,10 +47,16 @@ if [ -n "$unformatted" ]; then
 	echo "gofmt would change: $unformatted" >&2
 	exit 1
 fi
+# The workspace's modules (go.work): ./... does not reach into the nested ones.
+modules=(./... ./deploy/... ./loadtest/... ./examples/userworker/...)
 echo "test: go vet" >&2
-go vet ./...
+go vet "${modules[@]}"
 echo "test: staticcheck" >&2
-"$gobin/staticcheck" ./...
+"$gobin/staticcheck" "${modules[@]}"
+for m in deploy loadtest examples/userworker; do
+	echo "test: go mod tidy -diff in $m" >&2
+	(cd "$m" && GOWORK=off go mod tidy -diff)
+done
 
 echo "test: starting services" >&2
 eval "$(scripts/services.sh start "$work")"
@@ -56,4 +67,4 @@ go test -run '^$' -fuzz FuzzDeriveKey -fuzztime 10s ./pkg/ingress
 
 echo "test: go test ${RACE--race} $*" >&2
 # shellcheck disable=SC2086 # RACE is empty or one flag
-go test ${RACE--race} -count=1 -timeout 15m "$@" ./...
+go test ${RACE--race} -count=1 -timeout 15m "$@" "${modules[@]}"

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"syscall"
@@ -121,6 +122,7 @@ func TestREADMEQuickStart(t *testing.T) {
 
 	// Follow it as written.
 	id := first.body["run_id"].(string)
+	var result any
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		run := runCurl(t, strings.ReplaceAll(getBlock, "RUN_ID", id), readmeBase, base)
@@ -131,6 +133,11 @@ func TestREADMEQuickStart(t *testing.T) {
 			if run.body["finished_at"] == nil {
 				t.Errorf("the completed run has no finished_at, which the README names: %v", run.body)
 			}
+			res, _ := run.body["result"].(map[string]any)
+			if res["greeting"] != "hello, once per run" || res["attempt"] != 1.0 || res["effect_key"] == nil {
+				t.Errorf("the completed run's result is %v; the README shows the demo job's greeting, effect_key and attempt 1", run.body["result"])
+			}
+			result = run.body["result"]
 			break
 		}
 		if time.Now().After(deadline) {
@@ -144,8 +151,12 @@ func TestREADMEQuickStart(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if third := runCurl(t, postBlock, readmeBase, base); third.status != http.StatusOK || third.body["duplicate"] != true {
+	third := runCurl(t, postBlock, readmeBase, base)
+	if third.status != http.StatusOK || third.body["duplicate"] != true {
 		t.Fatalf("a duplicate of the completed run answered %d %v; the README promises 200 duplicate", third.status, third.body)
+	}
+	if !reflect.DeepEqual(third.body["result"], result) {
+		t.Fatalf("a duplicate of the completed run answered the result %v; the README promises the run's result %v", third.body["result"], result)
 	}
 }
 

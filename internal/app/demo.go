@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -50,11 +51,23 @@ func demoHandler(delay time.Duration, log *slog.Logger) worker.Handler {
 		if p.Fail == "permanent" {
 			return worker.Permanent(fmt.Errorf("demo: asked to fail for good"))
 		}
-		return worker.Effect(ctx, DemoEffect, func(ctx context.Context, key string) error {
+		err := worker.Effect(ctx, DemoEffect, func(ctx context.Context, key string) error {
 			log.InfoContext(ctx, "demo effect: hello, once per run", slog.String("run_id", j.RunID), slog.String("idempotency_key", key))
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		// The run's answer, stored when it completes and replayed to every duplicate.
+		return worker.SetResult(ctx, demoResult{Greeting: "hello, once per run", EffectKey: ledger.EffectKey(j.RunID, DemoEffect), Attempt: j.Attempt})
 	})
+}
+
+// demoResult is what the demo job leaves as its run's result.
+type demoResult struct {
+	Greeting  string `json:"greeting"`
+	EffectKey string `json:"effect_key"`
+	Attempt   int64  `json:"attempt"`
 }
 
 // devSink is the downstream of the demo-http job: it counts calls per Idempotency-Key.

@@ -118,7 +118,7 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 			return err
 		}
 		defer closeTargets()
-		worker.MuxFromJobs(mux, fileJobs, &worker.HTTPTargetOptions{Token: GoogleIDTokens()})
+		worker.MuxFromJobs(mux, fileJobs, &worker.HTTPTargetOptions{Token: worker.GoogleIDTokens()})
 	}
 	here := mux.Jobs()
 	var accepted []string // nil: any job (-dev-concurrency 0 without a jobs file)
@@ -126,7 +126,7 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 		accepted = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(here), jobs.Names(fileJobs)...))))
 	}
 	elsewhere := &pubsubpb.Subscription{AckDeadlineSeconds: 30}
-	pub := psPub
+	var pub queue.RunPublisher = psPub
 	if inProcess {
 		elsewhere.Filter = jobFilter(here, false)
 		if err := mem.CreateSubscription(DevInProcessSubscription, nil); err != nil {
@@ -154,7 +154,7 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 	if err != nil {
 		return err
 	}
-	h, err := newIngress(f, led, pub, auth.None{}, accepted, "", metrics, nil, log)
+	h, err := newIngress(f, led, pub, auth.None{}, auth.None{}, accepted, "", metrics, nil, log)
 	if err != nil {
 		return err
 	}
@@ -171,18 +171,20 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 			return err
 		}
 		workerAddr = workerLn.Addr().String()
-		sub, err := mem.Subscriber(DevInProcessSubscription, &queue.SubscriberOptions{Concurrency: f.DevConcurrency, ShutdownTimeout: 9 * time.Second})
+		sub, err := mem.Subscriber(DevInProcessSubscription, nil)
 		if err != nil {
 			return err
 		}
+		// The worker command's defaults, from its own flag set, with what -dev sets.
+		var wf WorkerFlags
+		if err := WorkerFlagSet(&wf).Parse(nil); err != nil {
+			return err
+		}
+		wf.Addr, wf.Retention = workerAddr, f.Retention
+		wf.Concurrency, wf.RescueInterval = f.DevConcurrency, 10*time.Second
+		wf.Subscription, wf.Topic = sub.Name(), mem.Name()
 		setup = &WorkerSetup{
-			Flags: WorkerFlags{
-				ServerFlags: ServerFlags{Addr: workerLn.Addr().String(), Retention: f.Retention},
-				Concurrency: f.DevConcurrency, Lease: 30 * time.Second, Grace: 8 * time.Second,
-				MaxAttempts: 5, RescueInterval: 10 * time.Second, MaxAckExtension: time.Minute,
-				Subscription: sub.Name(), Topic: mem.Name(),
-			},
-			Ledger: led, Handler: mux, Auth: auth.None{}, Log: log, Listener: workerLn,
+			Flags: wf, Ledger: led, Handler: mux, Auth: auth.None{}, Log: log, Listener: workerLn,
 			Subscriber: sub,
 			Republish:  pub,
 			NackDelay:  time.Second,
@@ -223,7 +225,7 @@ func jobFilter(names []string, in bool) string {
 // claimed while no worker ran) lost its message with it. A duplicate message is
 // harmless (the worker's claim deduplicates it); without this the run would wait for
 // the rescuer, after its pickup deadline. It returns how many it republished.
-func republishQueued(ctx context.Context, led ledger.Ledger, pub *queue.Publisher, namespace string, retention time.Duration) (int, error) {
+func republishQueued(ctx context.Context, led ledger.Ledger, pub queue.RunPublisher, namespace string, retention time.Duration) (int, error) {
 	// Every queued run's deadline lies within the retention: list them all (no write).
 	runs, err := led.ListRescue(ctx, &ledger.ListRescueParams{Limit: 1000, Now: time.Now().Add(retention)})
 	if err != nil {
@@ -332,7 +334,7 @@ Then follow it: curl %s/v1/runs/RUN_ID   (RUN_ID is in the answer)
 func (b *banner) describe(name string, here bool) string {
 	switch {
 	case name == DemoJob && here:
-		return fmt.Sprintf(`Go job: works %s, then one effect; payload {"sleep":"10s"} works longer, {"fail":"permanent"} fails it`, b.demoDelay)
+		return fmt.Sprintf(`Go job: works %s, then one effect and a result; payload {"sleep":"10s"} works longer, {"fail":"permanent"} fails it`, b.demoDelay)
 	case name == DemoHTTPJob && here && b.fileJobs[name] != nil && b.fileJobs[name].URL.String() == b.base+"/dev/sink":
 		return "HTTP target: POSTs to " + b.base + "/dev/sink; GET it to see the calls per Idempotency-Key"
 	}

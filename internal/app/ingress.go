@@ -22,10 +22,13 @@ import (
 type IngressFlags struct {
 	ServerFlags
 	Topic, Namespace, Jobs, NamespaceHeader string
-	MaxSkew, DemoDelay                      time.Duration
-	MaxBody                                 int64
-	Dev                                     bool
-	DevConcurrency                          int
+	// Operators lists the emails that may retry, cancel and release runs and see their
+	// payloads (-auth oidc); with -auth none everyone may.
+	Operators          string
+	MaxSkew, DemoDelay time.Duration
+	MaxBody            int64
+	Dev                bool
+	DevConcurrency     int
 }
 
 // IngressSummary is the ingress's one-line description (its -h).
@@ -40,6 +43,7 @@ func IngressFlagSet(f *IngressFlags) *flag.FlagSet {
 		"how long run records are kept", "caller", "caller authentication: oidc or none (required, except with -dev)")
 	fs.StringVar(&f.Topic, "topic", "", "pubsub://PROJECT/TOPIC to publish runs to (-dev: an in-process Pub/Sub)")
 	fs.StringVar(&f.Namespace, "namespace", "", "namespace mixed into every key (e.g. my-project/us-central1)")
+	fs.StringVar(&f.Operators, "operators", "", "operator emails, comma-separated, who may retry, cancel and release runs and see their payloads (-auth oidc; they may also read runs); empty: nobody (-auth none, -dev: everyone)")
 	fs.StringVar(&f.NamespaceHeader, "namespace-header", "", "a request header that, when sent, replaces -namespace for that request (only with authenticated callers)")
 	fs.Int64Var(&f.MaxBody, "max-body", ingress.DefaultMaxBody, "largest accepted payload in bytes")
 	fs.DurationVar(&f.MaxSkew, "max-skew", ingress.DefaultMaxSkew, "how far in the future a schedule time may be before it is refused as a forced run")
@@ -82,6 +86,10 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 	if err != nil {
 		return err
 	}
+	operators, err := f.operators(ctx, authn)
+	if err != nil {
+		return err
+	}
 	var jobNames []string
 	if f.Jobs != "" {
 		js, err := jobs.Load(f.Jobs)
@@ -115,7 +123,7 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 	}
 	defer shutdownTracing(tracing, log)
 	log = obs.WithTraceFields(log, project)
-	h, err := newIngress(&f, led, pub, authn, jobNames, project, metrics, tracing, log)
+	h, err := newIngress(&f, led, pub, authn, operators, jobNames, project, metrics, tracing, log)
 	if err != nil {
 		return err
 	}
@@ -132,16 +140,32 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 
 // newIngress builds the ingress handler; tracing (nil: none) spans each request, its
 // ledger calls and its publish.
-func newIngress(f *IngressFlags, led ledger.Ledger, pub ingress.Publisher, authn auth.Authenticator, jobNames []string, project string, metrics *obs.Metrics, tracing *obs.Tracing, log *slog.Logger) (*ingress.Handler, error) {
+func newIngress(f *IngressFlags, led ledger.Ledger, pub queue.RunPublisher, authn, operators auth.Authenticator, jobNames []string, project string, metrics *obs.Metrics, tracing *obs.Tracing, log *slog.Logger) (*ingress.Handler, error) {
 	topic := f.Topic
 	if _, id, err := queue.ParseURL(f.Topic); err == nil {
 		topic = id
 	}
 	return ingress.New(ingress.Config{
-		Ledger: traceLedger(led, tracing), Publisher: &tracedPublisher{Publisher: pub, tracer: tracing.Tracer(tracerName), topic: topic},
+		Ledger: traceLedger(led, tracing), Publisher: &tracedPublisher{RunPublisher: pub, tracer: tracing.Tracer(tracerName), topic: topic},
 		TracerProvider: tracing.TracerProvider(), Namespace: f.Namespace, NamespaceHeader: f.NamespaceHeader,
-		MaxBody: f.MaxBody, MaxSkew: f.MaxSkew, Jobs: jobNames, Retention: f.Retention, Auth: authn,
+		MaxBody: f.MaxBody, MaxSkew: f.MaxSkew, Jobs: jobNames, Retention: f.Retention, Auth: authn, Operators: operators,
 		TraceProject: project, Logger: log,
 		Meter: metrics.Meter("github.com/runonce/runonce/pkg/ingress"), Metrics: metrics.Handler(),
+	})
+}
+
+// operators returns the authenticator of -operators: the callers' (everyone) under
+// -auth none; under -auth oidc the same audience and issuers with the operators' allow
+// list, or nil (nobody) when -operators is empty.
+func (f *IngressFlags) operators(ctx context.Context, authn auth.Authenticator) (auth.Authenticator, error) {
+	if _, none := authn.(auth.None); none {
+		return authn, nil
+	}
+	allow := config.SplitList(f.Operators)
+	if len(allow) == 0 {
+		return nil, nil
+	}
+	return auth.NewOIDC(ctx, auth.OIDCConfig{
+		Audience: f.Audience, Allow: allow, Issuers: config.SplitList(f.OIDCIssuer), JWKSURL: f.OIDCJWKSURL,
 	})
 }

@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runonce/runonce/internal/obs"
-	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
 )
@@ -29,7 +28,7 @@ func end(span trace.Span, err error) {
 // tracedPublisher publishes each run under a producer span, "publish TOPIC", and puts
 // that span's traceparent on the message, so that the worker's attempt is its child.
 type tracedPublisher struct {
-	ingress.Publisher
+	queue.RunPublisher
 	tracer trace.Tracer
 	topic  string
 }
@@ -43,7 +42,7 @@ func (p *tracedPublisher) Publish(ctx context.Context, m *queue.Message) (string
 		mm.Traceparent = tp
 		m = &mm
 	}
-	id, err := p.Publisher.Publish(ctx, m)
+	id, err := p.RunPublisher.Publish(ctx, m)
 	span.SetAttributes(attribute.String("messaging.message.id", id))
 	end(span, err)
 	return id, err

@@ -10,12 +10,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
-	"golang.org/x/oauth2"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/api/idtoken"
 
 	"github.com/runonce/runonce/internal/config"
 	"github.com/runonce/runonce/internal/obs"
@@ -139,7 +136,7 @@ func (s *ServerFlags) authenticator(ctx context.Context, log *slog.Logger) (auth
 	return nil, fmt.Errorf("-auth %q: want oidc or none", s.Auth)
 }
 
-// RunWorker runs the worker command until ctx is done.
+// RunWorker runs the worker command until ctx is done: flags → worker.Config → Run.
 func RunWorker(ctx context.Context, args []string, env config.Env, _, stderr io.Writer) error {
 	var f WorkerFlags
 	fs := WorkerFlagSet(&f)
@@ -158,7 +155,7 @@ func RunWorker(ctx context.Context, args []string, env config.Env, _, stderr io.
 	switch {
 	case f.Ledger == "":
 		return errors.New("-ledger is required")
-	case f.Concurrency < 1:
+	case f.Concurrency < 1: // a zero in worker.Config means its default
 		return fmt.Errorf("-concurrency %d: must be at least 1", f.Concurrency)
 	case f.Grace <= 0 || f.Lease <= 0:
 		return errors.New("-grace and -lease must be positive")
@@ -167,9 +164,6 @@ func RunWorker(ctx context.Context, args []string, env config.Env, _, stderr io.
 	case f.Push && f.Auth == "none":
 		return errors.New("-push with -auth none would let anyone who reaches this port run any job with any payload: " +
 			"push needs -auth oidc with -audience and -allow (the push subscription's service account)")
-	}
-	if f.Grace >= 10*time.Second {
-		log.Warn("-grace is 10s or more: Cloud Run kills an instance 10s after SIGTERM, so jobs may be killed before they are released", slog.Duration("grace", f.Grace))
 	}
 	authn, err := f.authenticator(ctx, log)
 	if err != nil {
@@ -181,48 +175,40 @@ func RunWorker(ctx context.Context, args []string, env config.Env, _, stderr io.
 	}
 	defer shutdownTracing(tracing, log)
 	mux := worker.NewMux()
-	var longest time.Duration
 	if f.Jobs != "" {
 		js, err := jobs.Load(f.Jobs)
 		if err != nil {
 			return err
-		}
-		for _, j := range js {
-			if j.Target == nil {
-				longest = max(longest, j.Timeout)
-			}
 		}
 		closeTargets, err := targets.HandleJobs(ctx, mux, js, nil)
 		if err != nil {
 			return err
 		}
 		defer closeTargets()
-		worker.MuxFromJobs(mux, js, &worker.HTTPTargetOptions{Token: GoogleIDTokens(), Client: &http.Client{Transport: tracing.Transport(nil)}})
+		worker.MuxFromJobs(mux, js, &worker.HTTPTargetOptions{Token: worker.GoogleIDTokens(), Client: &http.Client{Transport: tracing.Transport(nil)}})
 	}
 	led, err := ledger.Open(ctx, f.Ledger)
 	if err != nil {
 		return err
 	}
 	defer led.Close()
-	return ServeWorker(ctx, &WorkerSetup{Flags: f, Ledger: led, Handler: mux, LongestJob: longest, Auth: authn, Log: log, Tracing: tracing})
+	return ServeWorker(ctx, &WorkerSetup{Flags: f, Ledger: led, Handler: mux, Auth: authn, Log: log, Tracing: tracing})
 }
 
 // WorkerSetup is what ServeWorker runs: the parsed flags and the parts built from them.
 type WorkerSetup struct {
 	Flags   WorkerFlags
 	Ledger  ledger.Ledger
-	Handler *worker.Mux
-	// LongestJob is the longest job timeout; the ack deadline is extended at least that
-	// long and the retention must outlast it.
-	LongestJob time.Duration
-	Auth       auth.Authenticator
-	Log        *slog.Logger
+	Handler worker.Handler
+	// Auth authenticates push deliveries (with Flags.Push).
+	Auth auth.Authenticator
+	Log  *slog.Logger
 	// Listener, when set, replaces listening on Flags.Addr.
 	Listener net.Listener
 	// Subscriber and Republish, when set, replace opening Flags.Subscription and
 	// Flags.Topic (the embedded mode passes in-process ones).
-	Subscriber *queue.Subscriber
-	Republish  worker.Publisher
+	Subscriber worker.Subscriber
+	Republish  queue.RunPublisher
 	// NackDelay is passed to the worker (the embedded mode's Pub/Sub has no retry policy).
 	NackDelay time.Duration
 	// Tracing spans each attempt and its ledger calls; nil: none (the trace context is
@@ -241,9 +227,17 @@ func (f *WorkerFlags) project() string {
 	return ""
 }
 
-// ServeWorker runs a worker: pull (when a subscription is given), push, the rescuer
-// (when a topic is given) and the health and metrics endpoints, until ctx is done, then
-// shuts down within the grace.
+// config is the worker.Config the flags describe.
+func (f *WorkerFlags) config() worker.Config {
+	return worker.Config{
+		Lease: f.Lease, MaxAttempts: f.MaxAttempts, Retention: f.Retention, Grace: f.Grace,
+		Concurrency: f.Concurrency, RescueInterval: f.RescueInterval,
+	}
+}
+
+// ServeWorker runs a worker (worker.Run) and serves its Handler (health, readiness and,
+// with -push, push delivery behind -auth) and /metrics, until ctx is done. A second
+// signal (config.Hurry) cancels running jobs at once instead of after the grace.
 func ServeWorker(ctx context.Context, s *WorkerSetup) error {
 	f, log := s.Flags, s.Log.With(slog.String("component", "worker"))
 	metrics, err := obs.NewMetricsExport(ctx, f.export(f.project()))
@@ -251,146 +245,74 @@ func ServeWorker(ctx context.Context, s *WorkerSetup) error {
 		return err
 	}
 	defer shutdownMetrics(metrics, log)
-	sub := s.Subscriber
-	if sub == nil && f.Subscription != "" {
-		sub, err = queue.OpenSubscriber(ctx, f.Subscription, &queue.SubscriberOptions{
-			Concurrency:                f.Concurrency,
-			MaxExtension:               max(time.Hour, 2*s.LongestJob),
-			MaxDurationPerAckExtension: f.MaxAckExtension,
-			ShutdownTimeout:            f.Grace + time.Second,
-			Client:                     queue.ClientOptions{Tracing: true},
+	cfg := f.config()
+	cfg.Ledger, cfg.Handler, cfg.Logger = traceLedger(s.Ledger, s.Tracing), s.Handler, log
+	cfg.TracerProvider, cfg.Meter = s.Tracing.TracerProvider(), metrics.Meter("github.com/runonce/runonce/pkg/worker")
+	cfg.NackDelay = s.NackDelay
+	if f.Push {
+		cfg.PushAuth = auth.Middleware(s.Auth)
+	}
+	if s.Subscriber != nil {
+		cfg.Subscriber = s.Subscriber
+	} else if f.Subscription != "" {
+		sub, err := queue.OpenSubscriber(ctx, f.Subscription, &queue.SubscriberOptions{
+			MaxDurationPerAckExtension: f.MaxAckExtension, Client: queue.ClientOptions{Tracing: true},
 		})
 		if err != nil {
 			return err
 		}
 		defer sub.Close()
+		cfg.Subscriber = sub
 	}
-	longestLease := max(f.Lease, s.LongestJob)
-	if sub != nil {
-		subRetention, err := sub.Retention(ctx)
-		if err != nil {
-			return fmt.Errorf("read the subscription's message retention: %w", err)
-		}
-		if min := subRetention + config.SchedulerRetryWindow + longestLease; f.Retention < min {
-			return fmt.Errorf("-retention %s is too short: records must outlast the subscription's message retention (%s), "+
-				"the scheduler's retry window (%s) and the longest lease or job (%s), or a late redelivery could run a run twice; use at least %s",
-				f.Retention, subRetention, config.SchedulerRetryWindow, longestLease, min)
-		}
-	} else if err := config.CheckRetention(f.Retention, longestLease); err != nil {
-		return err
-	}
-	republish := s.Republish
-	if republish == nil && f.Topic != "" {
+	if s.Republish != nil {
+		cfg.Republish = s.Republish
+	} else if f.Topic != "" {
 		pub, err := queue.OpenPublisher(ctx, f.Topic, nil)
 		if err != nil {
 			return err
 		}
 		defer pub.Close()
-		republish = pub
+		cfg.Republish = pub
 	}
-	w, err := worker.New(&worker.Config{
-		Ledger: traceLedger(s.Ledger, s.Tracing), TracerProvider: s.Tracing.TracerProvider(), Handler: s.Handler, Lease: f.Lease, MaxAttempts: f.MaxAttempts, Retention: f.Retention,
-		Republish: republish, RescueInterval: f.RescueInterval, NackDelay: s.NackDelay, PushConcurrency: f.Concurrency,
-		Logger: log, Meter: metrics.Meter("github.com/runonce/runonce/pkg/worker"),
-	})
+	w, err := worker.New(&cfg)
 	if err != nil {
 		return err
 	}
-	defer w.CancelJobs()
-	// Cancel running jobs once the grace is over, whichever way they came in, or at once
-	// when the process is asked a second time to stop; the worker releases their runs.
-	stopGrace := context.AfterFunc(ctx, func() {
-		log.Info("stopping: signal again to cancel running jobs and release their runs now instead of after the grace",
-			slog.Duration("grace", f.Grace))
-		t := time.AfterFunc(f.Grace, w.CancelJobs)
-		if hurry := config.Hurry(ctx); hurry != nil {
-			go func() {
-				select {
-				case <-hurry:
-					log.Warn("stopping now: running jobs are cancelled and their runs released")
-					t.Stop()
-					w.CancelJobs()
-				case <-time.After(f.Grace):
-				}
-			}()
-		}
-	})
-	defer stopGrace()
-
-	h := http.NewServeMux()
-	h.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	h.HandleFunc("GET /readyz", func(rw http.ResponseWriter, r *http.Request) {
-		var errs []error
-		if err := s.Ledger.Ping(r.Context()); err != nil {
-			errs = append(errs, fmt.Errorf("ledger: %w", err))
-		}
-		if sub != nil {
-			if err := sub.Ping(r.Context()); err != nil {
-				errs = append(errs, fmt.Errorf("subscription: %w", err))
+	if hurry := config.Hurry(ctx); hurry != nil {
+		stop := context.AfterFunc(ctx, func() {
+			select {
+			case <-hurry:
+				log.Warn("stopping now: running jobs are cancelled and their runs released")
+				w.CancelJobs()
+			case <-time.After(f.Grace):
 			}
-		}
-		if err := errors.Join(errs...); err != nil {
-			// Unauthenticated: never the backend's error text (hosts, database names).
-			log.Warn("not ready", slog.Any("error", err))
-			http.Error(rw, "not ready: the ledger or the subscription is unreachable; see the worker's log", http.StatusServiceUnavailable)
-			return
-		}
-		io.WriteString(rw, "ready\n")
-	})
-	h.Handle("GET /metrics", metrics.Handler())
-	if f.Push {
-		h.Handle("POST /v1/push", w.PushHandler(s.Auth))
+		})
+		defer stop()
 	}
-
+	h := http.NewServeMux()
+	h.Handle("GET /metrics", metrics.Handler())
+	h.Handle("/", w.Handler())
 	ln := s.Listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", f.Addr); err != nil {
 			return err
 		}
 	}
+	var names []string
+	if r, ok := s.Handler.(worker.Router); ok {
+		names = r.Jobs()
+	}
 	log.Info("worker listening", slog.String("addr", ln.Addr().String()), slog.String("subscription", f.Subscription),
 		slog.Int("concurrency", f.Concurrency), slog.Duration("lease", f.Lease), slog.Duration("grace", f.Grace),
-		slog.Any("jobs", s.Handler.Jobs()), slog.Bool("rescuer", republish != nil))
+		slog.Any("jobs", names), slog.Bool("rescuer", cfg.Republish != nil))
 	g, gctx := errgroup.WithContext(ctx)
 	srv := config.NewServer(f.Addr, h, log)
 	srv.WriteTimeout = 0 // a push request lasts as long as its job
 	g.Go(func() error { return config.Serve(gctx, srv, ln, f.Grace+time.Second) })
-	if sub != nil {
-		g.Go(func() error { return w.Pull(gctx, sub, f.Grace) })
-	}
-	if republish != nil {
-		g.Go(func() error { w.Rescue(gctx); return nil })
-	}
+	g.Go(func() error { return w.Run(gctx) })
 	err = g.Wait()
 	log.Info("worker stopped", slog.Any("error", err))
 	return err
-}
-
-// GoogleIDTokens returns a token source for auth: oidc targets: Google ID tokens for the
-// target's URL as audience, from the environment's credentials (on Cloud Run, the
-// metadata server), cached per audience.
-func GoogleIDTokens() worker.TokenSource {
-	var mu sync.Mutex
-	sources := map[string]oauth2.TokenSource{}
-	return func(ctx context.Context, audience string) (string, error) {
-		mu.Lock()
-		ts, ok := sources[audience]
-		if !ok {
-			var err error
-			ts, err = idtoken.NewTokenSource(context.WithoutCancel(ctx), audience)
-			if err != nil {
-				mu.Unlock()
-				return "", fmt.Errorf("ID token source for %s: %w", audience, err)
-			}
-			sources[audience] = ts
-		}
-		mu.Unlock()
-		tok, err := ts.Token()
-		if err != nil {
-			return "", err
-		}
-		return tok.AccessToken, nil
-	}
 }
 
 // shutdownTracing exports the spans still batched.

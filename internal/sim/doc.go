@@ -14,15 +14,34 @@
 // write and its answer). So a schedule is reproducible from its seed, and every
 // interleaving of calls is reachable.
 //
-// The clock is the ledger's (every call's Now) and the ingress's; leases and pickup
+// A call may also hang (blackholed): where its caller bounded it, time moves on and it
+// fails with a timeout; a call made with no deadline would wait forever, which breaks
+// the promise that every wait is bounded (worker.Config.LedgerTimeout) and is reported.
+//
+// The clock is the ledger's (every call's Now), the ingress's and the workers' own
+// (worker.Config.Now: when a claim was sent, how old a message is); leases and pickup
 // deadlines expire when the driver moves it, so a worker paused at a point may find its
 // lease taken over. The worker's own lease keeper runs on real time with a lease far
 // longer than a schedule, so it never renews: a pause past the lease is a pause past it.
+//
+// Schedules reach the retention, which is short (three hours): the clock sometimes
+// jumps by up to half of it, jobs ask for retries as late as the workers allow (the
+// retention), the sweeper runs, and messages grow older than the retention. The clock
+// never moves more than half a retention past the last rescue round that finished (the
+// rescuer runs every RescueInterval in a deployment), callers retry within a window of
+// half an hour (Cloud Scheduler's maxRetryDuration), and a request parked past that
+// window is abandoned: a deployment keeps all of these inside the retention, and a run
+// lost by breaking them would be no bug. A finished run the sweeper deletes after its
+// retention is not lost.
 //
 // After each schedule the recorded history is checked (Check): every run a caller got a
 // 2xx for ends completed or failed; an effect done through worker.Effect is not redone
 // after its success was recorded, one through worker.AtMostOnce starts at most once,
 // and every downstream call of an effect carries its one key; no two attempts of a run
 // hold it at once, as the job itself observes it; no run is answered "new" twice, and
-// no job runs with a payload other than the one accepted.
+// no job runs with a payload other than the one accepted; and no call waits unbounded.
+//
+// Mutants (mutants.go) reintroduce holes that were closed, as broken ledgers or as a
+// switch of the workers' wrappers; TestMutantsAreCaught checks that the schedules CI
+// runs catch each.
 package sim

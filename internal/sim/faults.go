@@ -1,9 +1,12 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +44,9 @@ const (
 	faultAfter
 	// faultSlow applies the call and lets others run before it answers.
 	faultSlow
+	// faultHang blackholes the call (it may have applied): it answers only when the
+	// caller's deadline passes, and never when the caller set none.
+	faultHang
 )
 
 // faults draws a fault for each call from the schedule's random source. Every draw is
@@ -66,6 +72,8 @@ func (f *faults) draw(ctx context.Context, what string) fault {
 		d = faultAfter
 	case x < 3*f.rate:
 		d = faultSlow
+	case x < 3*f.rate+f.rate/4:
+		d = faultHang
 	default:
 		return faultNone
 	}
@@ -74,7 +82,7 @@ func (f *faults) draw(ctx context.Context, what string) fault {
 		if a := actorFrom(ctx); a != nil {
 			id = a.id
 		}
-		f.log("fault: actor %d: %s %s", id, what, [...]string{"", "fails before it applies", "applies, then reports an error", "applies, answers late"}[d])
+		f.log("fault: actor %d: %s %s", id, what, [...]string{"", "fails before it applies", "applies, then reports an error", "applies, answers late", "hangs"}[d])
 	}
 	return d
 }
@@ -96,6 +104,27 @@ type faultLedger struct {
 	clock *clock
 	// acquired notes every lease a worker claim granted, for the checks.
 	acquired func(r *ledger.Run)
+	// sweeping runs as a sweep applies, before it deletes anything.
+	sweeping func(ctx context.Context)
+	// hung handles a call that hangs with no deadline (see hang).
+	hung func(ctx context.Context, what string) error
+	// unbounded drops the callers' deadlines (the mutant unbounded-calls).
+	unbounded bool
+}
+
+// hang is a call blackholed at random: where the caller bounded it, its deadline
+// passes (time moves on meanwhile) and it fails with a timeout; where not, the caller
+// would wait forever, which breaks the promise that every wait is bounded (worker's
+// Config.LedgerTimeout, the ingress's timeouts): it is reported and the actor hangs
+// until the schedule ends.
+func hang(ctx context.Context, s *sched, what string, hung func(context.Context, string) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		return hung(ctx, what)
+	}
+	if err := s.point(ctx); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: sim: %s hung until the caller's deadline: %w", ledger.ErrUnavailable, what, context.DeadlineExceeded)
 }
 
 // call runs one ledger call through the point and the fault drawn for it.
@@ -104,7 +133,15 @@ func call[T any](ctx context.Context, l *faultLedger, what string, fn func(now t
 	if err := l.s.point(ctx); err != nil {
 		return zero, err
 	}
+	if l.unbounded {
+		ctx = context.WithoutCancel(ctx)
+	}
 	switch l.f.draw(ctx, what) {
+	case faultHang:
+		if l.f.rng.IntN(2) == 0 {
+			_, _ = fn(l.clock.Now())
+		}
+		return zero, hang(ctx, l.s, what, l.hung)
 	case faultBefore:
 		return zero, fmt.Errorf("%w: sim: %s refused before it applied", ledger.ErrUnavailable, what)
 	case faultAfter:
@@ -151,7 +188,7 @@ func (l *faultLedger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*le
 		q := *p
 		q.Now = or(q.Now, now)
 		res, err := l.Ledger.Acquire(ctx, &q)
-		if err == nil && res.Outcome == ledger.Acquired {
+		if err == nil && res.Outcome == ledger.OutcomeAcquired {
 			l.acquired(res.Run)
 		}
 		return res, err
@@ -218,7 +255,13 @@ func (l *faultLedger) ListRescue(ctx context.Context, p *ledger.ListRescueParams
 	return call(ctx, l, "list rescue", func(now time.Time) ([]*ledger.Run, error) {
 		q := *p
 		q.Now = or(q.Now, now)
-		return l.Ledger.ListRescue(ctx, &q)
+		runs, err := l.Ledger.ListRescue(ctx, &q)
+		// Runs with one deadline come in the backend's order (a map's, in memory); on
+		// the simulation's clock ties are common, and a schedule must replay its seed.
+		slices.SortStableFunc(runs, func(a, b *ledger.Run) int {
+			return cmp.Or(a.Deadline.Compare(b.Deadline), strings.Compare(a.ID, b.ID))
+		})
+		return runs, err
 	})
 }
 
@@ -234,22 +277,34 @@ func (l *faultLedger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, er
 	return call(ctx, l, "sweep", func(now time.Time) (int, error) {
 		q := *p
 		q.Now = or(q.Now, now)
+		l.sweeping(ctx)
 		return l.Ledger.Sweep(ctx, &q)
 	})
 }
 
 // faultPublisher publishes into the simulated queue, with the same faults.
 type faultPublisher struct {
-	s *sched
-	f *faults
-	q *simQueue
+	s         *sched
+	f         *faults
+	q         *simQueue
+	hung      func(ctx context.Context, what string) error
+	unbounded bool
 }
 
 func (p *faultPublisher) Publish(ctx context.Context, m *queue.Message) (string, error) {
 	if err := p.s.point(ctx); err != nil {
 		return "", err
 	}
-	switch p.f.draw(ctx, "publish of run "+short(m.Identity.RunID)) {
+	if p.unbounded {
+		ctx = context.WithoutCancel(ctx)
+	}
+	what := "publish of run " + short(m.Identity.RunID)
+	switch p.f.draw(ctx, what) {
+	case faultHang:
+		if p.f.rng.IntN(2) == 0 {
+			p.q.publish(m)
+		}
+		return "", hang(ctx, p.s, what, p.hung)
 	case faultBefore:
 		return "", fmt.Errorf("%w: sim: publish refused", queue.ErrUnavailable)
 	case faultAfter:

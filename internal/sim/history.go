@@ -29,6 +29,8 @@ type history struct {
 	calls map[string]int
 	done  map[string]bool
 	keys  map[string]string // effect name and run → the key seen first
+	// terminal: runs seen completed or failed as a sweep applied, which it may delete.
+	terminal map[string]bool
 	// violations found while the schedule ran.
 	violations []string
 }
@@ -42,7 +44,7 @@ func newHistory(c *clock) *history {
 	return &history{
 		clock: c, sent: map[string][][]byte{}, accepted: map[string][]byte{}, news: map[string]int{},
 		leases: map[string]map[int64]time.Time{}, holding: map[string][]*holder{},
-		calls: map[string]int{}, done: map[string]bool{}, keys: map[string]string{},
+		calls: map[string]int{}, done: map[string]bool{}, keys: map[string]string{}, terminal: map[string]bool{},
 	}
 }
 
@@ -155,6 +157,27 @@ func (h *history) effectDone(a *actor, key string) {
 	if !a.crashed {
 		h.done[key] = true
 	}
+}
+
+// unbounded records a call made with no deadline that hung: its caller waits forever.
+func (h *history) unbounded(a *actor, what string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.violate("bounded waits: actor %d (%s) made its %s with no deadline: blackholed, it never returns", a.id, a.name, what)
+}
+
+// finished records that run id was completed or failed when a sweep applied.
+func (h *history) finished(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.terminal[id] = true
+}
+
+// wasFinished reports whether run id was seen finished as a sweep applied.
+func (h *history) wasFinished(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.terminal[id]
 }
 
 // acceptedRuns returns the runs some caller got a 2xx for, sorted.

@@ -2,11 +2,14 @@ package sim
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // Mutants are deliberately broken ledgers, each a copy of a hole the simulation must
@@ -15,7 +18,7 @@ var Mutants = map[string]func(ledger.Ledger) ledger.Ledger{
 	// The ingress's old Unclaim: a claim whose publish failed (or whose claim call
 	// failed after it landed) is deleted, though a concurrent duplicate may already
 	// have been answered 2xx for it (issue 12).
-	"unclaim": func(l ledger.Ledger) ledger.Ledger { return newDeleting(l) },
+	"unclaim": func(l ledger.Ledger) ledger.Ledger { d := newDeleting(l); d.unclaim = true; return d },
 	// The worker claim checks no payload: a stale or forged message runs (issue 12).
 	"any-payload": func(l ledger.Ledger) ledger.Ledger { return &anyPayload{l} },
 	// The worker claim takes over live leases.
@@ -24,6 +27,122 @@ var Mutants = map[string]func(ledger.Ledger) ledger.Ledger{
 	"forget-effects": func(l ledger.Ledger) ledger.Ledger { return &forgetful{l} },
 	// Every ingress claim believes it created the run.
 	"two-claim-winners": func(l ledger.Ledger) ledger.Ledger { return &lyingClaim{l} },
+	// The old ExpiryOf: a record expires a retention after its last write, though its
+	// not-before (a late Retry-After) or its deadline is still ahead, and the sweeper
+	// deletes a run that is waiting for its retry (issue 12).
+	"expiry-ignores-deadlines": func(l ledger.Ledger) ledger.Ledger { return &expiring{newDeleting(l)} },
+	// The old sweep: an effect goes when its own ExpireAt passes, though its run still
+	// lives, and a later attempt does it again (issue 12).
+	"sweeps-live-effects": func(l ledger.Ledger) ledger.Ledger { return newEffectSweeper(l) },
+	// The worker's old age check: a message older than the retention is dropped even
+	// when its run exists, so a run that lives past the retention (a late retry, a
+	// rescued run, whose messages carry its creation time) is never run again (issue
+	// 12). The claim with MustExist answers as if the run were absent.
+	"old-messages-dropped": func(l ledger.Ledger) ledger.Ledger { return &oldDropped{l} },
+}
+
+// UnboundedCalls names the mutant whose workers make their ledger calls and
+// republishes with no deadline, as before worker.Config.LedgerTimeout: a blackholed
+// call holds its delivery (or the rescuer) forever. It is a switch of the workers'
+// fault wrappers, not a ledger.
+const UnboundedCalls = "unbounded-calls"
+
+// MutantNames returns the names of every mutant, sorted.
+func MutantNames() []string {
+	names := []string{UnboundedCalls}
+	for name := range Mutants {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+type oldDropped struct{ ledger.Ledger }
+
+func (b *oldDropped) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
+	if p.MustExist {
+		return nil, fmt.Errorf("%w: sim: run %s treated as absent: its message is older than the retention", ledger.ErrNotFound, p.RunID)
+	}
+	return b.Ledger.Acquire(ctx, p)
+}
+
+// expiring deletes (as deleting does) every run whose last write is a retention ago
+// when a sweep applies, whatever its deadline and not-before say.
+type expiring struct{ *deleting }
+
+func (e *expiring) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
+	e.mu.Lock()
+	ids := make([]string, 0, len(e.known))
+	for id := range e.known {
+		ids = append(ids, id)
+	}
+	e.mu.Unlock()
+	slices.Sort(ids)
+	n := 0
+	for _, id := range ids {
+		r, err := e.Ledger.Get(ctx, &ledger.GetParams{RunID: e.to(id)})
+		if err != nil {
+			continue
+		}
+		old := driver.Micros(r.UpdatedAt.Add(retention))
+		if old.Before(p.Now) && r.ExpireAt.After(old) { // the fixed ExpiryOf keeps it
+			e.mu.Lock()
+			e.gen[id]++
+			e.mu.Unlock()
+			n++
+		}
+	}
+	m, err := e.Ledger.Sweep(ctx, p)
+	return n + m, err
+}
+
+// effectSweeper forgets, as a sweep applies, every effect past its own ExpireAt, live
+// run or not: a later BeginEffect finds it new.
+type effectSweeper struct {
+	ledger.Ledger
+	mu    sync.Mutex
+	seen  map[[2]string]bool
+	swept map[[2]string]bool
+}
+
+func newEffectSweeper(l ledger.Ledger) *effectSweeper {
+	return &effectSweeper{Ledger: l, seen: map[[2]string]bool{}, swept: map[[2]string]bool{}}
+}
+
+func (s *effectSweeper) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
+	s.mu.Lock()
+	keys := make([][2]string, 0, len(s.seen))
+	for k := range s.seen {
+		keys = append(keys, k)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, k := range keys {
+		e, err := s.Ledger.GetEffect(ctx, &ledger.GetEffectParams{RunID: k[0], Name: k[1]})
+		if err == nil && e.ExpireAt.Before(p.Now) {
+			s.mu.Lock()
+			s.swept[k] = true
+			s.mu.Unlock()
+			n++
+		}
+	}
+	m, err := s.Ledger.Sweep(ctx, p)
+	return n + m, err
+}
+
+func (s *effectSweeper) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
+	k := [2]string{p.RunID, p.Name}
+	res, err := s.Ledger.BeginEffect(ctx, p)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen[k] = true
+	if err != nil || !s.swept[k] {
+		return res, err
+	}
+	delete(s.swept, k)
+	return &ledger.BeginEffectResult{Effect: &ledger.Effect{
+		Key: ledger.EffectKey(p.RunID, p.Name), RunID: p.RunID, Name: p.Name, Status: ledger.EffectPending, Attempt: p.Attempt,
+	}}, nil
 }
 
 type anyPayload struct{ ledger.Ledger }
@@ -40,7 +159,7 @@ type stealing struct{ ledger.Ledger }
 
 func (b *stealing) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	res, err := b.Ledger.Acquire(ctx, p)
-	if err == nil && res.Outcome == ledger.Held && res.Run.Status == ledger.StatusRunning {
+	if err == nil && res.Outcome == ledger.OutcomeHeld && res.Run.Status == ledger.StatusRunning {
 		q := *p
 		q.Now = res.Until.Add(time.Millisecond)
 		return b.Ledger.Acquire(ctx, &q)
@@ -73,18 +192,22 @@ func (b *lyingClaim) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.
 // one: to every caller the run is gone, and a later claim creates it anew.
 type deleting struct {
 	ledger.Ledger
-	mu   sync.Mutex
-	gen  map[string]int    // run ID → generation
-	back map[string]string // stored ID → run ID
+	// unclaim makes Expedite delete the run.
+	unclaim bool
+	mu      sync.Mutex
+	gen     map[string]int    // run ID → generation
+	back    map[string]string // stored ID → run ID
+	known   map[string]bool   // every run ID called with
 }
 
 func newDeleting(l ledger.Ledger) *deleting {
-	return &deleting{Ledger: l, gen: map[string]int{}, back: map[string]string{}}
+	return &deleting{Ledger: l, gen: map[string]int{}, back: map[string]string{}, known: map[string]bool{}}
 }
 
 func (d *deleting) to(id string) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.known[id] = true
 	g := d.gen[id]
 	if g == 0 {
 		return id
@@ -145,7 +268,7 @@ func (d *deleting) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*led
 	q := *p
 	q.RunID = d.to(p.RunID)
 	r, err := d.Ledger.Expedite(ctx, &q)
-	if err == nil {
+	if err == nil && d.unclaim {
 		d.mu.Lock()
 		d.gen[p.RunID]++ // deleted
 		d.mu.Unlock()

@@ -21,6 +21,9 @@ type actor struct {
 	crashed bool
 	// onCrash runs in the driver when the actor crashes (e.g. redeliver its message).
 	onCrash func()
+	// request is set for an ingress request, which started at started.
+	request bool
+	started time.Time
 }
 
 type actorKey struct{}
@@ -35,6 +38,7 @@ func actorFrom(ctx context.Context) *actor {
 type sched struct {
 	mu     sync.Mutex
 	parked []*actor
+	hung   []*actor
 	nextID int
 	// idle receives when the running actor parks or ends.
 	idle chan struct{}
@@ -110,6 +114,32 @@ func (s *sched) name(i int) string {
 	return fmt.Sprintf("actor %d (%s)", s.parked[i].id, s.parked[i].name)
 }
 
+// parkedActor returns the i-th parked actor.
+func (s *sched) parkedActor(i int) *actor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.parked[i]
+}
+
+// hang parks the calling actor for good: the driver never lets it go on, and it
+// returns errCrashed when the schedule ends.
+func (s *sched) hang(ctx context.Context) error {
+	a := actorFrom(ctx)
+	if a == nil {
+		return nil
+	}
+	s.mu.Lock()
+	if a.crashed || s.over {
+		s.mu.Unlock()
+		return errCrashed
+	}
+	s.hung = append(s.hung, a)
+	s.mu.Unlock()
+	s.idle <- struct{}{}
+	<-a.wake
+	return errCrashed
+}
+
 func (s *sched) nparked() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -131,8 +161,8 @@ func (s *sched) wait(a *actor) error {
 func (s *sched) end(crashed []*actor) {
 	s.mu.Lock()
 	s.over = true
-	parked := s.parked
-	s.parked = nil
+	parked := append(s.parked, s.hung...)
+	s.parked, s.hung = nil, nil
 	s.mu.Unlock()
 	go func() {
 		for range s.idle { // actors that end now signal; nobody waits for them

@@ -21,19 +21,23 @@ import (
 	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/memory"
-	_ "github.com/runonce/runonce/pkg/ledger/postgres" // registers postgres://
-	_ "github.com/runonce/runonce/pkg/ledger/redis"    // registers redis://
+	_ "github.com/runonce/runonce/pkg/ledger/postgres"    // registers postgres://
+	_ "github.com/runonce/runonce/pkg/ledger/redisledger" // registers redis://
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
+	"github.com/runonce/runonce/pkg/queue"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
 // Backends the simulation runs on: memory and SQLite in-process; PostgreSQL and Redis
 // on the servers TEST_DATABASE_URL and TEST_REDIS_URL name (scripts/services.sh), in a
-// fresh schema or key prefix per schedule.
-var Backends = []string{"memory", "sqlite", "postgres", "redis"}
+// fresh schema or key prefix per schedule; Spanner on the emulator
+// SPANNER_EMULATOR_HOST names, in a fresh database per schedule. Firestore is not one:
+// it judges leases by its own clock and refuses a caller's Now, so the simulation
+// cannot drive its time.
+var Backends = []string{"memory", "sqlite", "postgres", "redis", "spanner"}
 
 // ServerEnv names the variable that locates a server backend's test server.
-var ServerEnv = map[string]string{"postgres": "TEST_DATABASE_URL", "redis": "TEST_REDIS_URL"}
+var ServerEnv = map[string]string{"postgres": "TEST_DATABASE_URL", "redis": "TEST_REDIS_URL", "spanner": "SPANNER_EMULATOR_HOST"}
 
 // unique tells apart the schemas and prefixes of one process's schedules.
 var unique atomic.Int64
@@ -45,6 +49,18 @@ const (
 	ackDeadline   = time.Minute
 	nackBackoff   = 10 * time.Second
 	maxAttempts   = 4
+	// retention is short, so that schedules reach it: records expire and the sweeper
+	// deletes them, messages grow older than it, and a job may ask for a retry as late
+	// as it (MaxRetryAfter), which puts a run's not-before a retention ahead.
+	retention = 3 * time.Hour
+	// callerWindow is how long a caller keeps retrying after its first request (Cloud
+	// Scheduler's maxRetryDuration): the deployment keeps it, with everything else,
+	// inside the retention.
+	callerWindow = 30 * time.Minute
+	// rescueGap is the longest the clock moves without a rescue round that finished:
+	// the rescuer runs every RescueInterval in a deployment, and a run nobody rescues
+	// for a whole retention is legitimately swept, which is no bug.
+	rescueGap = retention / 2
 	// steps is how many driver decisions a schedule makes with faults on, before it
 	// quiesces (faults off) and lets everything finish.
 	steps = 250
@@ -57,7 +73,7 @@ const (
 // Options select one schedule.
 type Options struct {
 	Seed uint64
-	// Backend is "memory" or "sqlite".
+	// Backend is one of Backends.
 	Backend string
 	// Dir holds the SQLite file.
 	Dir string
@@ -83,6 +99,7 @@ type caller struct {
 	retries   int
 	attempt   int
 	nextAt    time.Time
+	until     time.Time // the end of its retry window
 	inflight  bool
 	done      bool
 	sentFirst bool
@@ -103,6 +120,10 @@ type simulation struct {
 	crashed []*actor
 	trace   []string
 	actors  int
+	// quiet is set for the quiet phase: no faults, and no job asks for a late retry.
+	quiet bool
+	// lastRescue is the clock when the latest rescue round that finished started.
+	lastRescue time.Time
 }
 
 // Run runs the schedule of opts.Seed and checks it.
@@ -121,7 +142,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	defer raw.Close()
 	sm.raw = raw
 	var l ledger.Ledger = raw
-	if opts.Mutant != "" {
+	if opts.Mutant != "" && opts.Mutant != UnboundedCalls {
 		m, ok := Mutants[opts.Mutant]
 		if !ok {
 			return nil, fmt.Errorf("sim: no mutant %q", opts.Mutant)
@@ -129,12 +150,17 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		l = m(raw)
 		sm.raw = l
 	}
-	fl := &faultLedger{Ledger: l, s: sm.s, f: sm.f, clock: sm.clock, acquired: sm.h.acquired}
-	pub := &faultPublisher{s: sm.s, f: sm.f, q: sm.q}
+	sm.lastRescue = sm.clock.Now()
+	fl := &faultLedger{Ledger: l, s: sm.s, f: sm.f, clock: sm.clock, acquired: sm.h.acquired, sweeping: sm.sweeping, hung: sm.hung}
+	pub := &faultPublisher{s: sm.s, f: sm.f, q: sm.q, hung: sm.hung}
+	// The workers' own wrappers: the mutant unbounded-calls drops their deadlines.
+	wfl, wpub := *fl, *pub
+	wfl.unbounded, wpub.unbounded = opts.Mutant == UnboundedCalls, opts.Mutant == UnboundedCalls
 	discard := slog.New(slog.DiscardHandler)
 	in, err := ingress.New(ingress.Config{
 		Ledger: fl, Publisher: pub, Namespace: namespace, Auth: auth.None{}, Logger: discard,
 		Now: sm.clock.Now, LedgerTimeout: time.Hour, PublishTimeout: time.Hour, PickupTimeout: pickupTimeout,
+		Retention: retention,
 	})
 	if err != nil {
 		return nil, err
@@ -144,9 +170,10 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	mux.HandleFunc(jobName, sm.job)
 	for range 3 {
 		w, err := worker.New(&worker.Config{
-			Ledger: fl, Handler: mux, Lease: lease, MaxAttempts: maxAttempts, PickupTimeout: pickupTimeout,
+			Ledger: &wfl, Handler: mux, Lease: lease, MaxAttempts: maxAttempts, PickupTimeout: pickupTimeout,
 			FinishTimeout: 5 * time.Second, LedgerTimeout: time.Hour, MaxRunTime: time.Hour,
-			Republish: pub, Logger: discard, Now: sm.clock.Now,
+			Retention: retention, UnsafeRetention: true, MaxRetryAfter: retention,
+			Republish: &wpub, Logger: discard, Now: sm.clock.Now,
 		})
 		if err != nil {
 			return nil, err
@@ -171,6 +198,8 @@ func (sm *simulation) open(ctx context.Context) (ledger.Ledger, error) {
 		return memory.New(&memory.Options{Clock: sm.clock.Now}), nil
 	case "sqlite":
 		return sqlite.Open(ctx, filepath.Join(sm.opts.Dir, "sim-"+strconv.FormatUint(sm.opts.Seed, 10)+".db"), &sqlite.Options{Clock: sm.clock.Now, RelaxedSync: true})
+	case "spanner":
+		return openSpanner(ctx, fmt.Sprintf("sim%d_%d_%d", os.Getpid(), sm.opts.Seed, unique.Add(1)))
 	case "postgres", "redis":
 		base := os.Getenv(ServerEnv[sm.opts.Backend])
 		if base == "" {
@@ -202,9 +231,9 @@ func (sm *simulation) plan() {
 			if c > 0 && sm.rng.IntN(8) == 0 {
 				p = fmt.Appendf(nil, `{"run":%d,"other":true}`, r)
 			}
+			at := sm.clock.Now().Add(time.Duration(sm.rng.IntN(120)) * time.Second)
 			sm.callers = append(sm.callers, &caller{
-				key: key, payload: p, retries: sm.rng.IntN(4),
-				nextAt: sm.clock.Now().Add(time.Duration(sm.rng.IntN(120)) * time.Second),
+				key: key, payload: p, retries: sm.rng.IntN(4), nextAt: at, until: at.Add(callerWindow),
 			})
 		}
 	}
@@ -223,6 +252,7 @@ func (sm *simulation) drive(ctx context.Context) error {
 		}
 	}
 	sm.f.rate = 0
+	sm.quiet = true
 	sm.log("quiesce: faults off")
 	for range quiesceSteps {
 		if sm.settled(ctx) {
@@ -275,6 +305,11 @@ func (sm *simulation) step(ctx context.Context, quiet bool) error {
 	var ready []*caller
 	for _, c := range sm.callers {
 		if !c.done && !c.inflight && !c.nextAt.After(sm.clock.Now()) {
+			if sm.clock.Now().After(c.until) {
+				c.done = true
+				sm.log("caller %s gives up: its retry window is over", c.key)
+				continue
+			}
 			ready = append(ready, c)
 		}
 	}
@@ -307,7 +342,7 @@ func (sm *simulation) step(ctx context.Context, quiet bool) error {
 				e := sm.q.take(r[sm.rng.IntN(len(r))])
 				sm.q.back(e, e.availableAt)
 				forged := *e.m
-				forged.Payload = []byte(`{"forged":true}`)
+				forged.Identity.Payload = []byte(`{"forged":true}`)
 				id := sm.q.publish(&forged)
 				sm.log("queue: forged message %s for run %s with another payload", id, short(e.m.Identity.RunID))
 				return nil
@@ -315,9 +350,14 @@ func (sm *simulation) step(ctx context.Context, quiet bool) error {
 		}
 	}
 	cs = append(cs, choice{3, func() error { return sm.rescue(ctx) }})
-	cs = append(cs, choice{1, func() error { return sm.sweep(ctx) }})
+	cs = append(cs, choice{2, func() error { return sm.sweep(ctx) }})
 	cs = append(cs, choice{4, func() error {
 		d := sm.advance(quiet)
+		if sm.clock.Now().Add(d).After(sm.lastRescue.Add(rescueGap)) {
+			// The rescuer's timer fires before the clock may move on.
+			return sm.rescue(ctx)
+		}
+		sm.abandonRequests(d)
 		sm.clock.advance(d)
 		sm.log("clock +%s", d)
 		return nil
@@ -340,15 +380,34 @@ func (sm *simulation) step(ctx context.Context, quiet bool) error {
 // deadline or a lease.
 func (sm *simulation) advance(quiet bool) time.Duration {
 	if quiet {
+		if sm.rng.IntN(4) == 0 { // to a late retry
+			return time.Duration(1+sm.rng.IntN(int(rescueGap/time.Minute))) * time.Minute
+		}
 		return time.Duration(1+sm.rng.IntN(6)) * time.Minute
 	}
-	switch sm.rng.IntN(10) {
+	switch sm.rng.IntN(12) {
 	case 0:
 		return lease + time.Duration(sm.rng.IntN(300))*time.Second
 	case 1, 2:
 		return pickupTimeout + time.Duration(sm.rng.IntN(60))*time.Second
+	case 3: // towards the retention: records expire, messages grow old
+		return time.Duration(1+sm.rng.IntN(int(rescueGap/time.Minute))) * time.Minute
 	}
 	return time.Duration(1+sm.rng.IntN(60)) * time.Second
+}
+
+// abandonRequests crashes the requests parked for longer than a caller's window once
+// the clock moves by d: Cloud Scheduler abandons an attempt past its deadline, and a
+// request whose claim landed a retention after its caller started could legitimately
+// find its run swept.
+func (sm *simulation) abandonRequests(d time.Duration) {
+	for i := sm.s.nparked() - 1; i >= 0; i-- {
+		a := sm.s.parkedActor(i)
+		if a.request && sm.clock.Now().Add(d).After(a.started.Add(callerWindow)) {
+			sm.log("abandon: actor %d (%s) is past its caller's window", a.id, a.name)
+			sm.crash(i)
+		}
+	}
 }
 
 func (sm *simulation) crash(i int) {
@@ -365,6 +424,7 @@ func (sm *simulation) crash(i int) {
 func (sm *simulation) request(ctx context.Context, c *caller) error {
 	c.inflight = true
 	c.attempt++
+	start := sm.clock.Now()
 	runID := ledger.KeyedRunID(namespace, jobName, c.key)
 	if !c.sentFirst {
 		c.sentFirst = true
@@ -405,6 +465,7 @@ func (sm *simulation) request(ctx context.Context, c *caller) error {
 		retry(strconv.Itoa(rec.Code))
 	})
 	if a != nil {
+		a.request, a.started = true, start
 		a.onCrash = func() { retry("no answer") }
 	}
 	return err
@@ -418,7 +479,7 @@ func (sm *simulation) deliver(ctx context.Context, i int) error {
 	sm.actors++
 	sm.log("start: actor %d delivers message %s of run %s", sm.s.nextID+1, e.id, short(e.m.Identity.RunID))
 	a, err := sm.s.spawn(ctx, "deliver "+e.id, func(ctx context.Context, a *actor) {
-		v := w.Process(ctx, &worker.Delivery{Message: e.m, DeliveryAttempt: e.deliveries, PublishTime: e.publishedAt})
+		v := w.Process(ctx, &queue.Delivery{Message: e.m, DeliveryAttempt: e.deliveries, PublishTime: e.publishedAt})
 		if a.crashed {
 			return
 		}
@@ -442,10 +503,17 @@ func (sm *simulation) rescue(ctx context.Context) error {
 	w := sm.workers[sm.rng.IntN(len(sm.workers))]
 	sm.actors++
 	sm.log("start: actor %d rescue round", sm.s.nextID+1)
+	started := sm.clock.Now()
 	_, err := sm.s.spawn(ctx, "rescue", func(ctx context.Context, a *actor) {
 		n, err := w.RescueOnce(ctx)
-		if !a.crashed && (n > 0 || err != nil) {
+		if a.crashed {
+			return
+		}
+		if n > 0 || err != nil {
 			sm.log("rescue: %d republished, %v", n, err)
+		}
+		if err == nil && started.After(sm.lastRescue) {
+			sm.lastRescue = started
 		}
 	})
 	return err
@@ -454,8 +522,34 @@ func (sm *simulation) rescue(ctx context.Context) error {
 func (sm *simulation) sweep(ctx context.Context) error {
 	w := sm.workers[sm.rng.IntN(len(sm.workers))]
 	sm.actors++
-	_, err := sm.s.spawn(ctx, "sweep", func(ctx context.Context, a *actor) { _, _ = w.SweepOnce(ctx, 500) })
+	_, err := sm.s.spawn(ctx, "sweep", func(ctx context.Context, a *actor) {
+		n, err := w.SweepOnce(ctx, 500)
+		if !a.crashed && (n > 0 || err != nil) {
+			sm.log("sweep: %d records deleted, %v", n, err)
+		}
+	})
 	return err
+}
+
+// hung reports a call that hangs with no deadline, and hangs its actor.
+func (sm *simulation) hung(ctx context.Context, what string) error {
+	a := actorFrom(ctx)
+	if a == nil {
+		return nil
+	}
+	sm.h.unbounded(a, what)
+	sm.log("hang: actor %d (%s): %s has no deadline and never answers", a.id, a.name, what)
+	return sm.s.hang(ctx)
+}
+
+// sweeping runs as a sweep applies, at the clock it applies at: an accepted run that is
+// finished then may be deleted by it, legitimately, once its retention is over.
+func (sm *simulation) sweeping(ctx context.Context) {
+	for _, id := range sm.h.acceptedRuns() {
+		if r, err := sm.raw.Get(ctx, &ledger.GetParams{RunID: id}); err == nil && r.Status.Terminal() {
+			sm.h.finished(id)
+		}
+	}
 }
 
 // job is the simulated job: it checks what it observes, does one keyed effect and one
@@ -508,7 +602,11 @@ func (sm *simulation) job(ctx context.Context, j *worker.Job) error {
 	case x < 4:
 		panic("sim: the job panics")
 	case x < 5:
-		return worker.RetryAfter(time.Duration(1+sm.rng.IntN(1800))*time.Second, errors.New("sim: come back later"))
+		d := time.Duration(1+sm.rng.IntN(1800)) * time.Second
+		if !sm.quiet && sm.rng.IntN(2) == 0 { // as late as the worker allows (MaxRetryAfter), or later: cut to it
+			d = retention - time.Duration(sm.rng.IntN(600))*time.Second + time.Duration(sm.rng.IntN(2))*retention
+		}
+		return worker.RetryAfter(d, errors.New("sim: come back later"))
 	}
 	return nil
 }
@@ -519,6 +617,8 @@ func (sm *simulation) finalChecks(ctx context.Context) []string {
 	for _, id := range sm.h.acceptedRuns() {
 		r, err := sm.raw.Get(ctx, &ledger.GetParams{RunID: id})
 		switch {
+		case errors.Is(err, ledger.ErrNotFound) && sm.h.wasFinished(id):
+			// finished, then swept after its retention
 		case errors.Is(err, ledger.ErrNotFound):
 			out = append(out, fmt.Sprintf("invariant 1: run %s was answered 2xx and is gone: lost", short(id)))
 		case err != nil:

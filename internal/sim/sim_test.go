@@ -18,14 +18,15 @@ import (
 var (
 	seed      = flag.Uint64("seed", 0, "run only the schedule of this seed (with -backend)")
 	schedules = flag.Int("schedules", 0, "schedules per backend (make simulate SCHEDULES=N); 0: what CI runs (ciSchedules)")
-	backend   = flag.String("backend", "", "run only this backend (memory or sqlite)")
+	backend   = flag.String("backend", "", "run only this backend (memory, sqlite, postgres, redis or spanner)")
 	first     = flag.Uint64("first", 1, "the seed of the first schedule")
 )
 
 // ciSchedules are the schedules CI runs per backend (without -schedules), chosen so
 // that the simulation takes about a minute under -race on 2 cores (README, "Fault
-// exploration"); SQLite's schedules cost several times memory's.
-var ciSchedules = map[string]int{"memory": 500, "sqlite": 100, "postgres": 100, "redis": 150}
+// exploration"); SQLite's schedules cost several times memory's, and Spanner's (a
+// fresh emulator database each, every call a transaction) about twenty times.
+var ciSchedules = map[string]int{"memory": 400, "sqlite": 100, "postgres": 100, "redis": 150, "spanner": 10}
 
 func backends() []string {
 	if *backend != "" {
@@ -67,7 +68,7 @@ func runOne(t *testing.T, b, mutant string, s uint64) {
 		t.Fatalf("seed %d on %s broke the guarantees:\n  %s\ntrace:\n  %s", s, b,
 			strings.Join(res.Violations, "\n  "), strings.Join(res.Trace, "\n  "))
 	}
-	t.Logf("seed %d on %s: %d actors, %d decisions, no violation", s, b, len(res.Trace), res.Actors)
+	t.Logf("seed %d on %s: %d actors, %d decisions, no violation", s, b, res.Actors, len(res.Trace))
 }
 
 // explore runs n schedules from seed first on GOMAXPROCS goroutines and returns how
@@ -141,18 +142,17 @@ func needServer(t *testing.T, b string) {
 // must name the guarantee it breaks.
 func TestMutantsAreCaught(t *testing.T) {
 	want := map[string]string{
-		"unclaim":           "invariant 1",
-		"any-payload":       "invariant 4",
-		"steal-leases":      "invariant 3",
-		"forget-effects":    "invariant 2",
-		"two-claim-winners": "invariant 4",
+		"unclaim":                  "invariant 1",
+		"any-payload":              "invariant 4",
+		"steal-leases":             "invariant 3",
+		"forget-effects":           "invariant 2",
+		"two-claim-winners":        "invariant 4",
+		"expiry-ignores-deadlines": "invariant 1",
+		"sweeps-live-effects":      "invariant 2",
+		"old-messages-dropped":     "invariant 1",
+		sim.UnboundedCalls:         "bounded waits",
 	}
-	names := make([]string, 0, len(sim.Mutants))
-	for name := range sim.Mutants {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range sim.MutantNames() {
 		t.Run(name, func(t *testing.T) {
 			_, s := explore(t, "memory", name, 1, mutantBudget)
 			if s == 0 {
@@ -178,7 +178,11 @@ const mutantBudget = 2000
 func TestScheduleIsReproducible(t *testing.T) {
 	for _, b := range backends() {
 		needServer(t, b)
-		for _, s := range []uint64{7, 8, 9} {
+		seeds := []uint64{7, 8, 9}
+		if b == "spanner" {
+			seeds = seeds[:1] // a Spanner schedule costs about twenty memory ones
+		}
+		for _, s := range seeds {
 			var traces [2][]string
 			for i := range traces {
 				res, err := sim.Run(t.Context(), sim.Options{Seed: s, Backend: b, Dir: t.TempDir()})
@@ -208,8 +212,10 @@ var regressions = []struct {
 	// attempt had taken the run over meanwhile, and the late worker started the job
 	// anyway, so two jobs of one run ran at once (the late one's writes were fenced,
 	// but whatever the job did outside Effect was done twice). The worker now refuses
-	// to start a job whose claim answered later than its self-fence point.
-	{"memory", 4313, "a job started on a claim answered past its lease"},
+	// to start a job whose claim answered later than its self-fence point. (Found at
+	// seed 4313; the schedules that reach the retention draw differently, and 811 is
+	// the first seed that finds it again with the check taken out.)
+	{"memory", 811, "a job started on a claim answered past its lease"},
 }
 
 func TestRegressionSeeds(t *testing.T) {
@@ -224,5 +230,25 @@ func TestRegressionSeeds(t *testing.T) {
 				t.Fatalf("seed %d (%s) is back:\n  %s", r.seed, r.bug, strings.Join(res.Violations, "\n  "))
 			}
 		})
+	}
+}
+
+// TestTiedRescuesReplay: seeds whose rescue rounds list runs with equal deadlines
+// replayed differently, run to run, while the rescuer took them in the memory
+// backend's map order; the fault wrapper now sorts them.
+func TestTiedRescuesReplay(t *testing.T) {
+	for _, s := range []uint64{54, 58} {
+		var first []string
+		for i := range 8 {
+			res, err := sim.Run(t.Context(), sim.Options{Seed: s, Backend: "memory"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				first = res.Trace
+			} else if !slices.Equal(first, res.Trace) {
+				t.Fatalf("seed %d made another schedule on replay %d", s, i)
+			}
+		}
 	}
 }

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -164,4 +165,26 @@ func (o *OIDC) Verify(ctx context.Context, rawToken string) (*Caller, error) {
 		return nil, fmt.Errorf("%w: %q is not on the allow list", ErrForbidden, claims.Email)
 	}
 	return &Caller{Email: claims.Email, Subject: tok.Subject, Issuer: tok.Issuer}, nil
+}
+
+// Middleware returns a middleware that lets a request through to the wrapped handler
+// only when a authenticates it: otherwise it answers 401 (no or an invalid token) or 403
+// (a valid token of a caller not allowed), with a JSON body {"error": …} that names the
+// problem. It is how a worker's push endpoint is protected (worker.Config.PushAuth).
+func Middleware(a Authenticator) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := a.Authenticate(r.Context(), r); err != nil {
+				status := http.StatusUnauthorized
+				if errors.Is(err, ErrForbidden) {
+					status = http.StatusForbidden
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(status)
+				json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }

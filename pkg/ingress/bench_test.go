@@ -72,7 +72,8 @@ func benchIngress(b *testing.B, bn *bundle, kind string, conc int) {
 			if err != nil {
 				return err
 			}
-			_, err = bn.pub.Publish(ctx, &queue.Message{Identity: id, EnqueuedAt: res.Run.CreatedAt, Payload: []byte(payload)})
+			id.Payload = []byte(payload)
+			_, err = bn.pub.Publish(ctx, &queue.Message{Identity: id, EnqueuedAt: res.Run.CreatedAt})
 			return err
 		}
 	case "new":

@@ -208,8 +208,8 @@ func bareHandler(b *testing.B, poolDSN, dsn string) string {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		id := ledger.Identity{RunID: key, Job: "bench", Key: key}
-		if _, err := pub.Publish(r.Context(), &queue.Message{Identity: id, Payload: body}); err != nil {
+		id := ledger.Identity{RunID: key, Job: "bench", Key: key, Payload: body}
+		if _, err := pub.Publish(r.Context(), &queue.Message{Identity: id}); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}

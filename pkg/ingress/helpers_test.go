@@ -22,7 +22,7 @@ import (
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/ledger"
-	_ "github.com/runonce/runonce/pkg/ledger/firestore"
+	_ "github.com/runonce/runonce/pkg/ledger/firestoreledger"
 	"github.com/runonce/runonce/pkg/ledger/memory"
 	_ "github.com/runonce/runonce/pkg/ledger/postgres"
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
@@ -86,7 +86,7 @@ func (c *countingLedger) Ping(ctx context.Context) error {
 
 // flakyPublisher wraps the real publisher, counts publishes and can fail them.
 type flakyPublisher struct {
-	ingress.Publisher
+	queue.RunPublisher
 	publishes atomic.Int64
 	fail      atomic.Bool
 	// gate, when set, runs before each publish (and may block it).
@@ -106,14 +106,14 @@ func (f *flakyPublisher) Publish(ctx context.Context, m *queue.Message) (string,
 	f.mu.Lock()
 	f.msgs = append(f.msgs, m)
 	f.mu.Unlock()
-	return f.Publisher.Publish(ctx, m)
+	return f.RunPublisher.Publish(ctx, m)
 }
 
 func (f *flakyPublisher) Ping(ctx context.Context) error {
 	if f.fail.Load() {
 		return errors.Join(queue.ErrUnavailable, errors.New("injected ping failure"))
 	}
-	return f.Publisher.Ping(ctx)
+	return f.RunPublisher.Ping(ctx)
 }
 
 type bundle struct {
@@ -193,7 +193,7 @@ func setup(tb testing.TB, o setupOpts) *bundle {
 		pub = queue.NewPublisher(ps.Client, b.topic, nil)
 	}
 	tb.Cleanup(func() { pub.Close() })
-	b.pub = &flakyPublisher{Publisher: pub}
+	b.pub = &flakyPublisher{RunPublisher: pub}
 	var logw io.Writer = io.Discard
 	if t, ok := tb.(*testing.T); ok && !o.quiet && testing.Verbose() {
 		logw = t.Output()

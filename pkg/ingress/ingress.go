@@ -26,14 +26,6 @@ import (
 	"github.com/runonce/runonce/pkg/queue"
 )
 
-// Publisher enqueues runs; *queue.Publisher implements it. Publish returns only once the
-// message is stored (or has failed, wrapping queue.ErrUnavailable).
-type Publisher interface {
-	Publish(ctx context.Context, m *queue.Message) (serverID string, err error)
-	// Ping checks that the topic is reachable, for /readyz.
-	Ping(ctx context.Context) error
-}
-
 // Defaults of Config's zero fields.
 const (
 	DefaultMaxBody        = 1 << 20
@@ -46,7 +38,7 @@ const (
 // Config configures the ingress. Ledger and Publisher are required.
 type Config struct {
 	Ledger    ledger.Ledger
-	Publisher Publisher
+	Publisher queue.RunPublisher
 	// Namespace is mixed into every run ID (e.g. "my-project/us-central1").
 	Namespace string
 	// NamespaceHeader, when set, names a request header whose value, when present,
@@ -65,9 +57,13 @@ type Config struct {
 	PickupTimeout time.Duration
 	// Retention is how long run records are kept. Zero: the ledger's default.
 	Retention time.Duration
-	// Auth authenticates POST /v1/jobs and GET /v1/runs. Required: auth.None{} turns
-	// authentication off explicitly.
+	// Auth authenticates POST /v1/jobs and the read endpoints GET /v1/runs and GET
+	// /v1/runs/{run_id}. Required: auth.None{} turns authentication off explicitly.
 	Auth auth.Authenticator
+	// Operators authenticates the operators: they may also read, retry, cancel and
+	// release runs (POST /v1/runs/{run_id}:retry, …) and see a run's payload
+	// (?view=full). Nil: nobody may (403).
+	Operators auth.Authenticator
 	// LedgerTimeout and PublishTimeout bound one ledger call and one publish.
 	LedgerTimeout  time.Duration
 	PublishTimeout time.Duration
@@ -158,8 +154,16 @@ func New(cfg Config) (*Handler, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/jobs/{job}", h.postJob)
 	mux.HandleFunc("/v1/jobs/{job}", methodNotAllowed(http.MethodPost))
-	mux.HandleFunc("GET /v1/runs/{run_id}", h.getRun)
-	mux.HandleFunc("/v1/runs/{run_id}", methodNotAllowed(http.MethodGet))
+	mux.HandleFunc("GET /v1/runs", h.listRuns)
+	mux.HandleFunc("/v1/runs", methodNotAllowed(http.MethodGet))
+	mux.HandleFunc("GET /v1/runs/{run_id}", h.getRunDetail)
+	mux.HandleFunc("POST /v1/runs/{run_id}", h.postRun)
+	mux.HandleFunc("/v1/runs/{run_id}", methodNotAllowed(http.MethodGet+", "+http.MethodPost))
+	u, err := newUI(h)
+	if err != nil {
+		return nil, err
+	}
+	u.routes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -168,7 +172,7 @@ func New(cfg Config) (*Handler, error) {
 		mux.Handle("GET /metrics", cfg.Metrics)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s: POST /v1/jobs/{job}, GET /v1/runs/{run_id}, /healthz, /readyz, /metrics",
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s: POST /v1/jobs/{job}, GET /v1/runs, GET /v1/runs/{run_id}, POST /v1/runs/{run_id}:retry|:cancel|:release, /ui/, /healthz, /readyz, /metrics",
 			r.Method, obs.Clean(r.URL.Path)))
 	})
 	h.mux = mux
@@ -184,7 +188,13 @@ type Response struct {
 	RunID     string        `json:"run_id,omitempty"`
 	Status    ledger.Status `json:"status,omitempty"`
 	Duplicate bool          `json:"duplicate,omitempty"`
-	Error     string        `json:"error,omitempty"`
+	// Result is a completed run's stored result (worker.SetResult), replayed to every
+	// duplicate of it, never recomputed.
+	Result json.RawMessage `json:"result,omitempty"`
+	// LastError is a failed run's final error, answered to a duplicate of it.
+	LastError string `json:"last_error,omitempty"`
+	// Error names the problem of a refused request (4xx, 5xx).
+	Error string `json:"error,omitempty"`
 }
 
 // Outcomes of POST /v1/jobs/{job}, as logged and counted.
@@ -341,9 +351,7 @@ func (h *Handler) claim(ctx context.Context, key *Key, body []byte) answer {
 				run.ID, run.PayloadHash, id.PayloadHash),
 		}}
 	}
-	msgID := id
-	msgID.Payload = nil // a message carries it once, as Payload
-	msg := &queue.Message{Identity: msgID, EnqueuedAt: run.CreatedAt, Traceparent: obs.Traceparent(ctx), Payload: body}
+	msg := &queue.Message{Identity: id, EnqueuedAt: run.CreatedAt, Traceparent: obs.Traceparent(ctx)}
 	if res.Created {
 		if err := h.publish(ctx, msg); err != nil {
 			eerr := h.expedite(ctx, id.RunID, attempt.String())
@@ -354,6 +362,10 @@ func (h *Handler) claim(ctx context.Context, key *Key, body []byte) answer {
 	a := answer{status: http.StatusAccepted, outcome: OutcomeDuplicate, resp: Response{RunID: run.ID, Status: run.Status, Duplicate: true}}
 	if run.Status.Terminal() {
 		a.status = http.StatusOK
+		a.resp.Result = run.Result
+		if run.Status == ledger.StatusFailed {
+			a.resp.LastError = run.LastError
+		}
 		return a
 	}
 	if h.needsRepublish(run) {

@@ -47,7 +47,7 @@ func acquire(tb testing.TB, l ledger.Ledger, runID string, lease time.Duration) 
 	}
 	res, err := l.Acquire(context.Background(), &ledger.AcquireParams{
 		Identity: id, AttemptID: uuid.NewString(), Lease: lease})
-	if err != nil || res.Outcome != ledger.Acquired {
+	if err != nil || res.Outcome != ledger.OutcomeAcquired {
 		tb.Fatalf("acquire %s: %v %+v", runID, err, res)
 	}
 	return res.Run
@@ -133,12 +133,24 @@ func TestContract(t *testing.T) {
 			before: func(t *testing.T, b *bundle) {
 				post(b, t)
 				r := acquire(t, b.led, schedID, time.Minute)
-				if _, err := b.led.Complete(context.Background(), &ledger.CompleteParams{Fence: fence(r)}); err != nil {
+				if _, err := b.led.Complete(context.Background(), &ledger.CompleteParams{Fence: fence(r), Result: []byte(`{"sent":3}`)}); err != nil {
 					t.Fatal(err)
 				}
 			},
 			method: "POST", path: "/v1/jobs/daily-report", hdr: schedHeaders("daily-report-job", st), body: payload,
-			wantStatus: 200, wantBody: map[string]any{"run_id": schedID, "status": "completed", "duplicate": true}, wantPublished: 1,
+			wantStatus: 200, wantBody: map[string]any{"run_id": schedID, "status": "completed", "duplicate": true, "result": map[string]any{"sent": 3.0}}, wantPublished: 1,
+		},
+		{
+			name: "a completed run's record shows its result",
+			before: func(t *testing.T, b *bundle) {
+				post(b, t)
+				r := acquire(t, b.led, schedID, time.Minute)
+				if _, err := b.led.Complete(context.Background(), &ledger.CompleteParams{Fence: fence(r), Result: []byte(`{"sent":3}`)}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			method: "GET", path: "/v1/runs/" + schedID,
+			wantStatus: 200, wantBody: map[string]any{"run_id": schedID, "status": "completed", "result": map[string]any{"sent": 3.0}}, wantPublished: 1,
 		},
 		{
 			name: "duplicate of a failed run",
@@ -150,7 +162,7 @@ func TestContract(t *testing.T) {
 				}
 			},
 			method: "POST", path: "/v1/jobs/daily-report", hdr: schedHeaders("daily-report-job", st), body: payload,
-			wantStatus: 200, wantBody: map[string]any{"run_id": schedID, "status": "failed", "duplicate": true}, wantPublished: 1,
+			wantStatus: 200, wantBody: map[string]any{"run_id": schedID, "status": "failed", "duplicate": true, "last_error": "boom"}, wantPublished: 1,
 		},
 		{
 			name: "Idempotency-Key", method: "POST", path: "/v1/jobs/daily-report",
@@ -401,8 +413,8 @@ func TestMessage(t *testing.T) {
 	if diff := cmp.Diff(want, m.Identity); diff != "" {
 		t.Errorf("identity (-want +got):\n%s", diff)
 	}
-	if string(m.Payload) != payload {
-		t.Errorf("payload %q", m.Payload)
+	if string(m.Data()) != payload {
+		t.Errorf("payload %q", m.Data())
 	}
 	if m.Traceparent != hdr["traceparent"] {
 		t.Errorf("traceparent %q, want %q", m.Traceparent, hdr["traceparent"])

@@ -2,20 +2,18 @@ package ingress
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"encoding/json"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/runonce/runonce/internal/obs"
-	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
-// RunJSON is the JSON form of a run record served by GET /v1/runs/{run_id}. Records
-// never hold the payload, only its hash.
+// RunJSON is the JSON form of a run record, in GET /v1/runs and GET /v1/runs/{run_id}
+// (RunDetailJSON adds the history, the effects and, to operators, the payload): never
+// the payload itself, only its hash.
 type RunJSON struct {
 	RunID        string        `json:"run_id"`
 	Namespace    string        `json:"namespace"`
@@ -38,6 +36,11 @@ type RunJSON struct {
 	// Deprecated: read FinishedAt; completed_at is served for one more release.
 	CompletedAt time.Time `json:"completed_at,omitzero"`
 	ExpireAt    time.Time `json:"expire_at"`
+	// Result is what the completed attempt returned (worker.SetResult), as stored.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Progress is how far the run's work has got as its latest attempt last wrote it (a
+	// batch's done, failed and total items: worker.Batch).
+	Progress json.RawMessage `json:"progress,omitempty"`
 	// Execution names what a Google Cloud API target started for the run (a Workflows
 	// execution, a Cloud Run execution, a build), once recorded.
 	Execution string `json:"execution,omitempty"`
@@ -50,47 +53,12 @@ func NewRunJSON(r *ledger.Run) *RunJSON {
 		Status: r.Status, Attempt: r.Attempt, AttemptsMade: r.AttemptsMade,
 		Deadline: r.Deadline, NotBefore: r.NotBefore, PayloadHash: r.PayloadHash, LastError: r.LastError,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.CompletedAt, CompletedAt: r.CompletedAt, ExpireAt: r.ExpireAt,
+		Result: r.Result, Progress: r.Progress,
 	}
 }
 
 // runEffect is worker.RunEffect, the effect a target's start is recorded under.
 const runEffect = "run"
-
-func (h *Handler) getRun(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	if _, err := h.cfg.Auth.Authenticate(ctx, r); err != nil {
-		status := http.StatusUnauthorized
-		if errors.Is(err, auth.ErrForbidden) {
-			status = http.StatusForbidden
-		}
-		writeError(w, status, err.Error())
-		return
-	}
-	id := r.PathValue("run_id")
-	if !ledger.ValidRunID(id) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("run ID %s is not 64 lower-case hex digits", quoted(id)))
-		return
-	}
-	gctx, cancel := context.WithTimeout(ctx, h.cfg.LedgerTimeout)
-	defer cancel()
-	run, err := h.cfg.Ledger.Get(gctx, &ledger.GetParams{RunID: id})
-	switch {
-	case errors.Is(err, ledger.ErrNotFound):
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no run %s (never claimed, or deleted after its retention)", id))
-	case err != nil:
-		h.log.ErrorContext(ctx, "get run", "run_id", id, "error", obs.Clean(err.Error()))
-		w.Header().Set("Retry-After", strconv.Itoa(int(h.cfg.RetryAfter/time.Second)))
-		writeError(w, http.StatusServiceUnavailable, "the ledger is unavailable; retry later")
-	default:
-		out := NewRunJSON(run)
-		// The start a Google Cloud API target recorded under the run's effect
-		// (worker.RunEffect); a run without one shows none.
-		if out.Execution, err = ledger.FindRef(gctx, h.cfg.Ledger, id, runEffect); err != nil {
-			h.log.WarnContext(ctx, "get run: the execution's name could not be read", "run_id", id, "error", obs.Clean(err.Error()))
-		}
-		writeJSON(w, http.StatusOK, out)
-	}
-}
 
 // readyz answers 200 when the ledger and the topic answer, 503 naming what does not.
 func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {

@@ -63,6 +63,10 @@ type Job struct {
 	Auth string
 	// MaxAttempts bounds the attempts of a run; zero means the worker's default.
 	MaxAttempts int
+	// Result keeps the target's answer to a call that completes the run (its status and
+	// a bounded body) as the run's result, replayed to duplicates. Off by default:
+	// bodies may be sensitive.
+	Result bool
 	// Kind is KindHTTP (the default: URL is called) or a Google Cloud API target's kind,
 	// which Target then configures.
 	Kind string
@@ -91,6 +95,7 @@ type jobJSON struct {
 	Headers     map[string]string `json:"headers"`
 	Auth        string            `json:"auth"`
 	MaxAttempts int               `json:"max_attempts"`
+	Result      bool              `json:"result"`
 	targetJSON
 }
 
@@ -154,8 +159,8 @@ func validate(name string, in *jobJSON) (*Job, error) {
 		return fmt.Errorf("job %q: %s", name, fmt.Sprintf(format, args...))
 	}
 	if in.URL == "" {
-		if in.Method != "" || in.Timeout != "" || in.Headers != nil || in.Auth != "" {
-			return nil, fail("has no url: method, timeout, headers and auth are an HTTP target's (a job a Go handler runs names none of them)")
+		if in.Method != "" || in.Timeout != "" || in.Headers != nil || in.Auth != "" || in.Result {
+			return nil, fail("has no url: method, timeout, headers, auth and result are an HTTP target's (a job a Go handler runs names none of them; it leaves a result with worker.SetResult)")
 		}
 		if in.MaxAttempts < 0 {
 			return nil, fail("max_attempts %d is negative (0 means the worker's default)", in.MaxAttempts)
@@ -169,7 +174,7 @@ func validate(name string, in *jobJSON) (*Job, error) {
 	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
 		return nil, fail("url %q is not an absolute http or https URL", in.URL)
 	}
-	j := &Job{Name: name, Kind: KindHTTP, URL: u, Method: http.MethodPost, Auth: AuthNone, MaxAttempts: in.MaxAttempts}
+	j := &Job{Name: name, Kind: KindHTTP, URL: u, Method: http.MethodPost, Auth: AuthNone, MaxAttempts: in.MaxAttempts, Result: in.Result}
 	if in.Method != "" {
 		j.Method = strings.ToUpper(in.Method)
 		if !slices.Contains([]string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodGet, http.MethodDelete}, j.Method) {

@@ -22,7 +22,7 @@ const example = `{
       "auth": "none",
       "max_attempts": 5
     },
-    "ping": {"url": "http://localhost:8081/ping"}
+    "ping": {"url": "http://localhost:8081/ping", "result": true}
   }
 }`
 
@@ -46,8 +46,8 @@ func TestLoad(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 	p := m["ping"]
-	if p.Method != "POST" || p.Auth != jobs.AuthNone || p.Timeout != 0 || p.MaxAttempts != 0 {
-		t.Errorf("defaults: %+v", p)
+	if p.Method != "POST" || p.Auth != jobs.AuthNone || p.Timeout != 0 || p.MaxAttempts != 0 || !p.Result || j.Result {
+		t.Errorf("defaults: %+v (result %v, send-invoices' %v; want only ping's on)", p, p.Result, j.Result)
 	}
 	if _, err := jobs.Load(filepath.Join(t.TempDir(), "absent.json")); err == nil {
 		t.Error("a missing file loaded")
@@ -61,7 +61,9 @@ func TestParseErrors(t *testing.T) {
 		{`[]`, "not a jobs file"},
 		{`{"jobs":{}, "extra":1}`, `unknown field "extra"`},
 		{`{"jobs":{"a b":{"url":"https://x"}}}`, `job "a b": job name "a b" has ' '`},
-		{`{"jobs":{"j":{"timeout":"5m"}}}`, `job "j": has no url: method, timeout, headers and auth are an HTTP target's`},
+		{`{"jobs":{"j":{"timeout":"5m"}}}`, `job "j": has no url: method, timeout, headers, auth and result are an HTTP target's`},
+		{`{"jobs":{"j":{"result":true}}}`, `job "j": has no url: method, timeout, headers, auth and result are an HTTP target's`},
+		{`{"jobs":{"j":{"kind":"workflows","resource":"projects/p/locations/l/workflows/w","result":true}}}`, `result is a field of HTTP targets`},
 		{`{"jobs":{"j":{"max_attempts":-2}}}`, "max_attempts -2 is negative"},
 		{`{"jobs":{"j":{"url":"/relative"}}}`, "not an absolute http or https URL"},
 		{`{"jobs":{"j":{"url":"ftp://x/y"}}}`, "not an absolute http or https URL"},

@@ -101,7 +101,7 @@ func validateTarget(name string, in *jobJSON) (*Job, error) {
 	if !ok {
 		return nil, fail("kind %q: want %q (the default), %q, %q or %q", in.Kind, KindHTTP, KindWorkflows, KindCloudRun, KindCloudBuild)
 	}
-	for field, set := range map[string]bool{"url": in.URL != "", "method": in.Method != "", "headers": len(in.Headers) > 0, "auth": in.Auth != ""} {
+	for field, set := range map[string]bool{"url": in.URL != "", "method": in.Method != "", "headers": len(in.Headers) > 0, "auth": in.Auth != "", "result": in.Result} {
 		if set {
 			return nil, fail("%s is a field of HTTP targets; a %s target calls its API with the worker's Application Default Credentials", field, in.Kind)
 		}

@@ -19,6 +19,12 @@
 // returns it (or a queued run past its pickup deadline) to queued with a fresh deadline so
 // that it is republished.
 //
+// Operators act too (ops.go): Retry returns a failed run to queued with a fresh attempt
+// budget, Cancel makes a queued or running run cancelled (terminal; its holder's next
+// fenced write gets ErrLeaseLost wrapping ErrCancelled), and OperatorRelease ends a
+// running run's lease now and queues it again. Each records who and why in the run's
+// History, which every transition adds to.
+//
 // # Clocks
 //
 // Leases, deadlines and expiry are judged by the backend's clock (the database's now(),

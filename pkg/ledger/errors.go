@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"errors"
-	"fmt"
 )
 
 // Sentinel errors. Backends map their native errors to these in one place; callers check
@@ -27,6 +26,14 @@ var (
 	ErrTooLarge = errors.New("ledger: record too large for this backend")
 	// ErrInvalid: the parameters are malformed (empty run ID, missing fence, …).
 	ErrInvalid = errors.New("ledger: invalid parameters")
+	// ErrCancelled: an operator cancelled the run. A holder's fenced write on a cancelled
+	// run returns ErrLeaseLost wrapping ErrCancelled, so a worker can tell the two apart.
+	ErrCancelled = errors.New("ledger: run cancelled by an operator")
+	// ErrWrongStatus: the run's status does not allow the operator's action (retry of a
+	// run that is not failed, cancel of a finished run, …). Nothing was written.
+	ErrWrongStatus = errors.New("ledger: the run's status does not allow this")
+	// ErrUnsupported: the backend does not implement this operation yet.
+	ErrUnsupported = errors.New("ledger: not supported by this backend")
 	// ErrNowUnsupported: the backend cannot honour a caller-supplied Now.
 	ErrNowUnsupported = errors.New("ledger: this backend cannot replace its clock")
 )
@@ -35,18 +42,4 @@ var (
 // (contention or unavailability), as opposed to a verdict about the run.
 func Retryable(err error) bool {
 	return errors.Is(err, ErrContended) || errors.Is(err, ErrUnavailable)
-}
-
-// Invalidf returns an error wrapping ErrInvalid.
-func Invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
-}
-
-// leaseLost returns ErrLeaseLost with what the record holds instead.
-func leaseLost(f Fence, cur *Run) error {
-	if cur == nil {
-		return fmt.Errorf("%w: run %s is gone", ErrLeaseLost, f.RunID)
-	}
-	return fmt.Errorf("%w: run %s is %s at attempt %d (%s), not attempt %d (%s)",
-		ErrLeaseLost, f.RunID, cur.Status, cur.Attempt, cur.AttemptID, f.Attempt, f.AttemptID)
 }

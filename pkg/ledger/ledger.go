@@ -8,21 +8,31 @@ import (
 // Status is the state of a run.
 type Status string
 
-// The states of a run. Queued and running runs are live; completed and failed are terminal.
+// The states of a run. Queued and running runs are live; completed, failed and cancelled
+// are terminal.
 const (
 	StatusQueued    Status = "queued"
 	StatusRunning   Status = "running"
 	StatusCompleted Status = "completed"
 	StatusFailed    Status = "failed"
+	// StatusCancelled: an operator cancelled the run (Ledger.Cancel) before it finished.
+	StatusCancelled Status = "cancelled"
 )
 
-// Terminal reports whether s is completed or failed.
-func (s Status) Terminal() bool { return s == StatusCompleted || s == StatusFailed }
+// Statuses lists every status, live ones first.
+func Statuses() []Status {
+	return []Status{StatusQueued, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled}
+}
 
-// Valid reports whether s is one of the four states.
+// Terminal reports whether s is completed, failed or cancelled.
+func (s Status) Terminal() bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
+}
+
+// Valid reports whether s is one of the five states.
 func (s Status) Valid() bool {
 	switch s {
-	case StatusQueued, StatusRunning, StatusCompleted, StatusFailed:
+	case StatusQueued, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled:
 		return true
 	}
 	return false
@@ -69,10 +79,20 @@ type Run struct {
 	// whose message was lost.
 	Payload []byte
 	// AttemptsMade counts attempts that ended with an outcome recorded (released,
-	// completed or failed) or that the rescuer found dead.
+	// completed or failed) or that the rescuer found dead, since the run was claimed or
+	// last retried by an operator (Ledger.Retry gives a fresh attempt budget): the
+	// current attempt is the (AttemptsMade+1)-th of its budget.
 	AttemptsMade int64
 	// LastError is the error of the latest released, rescued or failed attempt.
-	LastError   string
+	LastError string
+	// Result is what the completed attempt returned (JSON, at most MaxResult bytes),
+	// stored by Complete; nil when it returned none. It is replayed to duplicates,
+	// never recomputed.
+	Result []byte
+	// Progress is how far the run's work has got (JSON, at most MaxProgress bytes: a
+	// batch's items done, failed and total), as the latest attempt last wrote it with
+	// a renewal or a finishing write; nil when none was written.
+	Progress    []byte
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 	CompletedAt time.Time
@@ -80,6 +100,10 @@ type Run struct {
 	// last write, Deadline and NotBefore (ExpiryOf). A record past ExpireAt that still
 	// exists still deduplicates.
 	ExpireAt time.Time
+	// History is the run's latest events (at most MaxHistory), oldest first, on the
+	// backends that keep one (ledgertest.Harness.History); nil elsewhere and in List's
+	// answers.
+	History []Event
 }
 
 // EffectStatus is the state of an effect record.
@@ -166,7 +190,10 @@ type AcquireParams struct {
 	// than the retention): running it could run a finished run twice.
 	MustExist bool
 	// Lease sets the lease expiry. Zero means DefaultLease.
-	Lease     time.Duration
+	Lease time.Duration
+	// Worker identifies the claiming worker (host/instance) in the run's history; at
+	// most MaxEventText bytes are kept.
+	Worker    string
 	Retention time.Duration
 	Now       time.Time
 }
@@ -176,29 +203,29 @@ type AcquireOutcome int
 
 // The outcomes of a worker claim.
 const (
-	// Acquired: the caller now holds the run (Run.Attempt, Run.AttemptID).
-	Acquired AcquireOutcome = iota + 1
-	// Held: another live attempt holds the run, or a released run may not be retried
+	// OutcomeAcquired: the caller now holds the run (Run.Attempt, Run.AttemptID).
+	OutcomeAcquired AcquireOutcome = iota + 1
+	// OutcomeHeld: another live attempt holds the run, or a released run may not be retried
 	// yet; Until says when to come back. Not an error: the delivery is nacked.
-	Held
-	// Terminal: the run is completed or failed; nothing to do.
-	Terminal
-	// PayloadMismatch: the run exists with another payload hash than the claim's
+	OutcomeHeld
+	// OutcomeFinished: the run is completed or failed; nothing to do.
+	OutcomeFinished
+	// OutcomePayloadMismatch: the run exists with another payload hash than the claim's
 	// (Identity.PayloadHash, which the worker computes from the message's data): the
 	// message is not the one the run was accepted with, and must never run. The run is
 	// untouched.
-	PayloadMismatch
+	OutcomePayloadMismatch
 )
 
 func (o AcquireOutcome) String() string {
 	switch o {
-	case Acquired:
+	case OutcomeAcquired:
 		return "acquired"
-	case Held:
+	case OutcomeHeld:
 		return "held"
-	case Terminal:
-		return "terminal"
-	case PayloadMismatch:
+	case OutcomeFinished:
+		return "finished"
+	case OutcomePayloadMismatch:
 		return "payload_mismatch"
 	}
 	return "unknown"
@@ -222,7 +249,10 @@ type Fence struct {
 // RenewParams extend the lease of the caller's attempt.
 type RenewParams struct {
 	Fence
-	Lease time.Duration
+	// Progress, when set, replaces the run's Progress (at most MaxProgress bytes of
+	// JSON, ErrInvalid otherwise); nil leaves it.
+	Progress []byte
+	Lease    time.Duration
 	// Retention keeps ExpireAt at least this long after the new lease expiry. Zero
 	// means DefaultRetention.
 	Retention time.Duration
@@ -232,6 +262,12 @@ type RenewParams struct {
 // CompleteParams complete the caller's attempt.
 type CompleteParams struct {
 	Fence
+	// Progress, when set, replaces the run's Progress (at most MaxProgress bytes of
+	// JSON, ErrInvalid otherwise); nil leaves it.
+	Progress []byte
+	// Result, when set, is stored as the run's Result: a JSON value of at most
+	// MaxResult bytes (ErrInvalid otherwise, and nothing is written).
+	Result    []byte
 	Retention time.Duration
 	Now       time.Time
 }
@@ -239,6 +275,9 @@ type CompleteParams struct {
 // ReleaseParams return the caller's attempt's run to queued for a retry.
 type ReleaseParams struct {
 	Fence
+	// Progress, when set, replaces the run's Progress (at most MaxProgress bytes of
+	// JSON, ErrInvalid otherwise); nil leaves it.
+	Progress []byte
 	// Error is kept as the run's LastError.
 	Error string
 	// RetryAfter delays the next claim (NotBefore = now + RetryAfter). It must not be
@@ -253,6 +292,9 @@ type ReleaseParams struct {
 // FailParams fail the caller's attempt's run for good.
 type FailParams struct {
 	Fence
+	// Progress, when set, replaces the run's Progress (at most MaxProgress bytes of
+	// JSON, ErrInvalid otherwise); nil leaves it.
+	Progress  []byte
 	Error     string
 	Retention time.Duration
 	Now       time.Time
@@ -372,6 +414,25 @@ type Ledger interface {
 	// Sweep deletes runs and effects past ExpireAt, at most Limit, and returns how many.
 	// Backends with a native TTL may delete more lazily; the sweep is still correct there.
 	Sweep(ctx context.Context, p *SweepParams) (int, error)
+	// List lists runs matching the filters, newest first, one bounded page at a time
+	// (see ListParams), served by an index on every backend. The runs carry neither
+	// Payload nor History.
+	List(ctx context.Context, p *ListParams) (*ListResult, error)
+	// ListEffects returns the effects of one run, at most MaxListedEffects, by name.
+	ListEffects(ctx context.Context, p *ListEffectsParams) ([]*Effect, error)
+	// Retry returns a failed run to queued with a fresh attempt budget (AttemptsMade 0)
+	// and a fresh pickup deadline; its done effects stay done. The caller republishes it.
+	// ErrWrongStatus when the run is not failed.
+	Retry(ctx context.Context, p *OperatorParams) (*Run, error)
+	// Cancel makes a queued or running run cancelled, a terminal status: its holder's
+	// next fenced write (renewal, effect, completion) gets ErrLeaseLost wrapping
+	// ErrCancelled. ErrWrongStatus when the run is not queued or running.
+	Cancel(ctx context.Context, p *OperatorParams) (*Run, error)
+	// OperatorRelease ends the lease of a running run whose holder is gone, now: the run
+	// is queued again (the attempt counted as dead) with a fresh pickup deadline, and the
+	// holder is fenced out. The caller republishes it. ErrWrongStatus when the run is
+	// not running.
+	OperatorRelease(ctx context.Context, p *OperatorParams) (*Run, error)
 	// Ping checks that the backend is reachable.
 	Ping(ctx context.Context) error
 	// Close releases the client's resources.

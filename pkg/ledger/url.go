@@ -106,16 +106,3 @@ func Register(scheme string, o Opener) { defaultMux.Register(scheme, o) }
 // Open opens a ledger by URL with the default mux: the backend package must be linked in
 // (import _ "github.com/runonce/runonce/pkg/ledger/sqlite").
 func Open(ctx context.Context, rawURL string) (Ledger, error) { return defaultMux.Open(ctx, rawURL) }
-
-// CheckQuery returns an error naming any query parameter of u not in allowed.
-func CheckQuery(u *url.URL, allowed ...string) error {
-	for k := range u.Query() {
-		if !slices.Contains(allowed, k) {
-			if len(allowed) == 0 {
-				return fmt.Errorf("unknown query parameter %q (this scheme takes none)", k)
-			}
-			return fmt.Errorf("unknown query parameter %q (known: %s)", k, strings.Join(allowed, ", "))
-		}
-	}
-	return nil
-}

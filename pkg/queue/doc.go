@@ -5,8 +5,11 @@
 // the embedded mode from another process, and MemTopic, an in-process transport with
 // Pub/Sub's delivery contract for the embedded mode's own worker.
 //
-// Delivery is at least once. A message carries the run's identity; the ledger decides
-// whether the run still needs work, so duplicates and redeliveries are harmless.
+// Delivery is at least once. A message carries the run's identity (its data the payload,
+// its attributes the rest); the ledger decides whether the run still needs work, so
+// duplicates and redeliveries are harmless. A Delivery is one delivery, pulled by a
+// Subscriber or decoded from a push by DecodePush; RunPublisher is what publishes runs,
+// the ingress's and the rescuer's alike.
 //
 // # Publishing
 //

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,9 +22,9 @@ var ErrMemClosed = fmt.Errorf("%w: in-process topic closed", ErrUnavailable)
 
 // MemTopic is an in-process topic with pull subscriptions: the embedded mode's
 // transport between its ingress and its own worker, with Pub/Sub's delivery contract
-// and none of its network. Publishers and subscribers come from Publisher and
-// Subscriber, so that the ingress and the worker keep the one code path they use with
-// Pub/Sub (Publisher.Publish, Subscriber.Receive with *Received).
+// and none of its network. Its Publisher is a RunPublisher and its Subscriber receives
+// the same *Delivery as a Pub/Sub Subscriber, so that the ingress and the worker keep
+// the one code path they have with Pub/Sub.
 //
 // Delivery is at least once, as with Pub/Sub: a message published is stored in every
 // subscription of the topic at that moment (that its filter matches) and delivered until
@@ -88,14 +89,15 @@ func (t *MemTopic) CreateSubscription(id string, o *MemSubscriptionOptions) erro
 	return nil
 }
 
-// Publisher returns a Publisher to t. Its Publish returns once the message is stored in
+// Publisher returns a publisher to t. Its Publish returns once the message is stored in
 // every subscription, or ErrMemClosed.
-func (t *MemTopic) Publisher() *Publisher { return &Publisher{name: t.Name(), alt: memPublisher{t}} }
+func (t *MemTopic) Publisher() *MemPublisher { return &MemPublisher{t} }
 
-// Subscriber returns a Subscriber receiving from the subscription id, configured by o
-// as a Pub/Sub one is: Concurrency, MaxExtension and ShutdownTimeout apply; Streams,
-// MaxDurationPerAckExtension and Client mean nothing in process.
-func (t *MemTopic) Subscriber(id string, o *SubscriberOptions) (*Subscriber, error) {
+// Subscriber returns a subscriber of the subscription id, configured by o as a Pub/Sub
+// one is: Concurrency, MaxExtension and ShutdownTimeout apply (a Receive's options
+// override them); Streams, MaxDurationPerAckExtension and Client mean nothing in
+// process.
+func (t *MemTopic) Subscriber(id string, o *SubscriberOptions) (*MemSubscriber, error) {
 	if o == nil {
 		o = &SubscriberOptions{}
 	}
@@ -106,9 +108,9 @@ func (t *MemTopic) Subscriber(id string, o *SubscriberOptions) (*Subscriber, err
 		return nil, fmt.Errorf("queue: subscription %s/%s does not exist (MemTopic.CreateSubscription)", t.Name(), id)
 	}
 	set := o.settings()
-	return &Subscriber{name: s.name, mem: &memSubscriber{
+	return &MemSubscriber{
 		sub: s, concurrency: set.MaxOutstandingMessages, maxExtension: set.MaxExtension, shutdown: set.ShutdownOptions.Timeout,
-	}}, nil
+	}, nil
 }
 
 // Close closes the topic: later publishes fail with ErrMemClosed, and every Receive of
@@ -139,7 +141,7 @@ func (t *MemTopic) publish(ctx context.Context, m *Message) (string, error) {
 		return "", fmt.Errorf("%w: publish run %s to %s: %w", ErrUnavailable, m.Identity.RunID, t.Name(), err)
 	}
 	attrs := m.Attributes()
-	data := slices.Clone(m.Payload)
+	data := slices.Clone(m.Data())
 	t.mu.Lock()
 	if t.closed() {
 		t.mu.Unlock()
@@ -162,21 +164,24 @@ func (t *MemTopic) publish(ctx context.Context, m *Message) (string, error) {
 	return id, nil
 }
 
-// memPublisher is the Publisher side of a MemTopic.
-type memPublisher struct{ t *MemTopic }
+// MemPublisher publishes to a MemTopic; it is a RunPublisher.
+type MemPublisher struct{ t *MemTopic }
 
-func (p memPublisher) publish(ctx context.Context, m *Message) (string, error) {
+var _ RunPublisher = (*MemPublisher)(nil)
+
+// Publish stores m in every subscription of the topic that accepts it and returns its
+// message ID; after Close it fails with ErrMemClosed.
+func (p *MemPublisher) Publish(ctx context.Context, m *Message) (string, error) {
 	return p.t.publish(ctx, m)
 }
 
-func (p memPublisher) ping(context.Context) error {
+// Ping fails with ErrMemClosed once the topic is closed.
+func (p *MemPublisher) Ping(context.Context) error {
 	if p.t.closed() {
 		return ErrMemClosed
 	}
 	return nil
 }
-
-func (p memPublisher) close() error { return nil }
 
 // memMessage is one message in one subscription.
 type memMessage struct {
@@ -226,7 +231,7 @@ func (s *memSubscription) signal() {
 
 // take returns the next deliverable message's delivery, leased to r until maxExtension
 // has passed, or nil when there is none. Messages past the retention are dropped.
-func (s *memSubscription) take(r *memReceive, maxExtension time.Duration) (*memLease, *Received) {
+func (s *memSubscription) take(r *memReceive, maxExtension time.Duration) (*memLease, *Delivery) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.ready) > 0 {
@@ -251,7 +256,7 @@ func (s *memSubscription) take(r *memReceive, maxExtension time.Duration) (*memL
 		// attrs and data are never changed, only dropped from m once it is acked: the
 		// caller decodes them outside the lock.
 		l.attrs, l.data = m.attrs, m.data
-		return l, &Received{ID: m.id, PublishTime: m.published, DeliveryAttempt: m.attempts}
+		return l, &Delivery{ID: m.id, PublishTime: m.published, DeliveryAttempt: m.attempts}
 	}
 	return nil, nil
 }
@@ -297,8 +302,9 @@ func (s *memSubscription) requeue(m *memMessage) {
 	s.signal()
 }
 
-// memSubscriber is the Subscriber side of a memSubscription.
-type memSubscriber struct {
+// MemSubscriber receives from one subscription of a MemTopic: the worker's Subscriber,
+// as a Pub/Sub Subscriber is.
+type MemSubscriber struct {
 	sub          *memSubscription
 	concurrency  int
 	maxExtension time.Duration
@@ -313,9 +319,24 @@ type memReceive struct {
 
 func (r *memReceive) release() { <-r.slots }
 
-func (ms *memSubscriber) receive(ctx context.Context, f func(context.Context, *Received)) error {
+// Name returns mem://TOPIC/SUBSCRIPTION.
+func (ms *MemSubscriber) Name() string { return ms.sub.name }
+
+// Receive calls f for each delivery until ctx is done (or the topic is closed, an error
+// wrapping ErrMemClosed), at most Concurrency at once; then it stops taking deliveries,
+// nacks its outstanding ones at once, waits for running callbacks at most
+// ShutdownTimeout and returns. The context f gets ends when Receive's does. o, when
+// non-nil, overrides the subscriber's settings for this call. Several Receives may pull
+// one subscription at once; each message goes to one of them at a time.
+func (ms *MemSubscriber) Receive(ctx context.Context, o *ReceiveOptions, f func(context.Context, *Delivery)) error {
+	if o == nil {
+		o = &ReceiveOptions{}
+	}
+	concurrency := cmp.Or(o.Concurrency, ms.concurrency)
+	maxExtension := cmp.Or(o.MaxExtension, ms.maxExtension)
+	shutdown := cmp.Or(o.ShutdownTimeout, ms.shutdown)
 	s := ms.sub
-	r := &memReceive{slots: make(chan struct{}, ms.concurrency), leases: map[*memLease]struct{}{}}
+	r := &memReceive{slots: make(chan struct{}, concurrency), leases: map[*memLease]struct{}{}}
 	var wg sync.WaitGroup
 	stop := ctx.Done()
 	var err error
@@ -330,9 +351,9 @@ pull:
 			break pull
 		}
 		var l *memLease
-		var rec *Received
+		var rec *Delivery
 		for l == nil {
-			if l, rec = s.take(r, ms.maxExtension); l != nil {
+			if l, rec = s.take(r, maxExtension); l != nil {
 				break
 			}
 			select {
@@ -347,8 +368,7 @@ pull:
 			}
 		}
 		rec.Message, rec.Err = Decode(l.attrs, slices.Clone(l.data)) // a copy per delivery, as from Pub/Sub
-		rec.ack = func() { s.settle(l, true, 0) }
-		rec.nack = func() { s.settle(l, false, s.opts.MinBackoff) }
+		rec.WithAcker(func() { s.settle(l, true, 0) }, func() { s.settle(l, false, s.opts.MinBackoff) })
 		wg.Go(func() { f(ctx, rec) })
 	}
 	// Stopped: nack the outstanding deliveries at once (ShutdownBehaviorNackImmediately),
@@ -364,7 +384,7 @@ pull:
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(ms.shutdown):
+	case <-time.After(shutdown):
 	}
 	if err != nil {
 		return fmt.Errorf("queue: receive from %s: %w", s.name, err)
@@ -372,37 +392,38 @@ pull:
 	return nil
 }
 
-func (ms *memSubscriber) retention() time.Duration { return ms.sub.retention }
+// Retention returns the subscription's message retention.
+func (ms *MemSubscriber) Retention(context.Context) (time.Duration, error) {
+	return ms.sub.retention, nil
+}
 
-func (ms *memSubscriber) ping() error {
+// Ping fails with ErrMemClosed once the topic is closed.
+func (ms *MemSubscriber) Ping(context.Context) error {
 	if ms.sub.topic.closed() {
 		return fmt.Errorf("subscription %s: %w", ms.sub.name, ErrMemClosed)
 	}
 	return nil
 }
 
-// Route returns a Publisher that publishes a message to to when match accepts it and to
-// others otherwise: the embedded mode sends its own worker's jobs in process and the
-// others to the Pub/Sub a worker in another process joins. Ping checks both; Close
-// closes both.
-func Route(match func(*Message) bool, to, others *Publisher) *Publisher {
-	return &Publisher{name: to.Topic() + "+" + others.Topic(), alt: route{match, to, others}}
+// Route returns a RunPublisher that publishes a message to to when match accepts it and
+// to others otherwise: the embedded mode sends its own worker's jobs in process and the
+// others to the Pub/Sub a worker in another process joins. Ping checks both.
+func Route(match func(*Message) bool, to, others RunPublisher) RunPublisher {
+	return route{match, to, others}
 }
 
 type route struct {
 	match      func(*Message) bool
-	to, others *Publisher
+	to, others RunPublisher
 }
 
-func (r route) publish(ctx context.Context, m *Message) (string, error) {
+func (r route) Publish(ctx context.Context, m *Message) (string, error) {
 	if r.match(m) {
 		return r.to.Publish(ctx, m)
 	}
 	return r.others.Publish(ctx, m)
 }
 
-func (r route) ping(ctx context.Context) error {
+func (r route) Ping(ctx context.Context) error {
 	return errors.Join(r.to.Ping(ctx), r.others.Ping(ctx))
 }
-
-func (r route) close() error { return errors.Join(r.to.Close(), r.others.Close()) }

@@ -15,7 +15,7 @@ import (
 
 // memQueue returns a topic with the subscription "sub" (options o) and a subscriber of
 // it configured by so.
-func memQueue(t *testing.T, o *queue.MemSubscriptionOptions, so *queue.SubscriberOptions) (*queue.MemTopic, *queue.Publisher, *queue.Subscriber) {
+func memQueue(t *testing.T, o *queue.MemSubscriptionOptions, so *queue.SubscriberOptions) (*queue.MemTopic, *queue.MemPublisher, *queue.MemSubscriber) {
 	t.Helper()
 	topic := queue.NewMemTopic("runs")
 	if err := topic.CreateSubscription("sub", o); err != nil {
@@ -35,7 +35,7 @@ type deliveries struct {
 	attempts map[string][]int // DeliveryAttempt of each delivery
 }
 
-func (d *deliveries) add(r *queue.Received) int {
+func (d *deliveries) add(r *queue.Delivery) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.attempts == nil {
@@ -64,12 +64,12 @@ func (d *deliveries) total() int {
 
 // receive runs sub.Receive with f until the returned stop is called; stop returns
 // Receive's error.
-func receive(t *testing.T, sub *queue.Subscriber, f func(context.Context, *queue.Received)) (stop func() error) {
+func receive(t *testing.T, sub *queue.MemSubscriber, f func(context.Context, *queue.Delivery)) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	finished := make(chan struct{})
 	var err error
-	go func() { err = sub.Receive(ctx, f); close(finished) }()
+	go func() { err = sub.Receive(ctx, nil, f); close(finished) }()
 	// A channel, not a sync.Once: waiting on it is durably blocking inside a synctest
 	// bubble, so fake time goes on while one caller waits for the shutdown timeout.
 	stop = func() error { cancel(); <-finished; return err }
@@ -84,7 +84,7 @@ func TestMemAckedOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, pub, sub := memQueue(t, nil, &queue.SubscriberOptions{Concurrency: 4, MaxExtension: time.Minute})
 		var got deliveries
-		stop := receive(t, sub, func(ctx context.Context, r *queue.Received) {
+		stop := receive(t, sub, func(ctx context.Context, r *queue.Delivery) {
 			if r.Err != nil {
 				t.Errorf("delivery %s: %v", r.ID, r.Err)
 			}
@@ -127,14 +127,14 @@ func TestMemDeliveryIsACopy(t *testing.T) {
 		m := message("copy")
 		var payloads []string
 		var mu sync.Mutex
-		receive(t, sub, func(ctx context.Context, r *queue.Received) {
+		receive(t, sub, func(ctx context.Context, r *queue.Delivery) {
 			mu.Lock()
 			defer mu.Unlock()
-			payloads = append(payloads, string(r.Message.Payload))
+			payloads = append(payloads, string(r.Message.Identity.Payload))
 			if r.Message.Identity.RunID != m.Identity.RunID || r.Message.Identity.PayloadHash != m.Identity.PayloadHash {
 				t.Errorf("delivered identity %+v, published %+v", r.Message.Identity, m.Identity)
 			}
-			r.Message.Payload[0] = 'X'
+			r.Message.Identity.Payload[0] = 'X'
 			if len(payloads) == 1 {
 				r.Nack()
 			} else {
@@ -150,8 +150,8 @@ func TestMemDeliveryIsACopy(t *testing.T) {
 		if len(payloads) != 2 || payloads[0] != `{"n":1}` || payloads[1] != `{"n":1}` {
 			t.Fatalf("payloads delivered %q, want the published one twice", payloads)
 		}
-		if string(m.Payload) != `{"n":1}` {
-			t.Fatalf("the publisher's payload became %q", m.Payload)
+		if string(m.Data()) != `{"n":1}` {
+			t.Fatalf("the publisher's payload became %q", m.Data())
 		}
 	})
 }
@@ -166,7 +166,7 @@ func TestMemNackRedelivers(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				_, pub, sub := memQueue(t, &queue.MemSubscriptionOptions{MinBackoff: backoff}, nil)
 				var got deliveries
-				receive(t, sub, func(ctx context.Context, r *queue.Received) {
+				receive(t, sub, func(ctx context.Context, r *queue.Delivery) {
 					if got.add(r) < 3 {
 						r.Nack()
 						return
@@ -209,9 +209,9 @@ func TestMemLostAckRedelivers(t *testing.T) {
 		const ext = 30 * time.Second
 		_, pub, sub := memQueue(t, nil, &queue.SubscriberOptions{Concurrency: 1, MaxExtension: ext})
 		var got deliveries
-		var first, second *queue.Received
+		var first, second *queue.Delivery
 		var mu sync.Mutex
-		receive(t, sub, func(ctx context.Context, r *queue.Received) {
+		receive(t, sub, func(ctx context.Context, r *queue.Delivery) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch got.add(r) {
@@ -267,8 +267,8 @@ func TestMemConcurrency(t *testing.T) {
 	var got deliveries
 	var acked atomic.Int64
 	all := make(chan struct{})
-	callback := func(running *atomic.Int64) func(context.Context, *queue.Received) {
-		return func(ctx context.Context, r *queue.Received) {
+	callback := func(running *atomic.Int64) func(context.Context, *queue.Delivery) {
+		return func(ctx context.Context, r *queue.Delivery) {
 			if n := running.Add(1); n > concurrency {
 				t.Errorf("%d callbacks running at once, Concurrency is %d", n, concurrency)
 			}
@@ -328,7 +328,7 @@ func TestMemShutdownNacksAtOnce(t *testing.T) {
 		var closeRelease sync.Once
 		t.Cleanup(func() { closeRelease.Do(func() { close(release) }) }) // after the stop below
 		var held atomic.Int64
-		stop := receive(t, sub, func(ctx context.Context, r *queue.Received) {
+		stop := receive(t, sub, func(ctx context.Context, r *queue.Delivery) {
 			held.Add(1)
 			<-release // still working when Receive is stopped
 			r.Ack()   // late: already nacked
@@ -353,7 +353,7 @@ func TestMemShutdownNacksAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got deliveries
-		receive(t, sub2, func(ctx context.Context, r *queue.Received) { got.add(r); r.Ack() })
+		receive(t, sub2, func(ctx context.Context, r *queue.Delivery) { got.add(r); r.Ack() })
 		synctest.Wait()
 		if n := got.total(); n != 3 {
 			t.Fatalf("a second subscriber got %d of 3 messages after the first stopped, want 3 at once", n)
@@ -384,7 +384,7 @@ func TestMemClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		topic, pub, sub := memQueue(t, nil, nil)
 		done := make(chan error, 1)
-		go func() { done <- sub.Receive(context.Background(), func(context.Context, *queue.Received) {}) }()
+		go func() { done <- sub.Receive(context.Background(), nil, func(context.Context, *queue.Delivery) {}) }()
 		synctest.Wait()
 		if err := errors.Join(pub.Ping(t.Context()), sub.Ping(t.Context())); err != nil {
 			t.Fatalf("Ping of an open topic: %v", err)
@@ -420,7 +420,7 @@ func TestMemRetention(t *testing.T) {
 		}
 		time.Sleep(time.Hour + time.Second) // nobody received it within the retention
 		var got deliveries
-		receive(t, sub, func(ctx context.Context, r *queue.Received) { got.add(r); r.Ack() })
+		receive(t, sub, func(ctx context.Context, r *queue.Delivery) { got.add(r); r.Ack() })
 		synctest.Wait()
 		if n := got.total(); n != 0 {
 			t.Fatalf("%d deliveries of a message past its retention, want 0", n)
@@ -465,7 +465,7 @@ func TestMemFilterAndRoute(t *testing.T) {
 			}
 			var mu sync.Mutex
 			got := map[string]bool{}
-			receive(t, sub, func(ctx context.Context, r *queue.Received) {
+			receive(t, sub, func(ctx context.Context, r *queue.Delivery) {
 				mu.Lock()
 				got[r.Message.Identity.Key] = true
 				mu.Unlock()

@@ -22,14 +22,18 @@ const (
 	AttrTraceparent = "traceparent"
 )
 
-// Message is what the ingress publishes and a worker receives for one run.
+// Message is what the ingress publishes and a worker receives for one run. The
+// caller's payload is Identity.Payload, the message's data; the other identity fields
+// are its attributes.
 type Message struct {
 	Identity   ledger.Identity
 	EnqueuedAt time.Time
 	// Traceparent is the W3C trace context, empty when there is none.
 	Traceparent string
-	Payload     []byte
 }
+
+// Data is the message's data: the caller's payload, unchanged.
+func (m *Message) Data() []byte { return m.Identity.Payload }
 
 // Attributes encodes m's identity as Pub/Sub message attributes.
 func (m *Message) Attributes() map[string]string {
@@ -62,11 +66,10 @@ func Decode(attrs map[string]string, data []byte) (*Message, error) {
 			Namespace:   attrs[AttrNamespace],
 			Key:         attrs[AttrKey],
 			PayloadHash: attrs[AttrPayloadHash],
+			Payload:     data,
 		},
 		Traceparent: attrs[AttrTraceparent],
-		Payload:     data,
 	}
-	m.Identity.Payload = data
 	if !ledger.ValidRunID(m.Identity.RunID) {
 		return nil, fmt.Errorf("queue: message attribute %s=%q is not a run ID", AttrRunID, m.Identity.RunID)
 	}
@@ -92,9 +95,8 @@ func RunMessage(r *ledger.Run) *Message {
 	return &Message{
 		Identity: ledger.Identity{
 			RunID: r.ID, Namespace: r.Namespace, Job: r.Job, Key: r.Key,
-			ScheduleTime: r.ScheduleTime, PayloadHash: r.PayloadHash,
+			ScheduleTime: r.ScheduleTime, PayloadHash: r.PayloadHash, Payload: r.Payload,
 		},
 		EnqueuedAt: r.CreatedAt,
-		Payload:    r.Payload,
 	}
 }

@@ -92,6 +92,19 @@ type PublisherOptions struct {
 	Client ClientOptions
 }
 
+// RunPublisher publishes runs: the ingress publishes each new run with one, a worker's
+// rescuer republishes lost runs with one. *Publisher is one; another transport, or a
+// test's fault injector, may be another.
+type RunPublisher interface {
+	// Publish returns once the message is stored, with its server ID; an error means
+	// it is not known to be (retrying is safe: the worker deduplicates by run ID).
+	Publish(ctx context.Context, m *Message) (serverID string, err error)
+	// Ping checks that the topic is reachable, for readiness.
+	Ping(ctx context.Context) error
+}
+
+var _ RunPublisher = (*Publisher)(nil)
+
 // Publisher publishes runs to one topic and waits for each result. It is safe for
 // concurrent use.
 type Publisher struct {
@@ -99,12 +112,6 @@ type Publisher struct {
 	ownClient bool
 	pub       *pubsub.Publisher
 	name      string // projects/P/topics/T
-	// alt, when set, publishes instead of pub: MemTopic.Publisher, Route.
-	alt interface {
-		publish(ctx context.Context, m *Message) (string, error)
-		ping(ctx context.Context) error
-		close() error
-	}
 }
 
 // OpenPublisher opens pubsub://PROJECT/TOPIC. The topic is not created and not checked:
@@ -138,17 +145,14 @@ func NewPublisher(client *pubsub.Client, topicID string, o *PublisherOptions) *P
 	return &Publisher{client: client, pub: pub, name: name}
 }
 
-// Topic returns the topic's full name, projects/P/topics/T (mem://TOPIC in process).
+// Topic returns the topic's full name, projects/P/topics/T.
 func (p *Publisher) Topic() string { return p.name }
 
 // Publish publishes m and waits until Pub/Sub has stored it, returning the server's
 // message ID. Any failure wraps ErrUnavailable. Once ctx is done Publish stops waiting,
 // though the message may still be sent.
 func (p *Publisher) Publish(ctx context.Context, m *Message) (string, error) {
-	if p.alt != nil {
-		return p.alt.publish(ctx, m)
-	}
-	res := p.pub.Publish(ctx, &pubsub.Message{Data: m.Payload, Attributes: m.Attributes()})
+	res := p.pub.Publish(ctx, &pubsub.Message{Data: m.Data(), Attributes: m.Attributes()})
 	id, err := res.Get(ctx)
 	if err != nil {
 		return "", fmt.Errorf("%w: publish run %s to %s: %w", ErrUnavailable, m.Identity.RunID, p.name, err)
@@ -159,9 +163,6 @@ func (p *Publisher) Publish(ctx context.Context, m *Message) (string, error) {
 // Ping checks that the topic exists and is reachable (for /readyz). A missing topic is
 // ErrUnavailable too: nothing can be enqueued.
 func (p *Publisher) Ping(ctx context.Context) error {
-	if p.alt != nil {
-		return p.alt.ping(ctx)
-	}
 	if _, err := p.client.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: p.name}); err != nil {
 		if status.Code(err) == codes.NotFound {
 			return fmt.Errorf("%w: topic %s does not exist: %w", ErrUnavailable, p.name, err)
@@ -174,9 +175,6 @@ func (p *Publisher) Ping(ctx context.Context) error {
 // Close sends what is batched, stops the publisher and closes the client if
 // OpenPublisher created it.
 func (p *Publisher) Close() error {
-	if p.alt != nil {
-		return p.alt.close()
-	}
 	p.pub.Stop()
 	if p.ownClient {
 		if err := p.client.Close(); err != nil {

@@ -30,7 +30,6 @@ func message(key string) *queue.Message {
 			PayloadHash: ledger.PayloadHash(payload), Payload: payload,
 		},
 		EnqueuedAt: time.Now().UTC().Truncate(time.Microsecond),
-		Payload:    payload,
 	}
 }
 

@@ -27,8 +27,9 @@ const MaxPushBody = 14 << 20
 
 // DecodePush reads a push envelope from r's body. A body that is not a push envelope is
 // an error naming the problem; an envelope whose message is not a runonce message comes
-// back as a Received with Err set (the caller acks it: it can never be run).
-func DecodePush(w http.ResponseWriter, r *http.Request) (*Received, error) {
+// back as a Delivery with Err set (the caller acks it: it can never be run). Its Ack and
+// Nack do nothing: the HTTP answer acks or nacks a push delivery.
+func DecodePush(w http.ResponseWriter, r *http.Request) (*Delivery, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxPushBody))
 	if err != nil {
 		return nil, fmt.Errorf("queue: read push body: %w", err)
@@ -40,7 +41,7 @@ func DecodePush(w http.ResponseWriter, r *http.Request) (*Received, error) {
 	if env.Message.MessageID == "" && env.Message.Attributes == nil {
 		return nil, fmt.Errorf("queue: not a Pub/Sub push envelope: no message")
 	}
-	rec := &Received{ID: env.Message.MessageID, DeliveryAttempt: env.DeliveryAttempt, PublishTime: env.Message.PublishTime}
+	rec := &Delivery{ID: env.Message.MessageID, DeliveryAttempt: env.DeliveryAttempt, PublishTime: env.Message.PublishTime}
 	rec.Message, rec.Err = Decode(env.Message.Attributes, env.Message.Data)
 	return rec, nil
 }

@@ -16,13 +16,14 @@ const DefaultSubscriptionRetention = 7 * 24 * time.Hour
 // SubscriberOptions configure a Subscriber. Zero values mean the documented defaults.
 type SubscriberOptions struct {
 	// Concurrency bounds the messages handled at once (the client's
-	// MaxOutstandingMessages: its callback concurrency is the worker pool). Defaults to 8.
+	// MaxOutstandingMessages: its callback concurrency is the worker pool). Defaults to 8;
+	// a worker's Config.Concurrency replaces it.
 	Concurrency int
 	// Streams is the number of StreamingPull streams (NumGoroutines): one stream from the
 	// emulator delivers ~1,750 messages/s, four ~7,000/s. Defaults to 4.
 	Streams int
 	// MaxExtension is how long the client keeps extending a message's ack deadline: at
-	// least the longest job. Defaults to 60m.
+	// least the longest job. Defaults to 60m; a worker sizes it to its jobs.
 	MaxExtension time.Duration
 	// MaxDurationPerAckExtension bounds each extension, so that the messages of a
 	// crashed worker come back within it. Defaults to 60s (Pub/Sub allows 10s to 600s).
@@ -59,8 +60,8 @@ type Subscriber struct {
 	client    *pubsub.Client
 	ownClient bool
 	sub       *pubsub.Subscriber
-	name      string         // projects/P/subscriptions/S
-	mem       *memSubscriber // when set, receives instead of sub: MemTopic.Subscriber
+	opts      SubscriberOptions
+	name      string // projects/P/subscriptions/S
 }
 
 // OpenSubscriber opens pubsub://PROJECT/SUBSCRIPTION. It honours PUBSUB_EMULATOR_HOST.
@@ -89,48 +90,84 @@ func NewSubscriber(client *pubsub.Client, subscriptionID string, o *SubscriberOp
 	name := fmt.Sprintf("projects/%s/subscriptions/%s", client.Project(), subscriptionID)
 	sub := client.Subscriber(name)
 	sub.ReceiveSettings = o.settings()
-	return &Subscriber{client: client, sub: sub, name: name}
+	return &Subscriber{client: client, sub: sub, opts: *o, name: name}
 }
 
-// Name returns the subscription's full name (mem://TOPIC/SUBSCRIPTION in process).
+// Name returns the subscription's full name.
 func (s *Subscriber) Name() string { return s.name }
 
-// Received is one delivery of a message. Exactly one of Ack and Nack must be called.
-type Received struct {
+// Delivery is one delivery of a message, pulled or pushed: the one type a worker
+// processes. A pulled delivery must be acked or nacked, exactly once; Ack and Nack of a
+// delivery without an acknowledger (a push delivery, whose HTTP answer acks it, or one a
+// test builds) do nothing.
+type Delivery struct {
 	// Message is the decoded run; nil when Err is set.
 	Message *Message
 	// Err says why the message is not a runonce message (it can never be run).
 	Err error
 	// ID is Pub/Sub's message ID.
 	ID string
-	// DeliveryAttempt is Pub/Sub's count where a dead-letter policy provides it, else 0;
-	// a MemTopic always counts.
+	// DeliveryAttempt is Pub/Sub's count where a dead-letter policy provides it, else 0.
 	DeliveryAttempt int
-	PublishTime     time.Time
-	ack, nack       func()
+	// PublishTime is when Pub/Sub accepted the message.
+	PublishTime time.Time
+	ack, nack   func()
+}
+
+// WithAcker sets what Ack and Nack call, for a transport that builds deliveries of its
+// own, and returns d.
+func (d *Delivery) WithAcker(ack, nack func()) *Delivery {
+	d.ack, d.nack = ack, nack
+	return d
 }
 
 // Ack acknowledges the message: it will not be delivered again.
-func (r *Received) Ack() { r.ack() }
+func (d *Delivery) Ack() {
+	if d.ack != nil {
+		d.ack()
+	}
+}
 
 // Nack asks Pub/Sub to deliver the message again (after the subscription's retry
 // policy's backoff).
-func (r *Received) Nack() { r.nack() }
+func (d *Delivery) Nack() {
+	if d.nack != nil {
+		d.nack()
+	}
+}
+
+// ReceiveOptions are a receiver's settings for one Receive; a zero field keeps the
+// subscriber's own (SubscriberOptions).
+type ReceiveOptions struct {
+	// Concurrency bounds the messages handled at once.
+	Concurrency int
+	// MaxExtension is how long a message's ack deadline is kept extended: at least the
+	// longest job.
+	MaxExtension time.Duration
+	// ShutdownTimeout bounds how long Receive waits for running callbacks once its
+	// context is done.
+	ShutdownTimeout time.Duration
+}
 
 // Receive calls f for each message until ctx is done, then stops pulling, waits for
 // running callbacks at most ShutdownTimeout and returns. Callbacks run concurrently, at
-// most Concurrency at once; the context f gets ends when Receive's does.
-func (s *Subscriber) Receive(ctx context.Context, f func(context.Context, *Received)) error {
-	if s.mem != nil {
-		return s.mem.receive(ctx, f)
+// most Concurrency at once; the context f gets ends when Receive's does. o, when
+// non-nil, overrides the subscriber's settings for this call. One Receive at a time.
+func (s *Subscriber) Receive(ctx context.Context, o *ReceiveOptions, f func(context.Context, *Delivery)) error {
+	s.sub.ReceiveSettings = s.opts.settings()
+	if o != nil {
+		rs := &s.sub.ReceiveSettings
+		rs.MaxOutstandingMessages = cmp.Or(o.Concurrency, rs.MaxOutstandingMessages)
+		rs.MaxExtension = cmp.Or(o.MaxExtension, rs.MaxExtension)
+		rs.ShutdownOptions.Timeout = cmp.Or(o.ShutdownTimeout, rs.ShutdownOptions.Timeout)
 	}
 	err := s.sub.Receive(ctx, func(ctx context.Context, m *pubsub.Message) {
-		r := &Received{ID: m.ID, PublishTime: m.PublishTime, ack: m.Ack, nack: m.Nack}
+		d := &Delivery{ID: m.ID, PublishTime: m.PublishTime, ack: m.Ack, nack: m.Nack}
 		if m.DeliveryAttempt != nil {
-			r.DeliveryAttempt = *m.DeliveryAttempt
+			d.DeliveryAttempt = *m.DeliveryAttempt
 		}
-		r.Message, r.Err = Decode(m.Attributes, m.Data)
-		f(ctx, r)
+		d.Message, d.Err = Decode(m.Attributes, m.Data)
+		f(ctx, d)
 	})
 	if err != nil {
 		return fmt.Errorf("queue: receive from %s: %w", s.name, err)
@@ -141,9 +178,6 @@ func (s *Subscriber) Receive(ctx context.Context, f func(context.Context, *Recei
 // Retention returns the subscription's message retention (Pub/Sub's default when it
 // sets none): the worker checks the ledger's retention outlasts it.
 func (s *Subscriber) Retention(ctx context.Context) (time.Duration, error) {
-	if s.mem != nil {
-		return s.mem.retention(), nil
-	}
 	sub, err := s.client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: s.name})
 	if err != nil {
 		return 0, fmt.Errorf("%w: subscription %s: %w", ErrUnavailable, s.name, err)
@@ -156,9 +190,6 @@ func (s *Subscriber) Retention(ctx context.Context) (time.Duration, error) {
 
 // Ping checks that the subscription exists and is reachable (for /readyz).
 func (s *Subscriber) Ping(ctx context.Context) error {
-	if s.mem != nil {
-		return s.mem.ping()
-	}
 	_, err := s.Retention(ctx)
 	return err
 }

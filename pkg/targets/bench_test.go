@@ -13,6 +13,7 @@ import (
 
 	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/jobs"
+	"github.com/runonce/runonce/pkg/queue"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -44,7 +45,7 @@ func BenchmarkWorkflowsStart(b *testing.B) {
 			bb := newBench(b, jobs.KindWorkflows, workflow, `, "wait": false`)
 			w := bb.worker()
 			benchloop.Run(b, conc, func(ctx context.Context, i int) error {
-				if v := w.Process(ctx, &worker.Delivery{Message: newMessage(`{}`)}); v.Outcome != worker.OutcomeCompleted {
+				if v := w.Process(ctx, &queue.Delivery{Message: newMessage(`{}`)}); v.Outcome != worker.OutcomeCompleted {
 					return fmt.Errorf("run %d: %s", i, v.Outcome)
 				}
 				return nil

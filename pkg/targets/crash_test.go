@@ -83,7 +83,7 @@ func runChild(raw string) error {
 		return err
 	}
 	defer closeTarget()
-	v := w.Process(ctx, &worker.Delivery{Message: s.Message, PublishTime: time.Now()})
+	v := w.Process(ctx, &queue.Delivery{Message: s.Message, PublishTime: time.Now()})
 	return fmt.Errorf("the delivery ended (%s): the parent should have killed this worker first", v.Outcome)
 }
 
@@ -155,7 +155,7 @@ func TestWorkflowsCrashBetweenStartAndRecordStartsNoSecondExecution(t *testing.T
 	}
 	defer closeTarget()
 	ch := make(chan worker.Verdict, 1)
-	go func() { ch <- w.Process(t.Context(), &worker.Delivery{Message: m, PublishTime: time.Now()}) }()
+	go func() { ch <- w.Process(t.Context(), &queue.Delivery{Message: m, PublishTime: time.Now()}) }()
 	deadline := time.Now().Add(waitForAny)
 	for len(fake.Calls(targetstest.WorkflowsGet)) == 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)

@@ -79,13 +79,13 @@ func newMessage(payload string) *queue.Message {
 	return &queue.Message{Identity: ledger.Identity{
 		RunID: ledger.KeyedRunID("ns", "target", key), Namespace: "ns", Job: "target", Key: key,
 		PayloadHash: ledger.PayloadHash([]byte(payload)), Payload: []byte(payload),
-	}, Payload: []byte(payload)}
+	}}
 }
 
 // process runs a delivery in the background; the verdict arrives on the channel.
 func process(b *bench, w *worker.Worker, m *queue.Message) <-chan worker.Verdict {
 	ch := make(chan worker.Verdict, 1)
-	go func() { ch <- w.Process(b.t.Context(), &worker.Delivery{Message: m, PublishTime: time.Now()}) }()
+	go func() { ch <- w.Process(b.t.Context(), &queue.Delivery{Message: m, PublishTime: time.Now()}) }()
 	return ch
 }
 

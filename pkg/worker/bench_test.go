@@ -15,7 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runonce/runonce/pkg/ledger"
-	firestoreledger "github.com/runonce/runonce/pkg/ledger/firestore"
+	firestoreledger "github.com/runonce/runonce/pkg/ledger/firestoreledger"
 	"github.com/runonce/runonce/pkg/ledger/memory"
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
 	"github.com/runonce/runonce/pkg/queue"
@@ -123,15 +123,15 @@ func BenchmarkNoopJobs(b *testing.B) {
 				cl := &countingLedger{Ledger: l, done: make(chan struct{}), want: int64(b.N)}
 				mux := worker.NewMux()
 				mux.HandleFunc("noop", func(context.Context, *worker.Job) error { return nil })
-				w, err := worker.New(&worker.Config{Ledger: cl, Handler: mux})
+				sub := queue.NewSubscriber(client, "s-"+id, nil)
+				w, err := worker.New(&worker.Config{Ledger: cl, Handler: mux, Subscriber: sub, Concurrency: conc, Grace: time.Second})
 				if err != nil {
 					b.Fatal(err)
 				}
-				sub := queue.NewSubscriber(client, "s-"+id, &queue.SubscriberOptions{Concurrency: conc})
 				rctx, cancel := context.WithCancel(ctx)
 				b.ResetTimer()
 				start := time.Now()
-				go w.Pull(rctx, sub, time.Second)
+				go w.Run(rctx)
 				select {
 				case <-cl.done:
 				case <-time.After(5 * time.Minute):

@@ -120,14 +120,15 @@ func BenchmarkPostgresNoopJobsVsChain(b *testing.B) {
 			mux := worker.NewMux()
 			mux.HandleFunc("noop", func(context.Context, *worker.Job) error { return nil })
 			cl := &countingLedger{Ledger: l, done: make(chan struct{}), want: -1}
-			w, err := worker.New(&worker.Config{Ledger: cl, Handler: mux})
+			wsub := queue.NewSubscriber(c, "worker-s-"+id, nil)
+			w, err := worker.New(&worker.Config{Ledger: cl, Handler: mux, Subscriber: wsub, Concurrency: conc, Grace: time.Second})
 			if err != nil {
 				b.Fatal(err)
 			}
 			var chainDone atomic.Int64
 			sub := queue.NewSubscriber(c, "chain-s-"+id, &queue.SubscriberOptions{Concurrency: conc})
 			start(func(ctx context.Context) error {
-				return sub.Receive(ctx, func(ctx context.Context, r *queue.Received) {
+				return sub.Receive(ctx, nil, func(ctx context.Context, r *queue.Delivery) {
 					attempt := uuid.NewString()
 					key := r.Message.Identity.RunID
 					if _, err := pool.Exec(ctx, claimSQL, key, attempt); err != nil {
@@ -142,8 +143,7 @@ func BenchmarkPostgresNoopJobsVsChain(b *testing.B) {
 					chainDone.Add(1)
 				})
 			})
-			wsub := queue.NewSubscriber(c, "worker-s-"+id, &queue.SubscriberOptions{Concurrency: conc})
-			start(func(ctx context.Context) error { return w.Pull(ctx, wsub, time.Second) })
+			start(w.Run)
 			var chainTime, workerTime time.Duration
 			jobs := 0
 			b.ResetTimer()

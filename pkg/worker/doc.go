@@ -19,7 +19,9 @@
 //     over (a pause, a partition) learns it at its next renewal, its job's context is
 //     cancelled with ledger.ErrLeaseLost as the cause, and it neither completes, releases,
 //     records effects nor acks. A worker that cannot reach the ledger cancels its job
-//     before its lease runs out (self-fencing).
+//     before its lease runs out (self-fencing). A run an operator cancelled is learnt the
+//     same way, with ledger.ErrCancelled in the cause; nothing more is written and the
+//     delivery is acked (OutcomeCancelled).
 //   - Side effects go through Effect: the effect key is recorded before the effect, an
 //     effect done by an earlier attempt is skipped, and the key is handed to the effect to
 //     pass downstream as Idempotency-Key, so an effect retried after a crash is
@@ -30,16 +32,30 @@
 //     starts Workflows executions, Cloud Run jobs and builds with it).
 //   - A handler's error decides the run: nil completes it; Permanent(err) fails it; any
 //     other error, a RetryAfter or a panic releases it for a retry, until the job's
-//     attempts are exhausted, when it fails.
+//     attempts are exhausted, when it fails. An operator's retry (ledger.Ledger.Retry)
+//     gives a failed run a fresh budget of attempts.
 //   - Every wait is bounded: each ledger call and republish by Config.LedgerTimeout, a
 //     Go handler by its maximum run time (its context is then cancelled with
-//     ErrMaxRunTime and the run released), push deliveries by Config.PushConcurrency,
+//     ErrMaxRunTime and the run released), deliveries by Config.Concurrency,
 //     a retry delay by Config.MaxRetryAfter.
 //   - On shutdown, running jobs get a grace period; the rest are cancelled, their runs
 //     released and their messages nacked.
+//   - A delivery of a job the handler does not run (a Router says which it runs) is not
+//     an attempt: nothing is written, it is logged and nacked after a delay, so that
+//     in a rolling deploy a run waits for a worker that knows its job instead of
+//     burning its attempts.
 //   - A rescuer in every worker republishes runs whose pickup deadline or lease passed
 //     (a lost message, an ingress that died between claim and publish); a conditional
 //     ledger write makes exactly one rescuer republish each.
+//
+// # Running a worker
+//
+// New takes a Config with the ledger, the handler, the Subscriber to pull from and the
+// publisher the rescuer republishes to, and refuses a configuration that could run a
+// run twice (a retention a message could outlive). Run pulls, rescues and sweeps until
+// its context ends, then gives running jobs Config.Grace, releases what is left and
+// returns. Handler serves readiness and, with Config.PushAuth, push delivery, for the
+// caller's own HTTP server. ExampleWorker_Run is a whole worker.
 //
 // # Jobs
 //

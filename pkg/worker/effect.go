@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 
 	"github.com/runonce/runonce/pkg/ledger"
 )
@@ -17,6 +19,11 @@ type attempt struct {
 	fence  ledger.Fence
 	cancel context.CancelCauseFunc
 	log    *slog.Logger
+	// result is what SetResult kept for Complete (result.go).
+	result atomic.Pointer[[]byte]
+	// batches are the attempt's batches, whose counts are its progress (batch.go).
+	batchMu sync.Mutex
+	batches []*batch
 }
 
 type attemptKey struct{}

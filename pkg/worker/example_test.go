@@ -42,14 +42,14 @@ func Example() {
 		log.Fatal(err)
 	}
 	// What the ingress publishes for a Cloud Scheduler call; the worker usually receives
-	// it from Pub/Sub (Worker.Pull) or a push subscription (Worker.PushHandler).
+	// it from Pub/Sub (Worker.Run) or a push subscription (Worker.Handler).
 	tick := time.Date(2026, 11, 1, 6, 0, 0, 0, time.UTC)
 	msg := &queue.Message{Identity: ledger.Identity{
 		RunID: ledger.ScheduledRunID("my-project/us-central1", "send-invoice", "monthly-invoices", tick),
 		Job:   "send-invoice", Key: "monthly-invoices", ScheduleTime: tick,
 	}}
 	for range 3 { // a delivery, its retry, and a duplicate delivery
-		v := w.Process(context.Background(), &worker.Delivery{Message: msg})
+		v := w.Process(context.Background(), &queue.Delivery{Message: msg})
 		fmt.Printf("%s (ack %v)\n", v.Outcome, v.Ack)
 	}
 	fmt.Printf("charged %d time(s), emailed %d time(s)\n", charges, emails)

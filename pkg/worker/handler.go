@@ -45,9 +45,31 @@ func (f HandlerFunc) HandleJob(ctx context.Context, j *Job) error { return f(ctx
 // Middleware wraps a handler.
 type Middleware func(Handler) Handler
 
+// Policy is one job's own bounds; a zero field means the worker's Config default.
+type Policy struct {
+	// MaxAttempts bounds the attempts of a run of the job.
+	MaxAttempts int
+	// MaxRunTime bounds how long one attempt of the job runs.
+	MaxRunTime time.Duration
+}
+
+// Router is a Handler that knows which jobs it runs and their bounds; *Mux is one. The
+// worker asks it before it claims a run: a delivery of a job it does not run is not an
+// attempt, and is left to a worker that runs the job. A Handler that is not a Router
+// runs every job, under the Config's bounds. A handler that wraps a Router (a
+// middleware outside a Mux) must implement Router too, by asking the wrapped one, or
+// the jobs' bounds are lost; Mux.Use wraps inside the mux and keeps them.
+type Router interface {
+	Handler
+	// JobPolicy returns the job's bounds and whether this handler runs the job.
+	JobPolicy(job string) (Policy, bool)
+	// Jobs lists the jobs it runs.
+	Jobs() []string
+}
+
 // Mux routes jobs to handlers by job name. Registering a name twice, or a nil handler,
-// panics. A job with no handler is released for a retry (a newer worker may know it),
-// until its attempts are exhausted.
+// panics. A Mux is a Router: a delivery of a job with no handler is not an attempt, and
+// waits for a worker that has one (a newer worker, in a rolling deploy).
 type Mux struct {
 	mu       sync.RWMutex
 	handlers map[string]route
@@ -97,11 +119,13 @@ func (m *Mux) HandleWith(name string, h Handler, o *HandleOptions) {
 	m.handlers[name] = route{h: h, maxAttempts: o.MaxAttempts, maxRunTime: o.MaxRunTime}
 }
 
-// MaxRunTime returns the job's run-time bound, or 0 when it has none of its own.
-func (m *Mux) MaxRunTime(name string) time.Duration {
+// JobPolicy returns the job's own bounds (zero fields: the worker's defaults) and
+// whether the mux has a handler for it.
+func (m *Mux) JobPolicy(name string) (Policy, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return m.handlers[name].maxRunTime
+	r, ok := m.handlers[name]
+	return Policy{MaxAttempts: r.maxAttempts, MaxRunTime: r.maxRunTime}, ok
 }
 
 // Use appends middleware applied to every handler of the mux, outermost first.
@@ -121,13 +145,6 @@ func (m *Mux) Jobs() []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// MaxAttempts returns the job's attempt bound, or 0 when it has none of its own.
-func (m *Mux) MaxAttempts(name string) int {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.handlers[name].maxAttempts
 }
 
 // ErrNoHandler is returned for a job no handler is registered for.

@@ -4,19 +4,21 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/runonce/runonce/pkg/jobs"
 )
 
-// TokenSource returns an ID token for an audience (auth: oidc); on Google Cloud it is the
-// metadata server's, e.g. google.golang.org/api/idtoken.
+// TokenSource returns an ID token for an audience, for HTTP targets with auth: oidc;
+// GoogleIDTokens is the one for Google Cloud.
 type TokenSource func(ctx context.Context, audience string) (string, error)
 
 // HTTPTargetOptions configure HTTPTarget.
@@ -34,7 +36,9 @@ type HTTPTargetOptions struct {
 // effect RunEffect: the Idempotency-Key header carries its key, stable across every
 // attempt of the run, and a call an earlier attempt completed is not made again. 2xx
 // completes the run; 408, 425, 429, 5xx and network errors release it (honouring
-// Retry-After); other statuses fail it.
+// Retry-After); other statuses fail it. A job with "result": true leaves the answer
+// that completed the run as its result (HTTPResult). A call an earlier attempt made
+// before it died leaves none: the answer is not asked for twice.
 func HTTPTarget(j *jobs.Job, o *HTTPTargetOptions) Handler {
 	if o == nil {
 		o = &HTTPTargetOptions{}
@@ -84,11 +88,57 @@ func HTTPTarget(j *jobs.Job, o *HTTPTargetOptions) Handler {
 				return fmt.Errorf("job %s: %s %s: %w", j.Name, method, j.URL, err)
 			}
 			defer resp.Body.Close()
-			snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			limit := int64(512)
+			if j.Result {
+				limit = MaxResultBody + 1
+			}
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, limit))
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-			return statusError(j, method, resp, snippet)
+			snippet := body[:min(len(body), 512)]
+			if err := statusError(j, method, resp, snippet); err != nil || !j.Result {
+				return err
+			}
+			return SetResult(ctx, targetResult(resp.StatusCode, body))
 		})
 	})
+}
+
+// MaxResultBody is the most of an HTTP target's answer kept in the run's result (a job
+// with "result": true): 8 KiB, less where JSON escaping would take the result past
+// MaxResult.
+const MaxResultBody = 8 << 10
+
+// HTTPResult is the result an HTTP target with "result": true leaves: the status of the
+// call that completed the run and its body, as JSON when it is a JSON value, else as a
+// string; Truncated when the body was longer than what is kept.
+type HTTPResult struct {
+	Status    int             `json:"status"`
+	Body      json.RawMessage `json:"body,omitempty"`
+	Truncated bool            `json:"truncated,omitempty"`
+}
+
+// targetResult is the result of a target's answer: body (read up to MaxResultBody+1
+// bytes) kept whole when it is a JSON value that fits, else as a string cut to fit.
+func targetResult(status int, body []byte) HTTPResult {
+	r := HTTPResult{Status: status}
+	if len(body) == 0 {
+		return r
+	}
+	if len(body) <= MaxResultBody && json.Valid(body) {
+		r.Body = body
+		return r
+	}
+	keep := min(len(body), MaxResultBody)
+	r.Truncated = keep < len(body)
+	for {
+		s, _ := json.Marshal(strings.ToValidUTF8(string(body[:keep]), "\uFFFD"))
+		if len(s) <= MaxResult-128 || keep == 0 { // room for the other fields
+			r.Body = s
+			return r
+		}
+		keep /= 2
+		r.Truncated = true
+	}
 }
 
 // statusError maps a target's answer to the run's fate.

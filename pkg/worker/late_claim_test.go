@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -51,14 +52,46 @@ func TestClaimAnsweredTooLateDoesNotStartTheJob(t *testing.T) {
 		}
 		payload := []byte(`{"n":1}`)
 		msg := &queue.Message{Identity: ledger.Identity{
-			RunID: ledger.KeyedRunID("ns", "job", "k"), Namespace: "ns", Job: "job", Key: "k", PayloadHash: ledger.PayloadHash(payload),
-		}, Payload: payload}
-		v := w.Process(t.Context(), &worker.Delivery{Message: msg})
+			RunID: ledger.KeyedRunID("ns", "job", "k"), Namespace: "ns", Job: "job", Key: "k", PayloadHash: ledger.PayloadHash(payload), Payload: payload,
+		}}
+		v := w.Process(t.Context(), &queue.Delivery{Message: msg})
 		if started != tc.start {
 			t.Errorf("claim answered %s late (lease %s): job started = %v, want %v (verdict %+v)", tc.late, lease, started, tc.start, v)
 		}
 		if !tc.start && (v.Ack || v.Outcome != worker.OutcomeLeaseLost) {
 			t.Errorf("claim answered %s late: verdict %+v, want a nack with outcome %s", tc.late, v, worker.OutcomeLeaseLost)
 		}
+	}
+}
+
+// A message's age is judged by Config.Now, not the machine's clock: a worker whose
+// clock (a simulation's, or the ledger's) is past the retention after the message's
+// EnqueuedAt must treat it as old and drop it when its run has no record. Before, the
+// age was time.Since, so a simulated clock never made a message old.
+func TestMessageAgeIsJudgedByConfigNow(t *testing.T) {
+	const retention = 24 * time.Hour
+	sent := time.Now().UTC()
+	later := sent.Add(retention + time.Hour)
+	clock := func() time.Time { return later }
+	started := false
+	mem := memory.New(&memory.Options{Clock: clock})
+	w, err := worker.New(&worker.Config{
+		Ledger:    mem,
+		Handler:   worker.HandlerFunc(func(context.Context, *worker.Job) error { started = true; return nil }),
+		Retention: retention, UnsafeRetention: true, Now: clock,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := []byte(`{"n":1}`)
+	msg := &queue.Message{Identity: ledger.Identity{
+		RunID: ledger.KeyedRunID("ns", "job", "old"), Namespace: "ns", Job: "job", Key: "old", PayloadHash: ledger.PayloadHash(payload), Payload: payload,
+	}, EnqueuedAt: sent}
+	v := w.Process(t.Context(), &queue.Delivery{Message: msg, PublishTime: sent})
+	if started || !v.Ack || v.Outcome != worker.OutcomeDropped {
+		t.Fatalf("a message %s old by Config.Now whose run has no record: job started = %v, verdict %+v; want it dropped", retention+time.Hour, started, v)
+	}
+	if _, err := mem.Get(t.Context(), &ledger.GetParams{RunID: msg.Identity.RunID}); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the dropped message created its run: %v", err)
 	}
 }

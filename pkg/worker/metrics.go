@@ -14,6 +14,7 @@ type metrics struct {
 	effectsSkipped metric.Int64Counter
 	rescues        metric.Int64Counter
 	nackedHeld     metric.Int64Counter
+	batchItems     metric.Int64Counter
 }
 
 func newMetrics(m metric.Meter) (*metrics, error) {
@@ -35,6 +36,7 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 	out.fencedRefused = counter("runonce.worker.fenced_writes.refused", "Ledger writes refused because the attempt was fenced out.")
 	out.effectsSkipped = counter("runonce.worker.effects.skipped", "Effects skipped: done by an earlier attempt, or uncertain (at most once).")
 	out.rescues = counter("runonce.worker.rescues", "Runs the rescuer republished.")
+	out.batchItems = counter("runonce.worker.batch.items", "Items of batches (worker.Batch) by job, batch and outcome: done, failed (SkipItem), skipped (done by an earlier attempt).")
 	out.nackedHeld = counter("runonce.worker.deliveries.nacked_held", "Deliveries nacked because another live attempt holds the run.")
 	out.jobDuration, err = m.Float64Histogram("runonce.worker.job.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of job attempts."))
@@ -54,4 +56,8 @@ func (m *metrics) job(name string) metric.MeasurementOption {
 
 func (m *metrics) reason(r string) metric.MeasurementOption {
 	return metric.WithAttributes(attribute.String("reason", r))
+}
+
+func (m *metrics) batch(job, batch, outcome string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("job", job), attribute.String("batch", batch), attribute.String("outcome", outcome))
 }

@@ -97,15 +97,20 @@ func runChild(raw string) error {
 		return worker.Effect(ctx, "second", func(ctx context.Context, key string) error { return call(ctx, "/second", key) })
 	})
 	mux.HandleFunc("long", func(ctx context.Context, j *worker.Job) error { return call(ctx, "/long", worker.IdempotencyKey(ctx)) })
+	mux.HandleFunc("batch", func(ctx context.Context, j *worker.Job) error {
+		_, err := worker.Batch(ctx, processBatch, processBatchItems(), func(ctx context.Context, item, key string) error {
+			return call(ctx, "/item/"+item, key)
+		}, &worker.BatchOptions{Parallelism: 8, Checkpoint: processCheckpoint})
+		return err
+	})
 	w, err := worker.New(&worker.Config{
-		Ledger: led, Handler: mux, Lease: s.Lease, Republish: pub, RescueInterval: 400 * time.Millisecond,
+		Ledger: led, Handler: mux, Lease: s.Lease, Subscriber: sub, Concurrency: 4, Republish: pub, Grace: s.Grace, RescueInterval: 400 * time.Millisecond,
 		PickupTimeout: 2 * time.Second, Logger: obs.NewLogger(os.Stderr, -4),
 	})
 	if err != nil {
 		return err
 	}
-	go w.Rescue(ctx)
-	return w.Pull(ctx, sub, s.Grace)
+	return w.Run(ctx)
 }
 
 // sink is the downstream the child workers call; it records every call and can hold the

@@ -66,9 +66,10 @@ func (w *Worker) SweepOnce(ctx context.Context, limit int) (int, error) {
 	return n, err
 }
 
-// Rescue runs RescueOnce and a bounded SweepOnce every RescueInterval (with jitter, so
-// that workers started together spread out) until ctx is done.
-func (w *Worker) Rescue(ctx context.Context) {
+// maintain runs RescueOnce (with a Republish) and a bounded SweepOnce every
+// RescueInterval (with jitter, so that workers started together spread out) until ctx
+// is done.
+func (w *Worker) maintain(ctx context.Context) {
 	for {
 		jitter := time.Duration(rand.Int64N(int64(w.cfg.RescueInterval) / 2))
 		select {
@@ -76,8 +77,10 @@ func (w *Worker) Rescue(ctx context.Context) {
 			return
 		case <-time.After(w.cfg.RescueInterval/2 + jitter):
 		}
-		if _, err := w.RescueOnce(ctx); err != nil && ctx.Err() == nil {
-			w.cfg.Logger.WarnContext(ctx, "rescue round failed", slog.Any("error", err))
+		if w.cfg.Republish != nil {
+			if _, err := w.RescueOnce(ctx); err != nil && ctx.Err() == nil {
+				w.cfg.Logger.WarnContext(ctx, "rescue round failed", slog.Any("error", err))
+			}
 		}
 		if _, err := w.SweepOnce(ctx, 500); err != nil && ctx.Err() == nil {
 			w.cfg.Logger.WarnContext(ctx, "sweep failed", slog.Any("error", err))

@@ -10,13 +10,14 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/queue"
 )
 
 // traceAttempt starts the span of one delivery's attempt, "run JOB", a consumer span
 // whose parent is the message's traceparent (the ingress's publish), so that the run is
 // one trace across the processes; the job's context carries it to the ledger calls and
 // the downstream call. end records the verdict.
-func (w *Worker) traceAttempt(ctx context.Context, d *Delivery) (context.Context, func(Verdict)) {
+func (w *Worker) traceAttempt(ctx context.Context, d *queue.Delivery) (context.Context, func(Verdict)) {
 	tp := w.cfg.TracerProvider
 	if tp == nil {
 		tp = noop.NewTracerProvider()

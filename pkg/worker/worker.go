@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"os"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,17 +22,60 @@ import (
 	"github.com/runonce/runonce/pkg/queue"
 )
 
-// Publisher republishes runs for the rescuer; *queue.Publisher is one.
-type Publisher interface {
-	Publish(ctx context.Context, m *queue.Message) (string, error)
+// Subscriber is where Run pulls deliveries from; *queue.Subscriber is one. Another
+// transport, or a test's, plugs in by implementing it.
+type Subscriber interface {
+	// Receive calls f for each delivery until ctx is done, at most o.Concurrency at
+	// once, then waits for running calls at most o.ShutdownTimeout and returns. It keeps
+	// a delivery's ack deadline extended for up to o.MaxExtension.
+	Receive(ctx context.Context, o *queue.ReceiveOptions, f func(context.Context, *queue.Delivery)) error
+	// Retention is the subscription's message retention: how long a message can still
+	// be delivered.
+	Retention(ctx context.Context) (time.Duration, error)
+	// Ping checks that the subscription is reachable, for readiness.
+	Ping(ctx context.Context) error
 }
+
+var _ Subscriber = (*queue.Subscriber)(nil)
 
 // Config configures a Worker. Zero values mean the documented defaults.
 type Config struct {
 	// Ledger records runs and effects. Required.
 	Ledger ledger.Ledger
-	// Handler runs jobs; a *Mux also gives per-job attempt bounds. Required.
+	// Handler runs jobs. A handler that implements Router (a *Mux does) gives per-job
+	// bounds and says which jobs it runs; a delivery of a job it does not run is not an
+	// attempt (see NoHandlerDelay). Required.
 	Handler Handler
+	// Subscriber is where Run pulls deliveries from. Nil: no pull; deliveries come by
+	// push (Handler) or Process.
+	Subscriber Subscriber
+	// Republish is where the rescuer republishes lost runs; nil disables the rescuer
+	// (the sweeper still runs).
+	Republish queue.RunPublisher
+	// Grace is how long running jobs may go on once Run's context ends; then their
+	// contexts are cancelled with ErrShutdown and their runs released. Defaults to 8s.
+	// Cloud Run kills an instance 10s after SIGTERM: stay below that there.
+	Grace time.Duration
+	// Concurrency bounds the jobs run at once, pulled (the subscriber's callbacks) and
+	// pushed (one more push delivery is answered 429: Pub/Sub redelivers it after its
+	// backoff). Defaults to 8.
+	Concurrency int
+	// PushAuth authenticates push deliveries: Handler serves POST /v1/push only when it
+	// is set. It wraps the push endpoint (e.g. one built from pkg/auth with
+	// auth.Middleware); NoAuth serves it to anyone who can reach it.
+	PushAuth func(http.Handler) http.Handler
+	// MessageRetention is the message retention of the subscription that pushes to this
+	// worker, for the retention check when there is no Subscriber (whose own retention
+	// is read). Defaults to queue.DefaultSubscriptionRetention.
+	MessageRetention time.Duration
+	// UnsafeRetention skips the check that Retention outlasts every message that can
+	// still deliver a run. Only for tests of expiry: a record deleted before its last
+	// delivery lets that delivery run its run twice.
+	UnsafeRetention bool
+	// NoHandlerDelay is how long a delivery of a job Handler does not run is held before
+	// it is nacked (no attempt is counted; another worker, or this one once it knows the
+	// job, runs it). Defaults to 10s.
+	NoHandlerDelay time.Duration
 	// Lease is the lease a claim takes; it is renewed every third of it. Defaults to 30s.
 	Lease time.Duration
 	// MaxAttempts bounds the attempts of a run whose job sets none. Defaults to 5.
@@ -61,16 +107,14 @@ type Config struct {
 	// to this long, so that a subscription without a retry policy does not redeliver in
 	// a hot loop. Defaults to 0: nack at once, and let the retry policy back off.
 	NackDelay time.Duration
-	// PushConcurrency bounds the push deliveries PushHandler runs at once; one more is
-	// answered 429 (Pub/Sub redelivers it after its backoff). Pull deliveries are bounded
-	// by the subscriber. Zero: unbounded.
-	PushConcurrency int
-	// Republish is where the rescuer republishes runs; nil disables the rescuer.
-	Republish Publisher
+	// Instance identifies this worker in a run's history (who ran each attempt).
+	// Defaults to the host name and the process ID, "host/pid".
+	Instance string
 	// RescueInterval is how often the rescuer looks for runs to republish. Defaults to 30s.
 	RescueInterval time.Duration
-	// Now is the clock the worker times its own hold of a lease by: when a claim was
-	// sent, and whether its answer came too late to start the job. Defaults to time.Now;
+	// Now is the clock the worker times its own hold of a lease by (when a claim was
+	// sent, and whether its answer came too late to start the job) and a message's age
+	// against the Retention. Defaults to time.Now;
 	// a simulation drives it with the ledger's clock.
 	Now func() time.Time
 	// Logger receives JSON logs. Defaults to discarding them.
@@ -87,6 +131,22 @@ const (
 	DefaultMaxRetryAfter = 24 * time.Hour
 	DefaultMaxRunTime    = time.Hour
 	DefaultLedgerTimeout = 10 * time.Second
+	DefaultGrace         = 8 * time.Second
+	DefaultConcurrency   = 8
+	// DefaultNoHandlerDelay is how long a delivery of a job this worker does not run is
+	// held before its nack.
+	DefaultNoHandlerDelay = 10 * time.Second
+	// SchedulerRetryWindow bounds how long a scheduler keeps retrying one run: a record
+	// must outlast it, on top of the message retention and the longest lease.
+	SchedulerRetryWindow = 24 * time.Hour
+	// MinMaxExtension is the shortest time a pulled message's ack deadline is kept
+	// extended; a worker with jobs that run longer extends it to twice the longest.
+	MinMaxExtension = time.Hour
+	// maxSizedRunTime bounds the job run times the ack extension and the retention
+	// check are sized by: a job allowed to run longer (following an execution
+	// elsewhere for days) sees its message redelivered meanwhile, and those deliveries
+	// find its run held and are nacked.
+	maxSizedRunTime = 24 * time.Hour
 )
 
 func (c Config) withDefaults() Config {
@@ -99,6 +159,14 @@ func (c Config) withDefaults() Config {
 	c.LedgerTimeout = cmp.Or(c.LedgerTimeout, DefaultLedgerTimeout)
 	c.MaxRunTime = cmp.Or(c.MaxRunTime, DefaultMaxRunTime)
 	c.RescueInterval = cmp.Or(c.RescueInterval, 30*time.Second)
+	c.Grace = cmp.Or(c.Grace, DefaultGrace)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.MessageRetention = cmp.Or(c.MessageRetention, queue.DefaultSubscriptionRetention)
+	c.NoHandlerDelay = cmp.Or(c.NoHandlerDelay, DefaultNoHandlerDelay)
+	if c.Instance == "" {
+		host, _ := os.Hostname()
+		c.Instance = fmt.Sprintf("%s/%d", cmp.Or(host, "unknown-host"), os.Getpid())
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -117,6 +185,10 @@ func (c Config) validate() error {
 		return errors.New("worker: Config.Ledger is required")
 	case c.Handler == nil:
 		return errors.New("worker: Config.Handler is required")
+	case c.Grace < 0:
+		return fmt.Errorf("worker: grace %s must not be negative", c.Grace)
+	case c.Concurrency < 1:
+		return fmt.Errorf("worker: concurrency %d must be at least 1", c.Concurrency)
 	case c.Lease < 3*time.Millisecond:
 		return fmt.Errorf("worker: lease %s is too short to renew every third of it", c.Lease)
 	case c.MaxAttempts < 1:
@@ -131,31 +203,95 @@ func (c Config) validate() error {
 type Worker struct {
 	cfg     Config
 	metrics *metrics
-	// jobs is the context every job runs under; Shutdown cancels it after the grace.
+	// router is Handler's Router, nil when it is not one (it then runs every job).
+	router Router
+	// maxExtension is how long a pulled message's ack deadline is kept extended.
+	maxExtension time.Duration
+	// jobs is the context every job runs under; CancelJobs cancels it.
 	jobs       context.Context
 	cancelJobs context.CancelCauseFunc
-	// pushSlots bounds concurrent push deliveries (nil: unbounded).
+	// pushSlots bounds concurrent push deliveries.
 	pushSlots chan struct{}
+	// mu guards stopping; inflight counts the deliveries being processed, so that Run
+	// returns only once every one is released or finished.
+	mu       sync.Mutex
+	stopping bool
+	running  bool
+	inflight sync.WaitGroup
 }
 
-// New returns a worker.
+// New returns a worker. It refuses a configuration that could run a run twice or that
+// cannot work: a Retention shorter than the subscription's message retention plus the
+// scheduler's retry window (SchedulerRetryWindow) plus the longest lease or job (a late
+// delivery would find no record and run its run again), and out-of-range bounds. With
+// a Subscriber it reads the subscription's retention, within LedgerTimeout. It sizes
+// the ack-deadline extension of pulled messages to the longest job (MinMaxExtension, or
+// twice the longest per-job MaxRunTime of the Router, up to a day).
 func New(cfg *Config) (*Worker, error) {
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	w := &Worker{cfg: c}
+	w.router, _ = c.Handler.(Router)
+	longest := w.longestJob()
+	w.maxExtension = max(MinMaxExtension, 2*longest)
+	if !c.UnsafeRetention {
+		if err := w.checkRetention(max(c.Lease, longest)); err != nil {
+			return nil, err
+		}
+	}
 	m, err := newMetrics(c.Meter)
 	if err != nil {
 		return nil, err
 	}
-	c.Ledger = &boundedLedger{Ledger: c.Ledger, timeout: c.LedgerTimeout}
-	jobs, cancel := context.WithCancelCause(context.Background())
-	w := &Worker{cfg: c, metrics: m, jobs: jobs, cancelJobs: cancel}
-	if c.PushConcurrency > 0 {
-		w.pushSlots = make(chan struct{}, c.PushConcurrency)
+	w.metrics = m
+	w.cfg.Ledger = &boundedLedger{Ledger: c.Ledger, timeout: c.LedgerTimeout}
+	w.jobs, w.cancelJobs = context.WithCancelCause(context.Background())
+	w.pushSlots = make(chan struct{}, c.Concurrency)
+	if c.Grace >= 10*time.Second {
+		c.Logger.Warn("worker: the grace is 10s or more: Cloud Run kills an instance 10s after SIGTERM, so jobs may be killed before they are released",
+			slog.Duration("grace", c.Grace))
 	}
 	return w, nil
 }
+
+// longestJob is the longest per-job run time of the router, up to maxSizedRunTime.
+func (w *Worker) longestJob() time.Duration {
+	var longest time.Duration
+	if w.router == nil {
+		return 0
+	}
+	for _, name := range w.router.Jobs() {
+		if p, ok := w.router.JobPolicy(name); ok && p.MaxRunTime <= maxSizedRunTime {
+			longest = max(longest, p.MaxRunTime)
+		}
+	}
+	return longest
+}
+
+// checkRetention refuses a retention that a message could outlive.
+func (w *Worker) checkRetention(longestLease time.Duration) error {
+	msgRetention, source := w.cfg.MessageRetention, "the push subscription's message retention (Config.MessageRetention)"
+	if w.cfg.Subscriber != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.LedgerTimeout)
+		defer cancel()
+		d, err := w.cfg.Subscriber.Retention(ctx)
+		if err != nil {
+			return fmt.Errorf("worker: read the subscription's message retention: %w", err)
+		}
+		msgRetention, source = d, "the subscription's message retention"
+	}
+	if floor := msgRetention + SchedulerRetryWindow + longestLease; w.cfg.Retention < floor {
+		return fmt.Errorf("%w: retention %s is too short: records must outlast %s (%s), "+
+			"the scheduler's retry window (%s) and the longest lease or job (%s), or a late delivery could run a run twice; use at least %s",
+			ErrRetentionTooShort, w.cfg.Retention, source, msgRetention, SchedulerRetryWindow, longestLease, floor)
+	}
+	return nil
+}
+
+// ErrRetentionTooShort is New's error for a retention a message could outlive.
+var ErrRetentionTooShort = errors.New("worker: retention too short")
 
 // ErrShutdown is the cause of a job's context cancelled because the worker shut down.
 var ErrShutdown = errors.New("worker: shutting down")
@@ -171,15 +307,6 @@ var ErrSelfFenced = errors.New("worker: could not renew the lease before it ran 
 // CancelJobs cancels every running job with ErrShutdown: their runs are released and
 // their deliveries nacked. Call it when the shutdown grace is over.
 func (w *Worker) CancelJobs() { w.cancelJobs(ErrShutdown) }
-
-// Delivery is one delivery of a message, from pull or push.
-type Delivery struct {
-	Message *queue.Message
-	// DeliveryAttempt is Pub/Sub's count where a dead-letter policy provides it, else 0.
-	DeliveryAttempt int
-	// PublishTime is when Pub/Sub accepted the message.
-	PublishTime time.Time
-}
 
 // Verdict says what to do with a delivery.
 type Verdict struct {
@@ -200,22 +327,48 @@ const (
 	OutcomeHeld      = "held"
 	OutcomeTerminal  = "duplicate_terminal"
 	OutcomeLeaseLost = "lease_lost"
+	// OutcomeCancelled: an operator cancelled the run while it ran; the job's context
+	// was cancelled with ledger.ErrCancelled in its cause, nothing it wrote afterwards
+	// landed, and the delivery is acked (the run is finished).
+	OutcomeCancelled = "cancelled"
 	OutcomeDropped   = "dropped_too_old"
 	// OutcomePayloadMismatch: the message's data does not hash to the run's stored
 	// payload hash (a forged or stale message); it is acked and never run.
 	OutcomePayloadMismatch = "payload_mismatch"
 	OutcomeError           = "ledger_error"
+	// OutcomeNoHandler: Handler does not run the delivery's job; the delivery is nacked
+	// after Config.NoHandlerDelay, nothing is written and no attempt counted.
+	OutcomeNoHandler = "no_handler"
+	// OutcomeStopping: the worker is shutting down and took no new delivery (nacked).
+	OutcomeStopping = "stopping"
 )
 
 // Process runs one delivery through claim → job → complete/release/fail and returns
-// whether to ack. It blocks while the job runs. The job runs under the worker's own
-// context, not ctx: a delivery's context ends when its receiver stops, while a job gets
-// the shutdown grace (see CancelJobs).
-func (w *Worker) Process(ctx context.Context, d *Delivery) (v Verdict) {
+// whether to ack; it neither acks nor nacks d (Run and the push endpoint do). It blocks
+// while the job runs. The job runs under the worker's own context, not ctx: a
+// delivery's context ends when its receiver stops, while a job gets the shutdown grace
+// (see CancelJobs). A delivery that is not a runonce message (d.Err) is acked: it can
+// never be run. A delivery of a job Handler does not run is not an attempt: nothing is
+// written, and it is nacked after Config.NoHandlerDelay.
+func (w *Worker) Process(ctx context.Context, d *queue.Delivery) (v Verdict) {
+	if d.Err != nil {
+		w.cfg.Logger.ErrorContext(ctx, "message is not a runonce run; acked and dropped", slog.String("message_id", d.ID), slog.Any("error", d.Err))
+		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeDropped})
+	}
+	if !w.enter() {
+		return w.verdict(ctx, Verdict{Outcome: OutcomeStopping})
+	}
+	defer w.inflight.Done()
 	ctx, end := w.traceAttempt(ctx, d)
 	defer func() { end(v) }()
 	m := d.Message
 	log := w.cfg.Logger.With(slog.String("run_id", m.Identity.RunID), slog.String("job", m.Identity.Job))
+	if _, ok := w.policy(m.Identity.Job); !ok {
+		log.WarnContext(ctx, "no handler for this job in this worker: delivery nacked, no attempt counted; a worker that runs the job (or this one, once it does) runs it",
+			slog.Duration("nack_after", w.cfg.NoHandlerDelay))
+		w.hold(ctx, w.cfg.NoHandlerDelay)
+		return w.verdict(ctx, Verdict{RetryAt: w.cfg.Now().Add(w.cfg.NoHandlerDelay), Outcome: OutcomeNoHandler})
+	}
 	attemptID, err := uuid.NewV7()
 	if err != nil {
 		return w.verdict(ctx, Verdict{Outcome: OutcomeError})
@@ -223,8 +376,7 @@ func (w *Worker) Process(ctx context.Context, d *Delivery) (v Verdict) {
 	// The claim is checked against what the message carries, not what it says: the
 	// hash of its data must be the run's stored payload hash.
 	id := m.Identity
-	id.Payload = m.Payload
-	id.PayloadHash = ledger.PayloadHash(m.Payload)
+	id.PayloadHash = ledger.PayloadHash(m.Identity.Payload)
 	// A message older than the retention may have outlived its run's record (a record
 	// lives at least a retention after the run's creation, the message's EnqueuedAt):
 	// it may run a run that exists, but must not create one, which could run a finished
@@ -234,6 +386,7 @@ func (w *Worker) Process(ctx context.Context, d *Delivery) (v Verdict) {
 	claimStart := w.cfg.Now()
 	res, err := w.cfg.Ledger.Acquire(ctx, &ledger.AcquireParams{
 		Identity: id, AttemptID: attemptID.String(), Lease: w.cfg.Lease, Retention: w.cfg.Retention, MustExist: mustExist,
+		Worker: w.cfg.Instance,
 	})
 	if err != nil {
 		if mustExist && errors.Is(err, ledger.ErrNotFound) {
@@ -249,15 +402,15 @@ func (w *Worker) Process(ctx context.Context, d *Delivery) (v Verdict) {
 		return w.verdict(ctx, Verdict{Outcome: OutcomeError})
 	}
 	switch res.Outcome {
-	case ledger.PayloadMismatch:
+	case ledger.OutcomePayloadMismatch:
 		log.ErrorContext(ctx, "delivery carries another payload than the run was accepted with: never run, acked; the run is untouched",
 			slog.String("message_payload_sha256", id.PayloadHash), slog.String("run_payload_sha256", res.Run.PayloadHash),
 			slog.String("status", string(res.Run.Status)))
 		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomePayloadMismatch})
-	case ledger.Terminal:
+	case ledger.OutcomeFinished:
 		log.InfoContext(ctx, "duplicate delivery of a finished run acked", slog.String("status", string(res.Run.Status)))
 		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeTerminal})
-	case ledger.Held:
+	case ledger.OutcomeHeld:
 		w.metrics.nackedHeld.Add(ctx, 1)
 		log.InfoContext(ctx, "run held by another attempt; delivery nacked", slog.Time("held_until", res.Until), slog.Int64("holder_attempt", res.Run.Attempt))
 		w.nackDelay(ctx, res.Until)
@@ -266,39 +419,37 @@ func (w *Worker) Process(ctx context.Context, d *Delivery) (v Verdict) {
 	return w.run(ctx, d, res.Run, claimStart, log)
 }
 
-func (w *Worker) age(d *Delivery) time.Duration {
+// age is how old a delivery's message is by Config.Now, the clock the worker times
+// everything of its own by (a simulation's clock, not the machine's).
+func (w *Worker) age(d *queue.Delivery) time.Duration {
+	now := w.cfg.Now()
 	var age time.Duration
 	for _, t := range []time.Time{d.PublishTime, d.Message.EnqueuedAt} {
 		if !t.IsZero() {
-			age = max(age, time.Since(t))
+			age = max(age, now.Sub(t))
 		}
 	}
 	return age
 }
 
-func (w *Worker) maxRunTime(job string) time.Duration {
-	if mux, ok := w.cfg.Handler.(*Mux); ok {
-		if d := mux.MaxRunTime(job); d > 0 {
-			return d
-		}
+// policy returns job's bounds, the Config's where it sets none of its own, and whether
+// Handler runs it.
+func (w *Worker) policy(job string) (Policy, bool) {
+	var p Policy
+	ok := true
+	if w.router != nil {
+		p, ok = w.router.JobPolicy(job)
 	}
-	return w.cfg.MaxRunTime
-}
-
-func (w *Worker) maxAttempts(job string) int {
-	if mux, ok := w.cfg.Handler.(*Mux); ok {
-		if n := mux.MaxAttempts(job); n > 0 {
-			return n
-		}
-	}
-	return w.cfg.MaxAttempts
+	p.MaxAttempts = cmp.Or(p.MaxAttempts, w.cfg.MaxAttempts)
+	p.MaxRunTime = cmp.Or(p.MaxRunTime, w.cfg.MaxRunTime)
+	return p, ok
 }
 
 // run works on a run this worker acquired.
-func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimStart time.Time, log *slog.Logger) Verdict {
+func (w *Worker) run(dctx context.Context, d *queue.Delivery, run *ledger.Run, claimStart time.Time, log *slog.Logger) Verdict {
 	job := &Job{
 		RunID: run.ID, Namespace: run.Namespace, Name: run.Job, Key: run.Key, ScheduleTime: run.ScheduleTime,
-		Attempt: run.Attempt, AttemptID: run.AttemptID, DeliveryAttempt: d.DeliveryAttempt, Payload: d.Message.Payload,
+		Attempt: run.Attempt, AttemptID: run.AttemptID, DeliveryAttempt: d.DeliveryAttempt, Payload: d.Message.Identity.Payload,
 	}
 
 	log = log.With(slog.Int64("attempt", run.Attempt), slog.String("attempt_id", run.AttemptID))
@@ -313,9 +464,13 @@ func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimSt
 			slog.Duration("claim_took", late), slog.Duration("lease", w.cfg.Lease))
 		return w.verdict(dctx, Verdict{Outcome: OutcomeLeaseLost})
 	}
-	limit := w.maxAttempts(run.Job)
-	if run.Attempt > int64(limit) {
-		return w.fail(dctx, fence, fmt.Sprintf("attempts exhausted: attempt %d of at most %d (the earlier ones died without an outcome); last error: %s", run.Attempt, limit, run.LastError), log)
+	policy, _ := w.policy(run.Job)
+	limit := policy.MaxAttempts
+	// The attempt's rank in the run's budget: an operator's retry starts a fresh budget
+	// (ledger.Run.AttemptsMade is reset), while run.Attempt, the fencing token, goes on.
+	rank := run.AttemptsMade + 1
+	if rank > int64(limit) {
+		return w.fail(dctx, fence, fmt.Sprintf("attempts exhausted: attempt %d of at most %d (the earlier ones died without an outcome); last error: %s", rank, limit, run.LastError), log)
 	}
 
 	// The job's context: values (trace) from the delivery, cancellation from the worker's
@@ -324,7 +479,7 @@ func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimSt
 	defer cancel(nil)
 	stopOnShutdown := context.AfterFunc(w.jobs, func() { cancel(context.Cause(w.jobs)) })
 	defer stopOnShutdown()
-	maxRun := w.maxRunTime(run.Job)
+	maxRun := policy.MaxRunTime
 	overrun := time.AfterFunc(maxRun, func() { cancel(fmt.Errorf("%w (%s)", ErrMaxRunTime, maxRun)) })
 	defer overrun.Stop()
 	a := &attempt{w: w, job: job, fence: fence, cancel: cancel, log: log}
@@ -346,19 +501,22 @@ func (w *Worker) run(dctx context.Context, d *Delivery, run *ledger.Run, claimSt
 
 	cause := context.Cause(ctx)
 	switch {
+	case errors.Is(cause, ledger.ErrCancelled):
+		log.WarnContext(ctx, "run cancelled by an operator during the job: job stopped, nothing more written, delivery acked", slog.Any("cause", cause), slog.Any("error", herr))
+		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeCancelled})
 	case errors.Is(cause, ledger.ErrLeaseLost):
 		w.metrics.leasesLost.Add(ctx, 1)
 		log.WarnContext(ctx, "lease lost during the job: another attempt holds the run; nothing written, delivery nacked", slog.Any("cause", cause), slog.Any("error", herr))
 		return w.verdict(ctx, Verdict{Outcome: OutcomeLeaseLost})
 	case herr == nil:
-		return w.complete(ctx, fence, log)
+		return w.complete(ctx, fence, a.storedResult(), log)
 	case errors.Is(herr, ErrPermanent):
 		return w.fail(ctx, fence, herr.Error(), log)
 	}
 	// A retryable error, a panic, a shutdown or a self-fence: release for a retry, unless
 	// the attempts are exhausted.
-	if run.Attempt >= int64(limit) && cause == nil {
-		return w.fail(ctx, fence, fmt.Sprintf("attempts exhausted: attempt %d of at most %d failed: %v", run.Attempt, limit, herr), log)
+	if rank >= int64(limit) && cause == nil {
+		return w.fail(ctx, fence, fmt.Sprintf("attempts exhausted: attempt %d of at most %d failed: %v", rank, limit, herr), log)
 	}
 	var ra *RetryAfterError
 	var delay time.Duration
@@ -414,7 +572,7 @@ func (w *Worker) keepLease(ctx context.Context, a *attempt, held time.Time, stop
 		}
 		callStart := time.Now()
 		rctx, cancel := context.WithDeadline(ctx, fenceAt())
-		_, err := w.cfg.Ledger.Renew(rctx, &ledger.RenewParams{Fence: a.fence, Lease: w.cfg.Lease, Retention: w.cfg.Retention})
+		_, err := w.cfg.Ledger.Renew(rctx, &ledger.RenewParams{Fence: a.fence, Lease: w.cfg.Lease, Retention: w.cfg.Retention, Progress: a.progress()})
 		cancel()
 		switch {
 		case err == nil:
@@ -447,9 +605,17 @@ func (w *Worker) finish(ctx context.Context, write func(context.Context) error) 
 	})
 }
 
-func (w *Worker) complete(ctx context.Context, f ledger.Fence, log *slog.Logger) Verdict {
+func (w *Worker) complete(ctx context.Context, f ledger.Fence, result []byte, log *slog.Logger) Verdict {
 	err := w.finish(ctx, func(ctx context.Context) error {
-		_, err := w.cfg.Ledger.Complete(ctx, &ledger.CompleteParams{Fence: f, Retention: w.cfg.Retention})
+		_, err := w.cfg.Ledger.Complete(ctx, &ledger.CompleteParams{Fence: f, Result: result, Progress: progressOf(ctx), Retention: w.cfg.Retention})
+		if result != nil && (errors.Is(err, ledger.ErrTooLarge) || errors.Is(err, ledger.ErrInvalid)) {
+			// The record cannot hold the result (Firestore: the payload and the result
+			// share a document's 1 MiB): the job's work is done, so the run completes
+			// without it rather than running again.
+			log.WarnContext(ctx, "the ledger refused the run's result; the run completes without one", slog.Int("result_bytes", len(result)), slog.Any("error", err))
+			result = nil
+			_, err = w.cfg.Ledger.Complete(ctx, &ledger.CompleteParams{Fence: f, Progress: progressOf(ctx), Retention: w.cfg.Retention})
+		}
 		return err
 	})
 	return w.finished(ctx, err, Verdict{Ack: true, Outcome: OutcomeCompleted}, "run completed", log)
@@ -457,7 +623,7 @@ func (w *Worker) complete(ctx context.Context, f ledger.Fence, log *slog.Logger)
 
 func (w *Worker) fail(ctx context.Context, f ledger.Fence, reason string, log *slog.Logger) Verdict {
 	err := w.finish(ctx, func(ctx context.Context) error {
-		_, err := w.cfg.Ledger.Fail(ctx, &ledger.FailParams{Fence: f, Error: reason, Retention: w.cfg.Retention})
+		_, err := w.cfg.Ledger.Fail(ctx, &ledger.FailParams{Fence: f, Error: reason, Progress: progressOf(ctx), Retention: w.cfg.Retention})
 		return err
 	})
 	return w.finished(ctx, err, Verdict{Ack: true, Outcome: OutcomeFailed}, "run failed for good: "+reason, log)
@@ -468,6 +634,7 @@ func (w *Worker) release(ctx context.Context, f ledger.Fence, reason string, del
 	err := w.finish(ctx, func(ctx context.Context) error {
 		r, err := w.cfg.Ledger.Release(ctx, &ledger.ReleaseParams{
 			Fence: f, Error: reason, RetryAfter: delay, PickupTimeout: w.cfg.PickupTimeout, Retention: w.cfg.Retention,
+			Progress: progressOf(ctx),
 		})
 		released = r
 		return err
@@ -491,6 +658,10 @@ func (w *Worker) finished(ctx context.Context, err error, v Verdict, msg string,
 	case err == nil:
 		log.InfoContext(ctx, msg, slog.String("outcome", v.Outcome))
 		return w.verdict(ctx, v)
+	case errors.Is(err, ledger.ErrCancelled):
+		w.metrics.fencedRefused.Add(ctx, 1)
+		log.WarnContext(ctx, "finishing write refused: an operator cancelled the run; delivery acked", slog.String("wanted", v.Outcome), slog.Any("error", err))
+		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeCancelled})
 	case errors.Is(err, ledger.ErrLeaseLost):
 		w.metrics.fencedRefused.Add(ctx, 1)
 		w.metrics.leasesLost.Add(ctx, 1)
@@ -516,6 +687,11 @@ func (w *Worker) nackDelay(ctx context.Context, until time.Time) {
 	if !until.IsZero() {
 		d = min(d, time.Until(until))
 	}
+	w.hold(ctx, d)
+}
+
+// hold waits d, or until ctx ends or the worker cancels its jobs.
+func (w *Worker) hold(ctx context.Context, d time.Duration) {
 	if d <= 0 {
 		return
 	}

@@ -48,7 +48,7 @@ var acquireTests = map[string]func(*testing.T, Harness){
 		wantErr(t, "Get after a refused Acquire", err, ledger.ErrNotFound)
 		f.claim(id)
 		res, err := f.l.Acquire(f.ctx, &ledger.AcquireParams{Identity: identity(id), AttemptID: uuid.NewString(), Lease: longLease, MustExist: true})
-		if err != nil || res.Outcome != ledger.Acquired {
+		if err != nil || res.Outcome != ledger.OutcomeAcquired {
 			t.Fatalf("Acquire of an existing run that must exist = %v, %v; want acquired", res, err)
 		}
 	},
@@ -71,7 +71,7 @@ var acquireTests = map[string]func(*testing.T, Harness){
 			other.Payload = []byte(`{"n":2}`)
 			other.PayloadHash = ledger.PayloadHash(other.Payload)
 			res, err := f.l.Acquire(f.ctx, &ledger.AcquireParams{Identity: other, AttemptID: uuid.NewString(), Lease: longLease})
-			if err != nil || res.Outcome != ledger.PayloadMismatch {
+			if err != nil || res.Outcome != ledger.OutcomePayloadMismatch {
 				t.Fatalf("%s: Acquire with another payload = %v, %v; want payload_mismatch", state, res, err)
 			}
 			after := f.get(id)
@@ -87,7 +87,7 @@ var acquireTests = map[string]func(*testing.T, Harness){
 		f.claim(id)
 		held := f.hold(id, longLease)
 		res := f.acquire(id, longLease)
-		if res.Outcome != ledger.Held {
+		if res.Outcome != ledger.OutcomeHeld {
 			t.Fatalf("Acquire of a live lease = %v, want held", res.Outcome)
 		}
 		exact(t, "held until", res.Until, held.Deadline)
@@ -108,7 +108,7 @@ var acquireTests = map[string]func(*testing.T, Harness){
 		}
 		for id, status := range map[string]ledger.Status{done: ledger.StatusCompleted, failed: ledger.StatusFailed} {
 			res := f.acquire(id, longLease)
-			if res.Outcome != ledger.Terminal || res.Run.Status != status || res.Run.Attempt != 1 {
+			if res.Outcome != ledger.OutcomeFinished || res.Run.Status != status || res.Run.Attempt != 1 {
 				t.Fatalf("Acquire of a %s run = %v (%s, attempt %d), want terminal and unchanged", status, res.Outcome, res.Run.Status, res.Run.Attempt)
 			}
 		}
@@ -131,10 +131,10 @@ var acquireTests = map[string]func(*testing.T, Harness){
 					continue
 				}
 				switch r.Outcome {
-				case ledger.Acquired:
+				case ledger.OutcomeAcquired:
 					winners++
 					winner = r.Run
-				case ledger.Held:
+				case ledger.OutcomeHeld:
 				default:
 					t.Fatalf("queued=%v: acquire %d = %v, want acquired or held", queued, i, r.Outcome)
 				}
@@ -179,7 +179,7 @@ var acquireTests = map[string]func(*testing.T, Harness){
 			}
 			deadline = renewed.Deadline
 			approx(t, "renewed lease expiry", renewed.Deadline, renewed.UpdatedAt.Add(shortLease))
-			if res := f.acquire(id, longLease); res.Outcome != ledger.Held || !res.Until.Equal(deadline) {
+			if res := f.acquire(id, longLease); res.Outcome != ledger.OutcomeHeld || !res.Until.Equal(deadline) {
 				t.Fatalf("Acquire during a renewed lease = %v until %v, want held until %v", res.Outcome, res.Until, deadline)
 			}
 		}
@@ -198,7 +198,7 @@ var acquireTests = map[string]func(*testing.T, Harness){
 		}
 		approx(t, "NotBefore", rel.NotBefore, rel.UpdatedAt.Add(shortLease))
 		res := f.acquire(id, longLease)
-		if res.Outcome != ledger.Held || !res.Until.Equal(rel.NotBefore) {
+		if res.Outcome != ledger.OutcomeHeld || !res.Until.Equal(rel.NotBefore) {
 			t.Fatalf("Acquire before Retry-After = %v until %v, want held until %v", res.Outcome, res.Until, rel.NotBefore)
 		}
 		f.waitPast(rel.NotBefore)

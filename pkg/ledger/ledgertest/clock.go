@@ -32,7 +32,7 @@ var clockTests = map[string]func(*testing.T, Harness){
 		// A live lease is live for a client that thinks it expired 10 minutes ago.
 		held := f.hold(id, shortLease+time.Second)
 		got, err := f.tryAcquire(ahead, id, longLease)
-		if err != nil || got.Outcome != ledger.Held {
+		if err != nil || got.Outcome != ledger.OutcomeHeld {
 			t.Fatalf("Acquire through a client 10 minutes ahead = %v, %v; want held (the lease is live by the backend's clock)", got, err)
 		}
 		if _, listed := f.listRescue(ahead)[id]; listed {
@@ -42,7 +42,7 @@ var clockTests = map[string]func(*testing.T, Harness){
 		// An expired lease is expired for a client that thinks it has 10 minutes left.
 		f.waitPast(held.Deadline)
 		got, err = f.tryAcquire(behind, id, shortLease)
-		if err != nil || got.Outcome != ledger.Acquired || got.Run.Attempt != 2 {
+		if err != nil || got.Outcome != ledger.OutcomeAcquired || got.Run.Attempt != 2 {
 			t.Fatalf("Acquire through a client 10 minutes behind = %v, %v; want acquired at attempt 2 (the lease expired by the backend's clock)", got, err)
 		}
 		approx(t, "lease expiry through a client 10 minutes behind", got.Run.Deadline, time.Now().Add(shortLease))
@@ -73,16 +73,16 @@ var clockTests = map[string]func(*testing.T, Harness){
 		}
 		exact(t, "CreatedAt", res.Run.CreatedAt, at)
 		a, err := f.l.Acquire(f.ctx, &ledger.AcquireParams{Identity: identity(id), AttemptID: uuid.NewString(), Lease: time.Minute, Now: at})
-		if err != nil || a.Outcome != ledger.Acquired {
+		if err != nil || a.Outcome != ledger.OutcomeAcquired {
 			t.Fatalf("Acquire at Now = %v, %v", a, err)
 		}
 		exact(t, "lease expiry", a.Run.Deadline, at.Add(time.Minute))
 		b, err := f.l.Acquire(f.ctx, &ledger.AcquireParams{Identity: identity(id), AttemptID: uuid.NewString(), Now: at.Add(59 * time.Second)})
-		if err != nil || b.Outcome != ledger.Held {
+		if err != nil || b.Outcome != ledger.OutcomeHeld {
 			t.Fatalf("Acquire at Now+59s = %v, %v; want held", b, err)
 		}
 		b, err = f.l.Acquire(f.ctx, &ledger.AcquireParams{Identity: identity(id), AttemptID: uuid.NewString(), Now: at.Add(61 * time.Second)})
-		if err != nil || b.Outcome != ledger.Acquired || b.Run.Attempt != 2 {
+		if err != nil || b.Outcome != ledger.OutcomeAcquired || b.Run.Attempt != 2 {
 			t.Fatalf("Acquire at Now+61s = %v, %v; want acquired at attempt 2", b, err)
 		}
 		runs, err := f.l.ListRescue(f.ctx, &ledger.ListRescueParams{Now: at.Add(time.Hour)})

@@ -1,6 +1,7 @@
 package ledgertest
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -8,6 +9,94 @@ import (
 )
 
 var finishTests = map[string]func(*testing.T, Harness){
+	"CompleteStoresTheResult": func(t *testing.T, h Harness) {
+		f := setup(t, h)
+		r := f.hold(newRunID(), longLease)
+		result := []byte(`{"sent": 3, "ids": ["b", "a"]}`)
+		done, err := f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(r), Result: result})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, got := range []*ledger.Run{done, f.get(r.ID)} {
+			if got.Status != ledger.StatusCompleted || string(got.Result) != string(result) {
+				t.Fatalf("completed run = %s with result %q; want completed with %q, byte for byte", got.Status, got.Result, result)
+			}
+		}
+		again, err := f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(r), Result: []byte(`"other"`)})
+		if err != nil || string(again.Result) != string(result) {
+			t.Fatalf("a repeated Complete by the same attempt = %v, %v; want the first result kept", again, err)
+		}
+		if got := f.get(f.hold(newRunID(), longLease).ID); got.Result != nil {
+			t.Fatalf("a running run's result = %q; want none", got.Result)
+		}
+	},
+	"ProgressIsWrittenByRenewAndEveryFinish": func(t *testing.T, h Harness) {
+		f := setup(t, h)
+		want := func(what, id, progress string) {
+			t.Helper()
+			if got := f.get(id); string(got.Progress) != progress {
+				t.Fatalf("after %s the run's progress = %q; want %q", what, got.Progress, progress)
+			}
+		}
+		r := f.hold(newRunID(), longLease)
+		want("the claim", r.ID, "")
+		if _, err := f.l.Renew(f.ctx, &ledger.RenewParams{Fence: fence(r), Lease: longLease, Progress: []byte(`{"done":1,"total":9}`)}); err != nil {
+			t.Fatal(err)
+		}
+		want("a renewal with progress", r.ID, `{"done":1,"total":9}`)
+		if _, err := f.l.Renew(f.ctx, &ledger.RenewParams{Fence: fence(r), Lease: longLease}); err != nil {
+			t.Fatal(err)
+		}
+		want("a renewal without", r.ID, `{"done":1,"total":9}`)
+		_, err := f.l.Renew(f.ctx, &ledger.RenewParams{Fence: fence(r), Lease: longLease, Progress: []byte(`{"done":`)})
+		wantErr(t, "Renew with progress that is not JSON", err, ledger.ErrInvalid)
+		_, err = f.l.Renew(f.ctx, &ledger.RenewParams{Fence: fence(r), Lease: longLease, Progress: []byte(`"` + strings.Repeat("x", ledger.MaxProgress) + `"`)})
+		wantErr(t, "Renew with progress over the limit", err, ledger.ErrInvalid)
+		want("refused renewals", r.ID, `{"done":1,"total":9}`)
+		if _, err := f.l.Release(f.ctx, &ledger.ReleaseParams{Fence: fence(r), Error: "item 3: 503", Progress: []byte(`{"done":2,"total":9}`)}); err != nil {
+			t.Fatal(err)
+		}
+		want("a release with progress", r.ID, `{"done":2,"total":9}`)
+		r2 := f.hold(r.ID, longLease)
+		want("the next claim", r.ID, `{"done":2,"total":9}`)
+		if _, err := f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(r2), Progress: []byte(`{"done":9,"total":9}`)}); err != nil {
+			t.Fatal(err)
+		}
+		want("a completion with progress", r.ID, `{"done":9,"total":9}`)
+		r3 := f.hold(newRunID(), longLease)
+		if _, err := f.l.Fail(f.ctx, &ledger.FailParams{Fence: fence(r3), Error: "item 1: 400", Progress: []byte(`{"failed":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+		want("a failure with progress", r3.ID, `{"failed":1}`)
+	},
+	"ResultAtTheLimitIsStored": func(t *testing.T, h Harness) {
+		f := setup(t, h)
+		r := f.hold(newRunID(), longLease)
+		result := []byte(`"` + strings.Repeat("x", ledger.MaxResult-2) + `"`)
+		if _, err := f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(r), Result: result}); err != nil {
+			t.Fatalf("Complete with a %d-byte result: %v", len(result), err)
+		}
+		if got := f.get(r.ID); string(got.Result) != string(result) {
+			t.Fatalf("stored result is %d bytes; want the %d written", len(got.Result), len(result))
+		}
+	},
+	"ResultOverTheLimitOrNotJSONIsRefused": func(t *testing.T, h Harness) {
+		f := setup(t, h)
+		r := f.hold(newRunID(), longLease)
+		for name, bad := range map[string][]byte{
+			"over the limit": []byte(`"` + strings.Repeat("x", ledger.MaxResult-1) + `"`),
+			"not JSON":       []byte(`{"sent":`),
+		} {
+			_, err := f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(r), Result: bad})
+			wantErr(t, "Complete with a result "+name, err, ledger.ErrInvalid)
+			if got := f.get(r.ID); got.Status != ledger.StatusRunning || got.Result != nil {
+				t.Fatalf("after a refused result (%s) the run is %s with result %q; want it running, untouched", name, got.Status, got.Result)
+			}
+		}
+		if done, err := f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(r)}); err != nil || done.Result != nil {
+			t.Fatalf("Complete without a result after the refusals = %v, %v; want completed, no result", done, err)
+		}
+	},
 	"Complete": func(t *testing.T, h Harness) {
 		f := setup(t, h)
 		r := f.hold(newRunID(), longLease)

@@ -25,4 +25,8 @@ type Harness struct {
 	// check records and checks; zero means 2. The suite's self-test raises it so that a
 	// broken backend is caught whatever the interleaving.
 	LinearizabilityRounds int
+	// Operations is true when the backend implements the operators' methods (List,
+	// ListEffects, Retry, Cancel, OperatorRelease) and keeps each run's History; when
+	// false, the suite checks that each of them refuses with ledger.ErrUnsupported.
+	Operations bool
 }

@@ -91,7 +91,7 @@ func (c *checked) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger
 	res, err := c.Ledger.Acquire(ctx, p)
 	if err == nil {
 		c.t.Helper()
-		if res.Outcome == ledger.Acquired {
+		if res.Outcome == ledger.OutcomeAcquired {
 			c.written("Acquire", res.Run, p.Retention)
 		} else {
 			c.returned("Acquire ("+res.Outcome.String()+")", res.Run)
@@ -182,6 +182,33 @@ func (c *checked) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, er
 	if err == nil {
 		c.t.Helper()
 		c.returned("Get", r)
+	}
+	return r, err
+}
+
+func (c *checked) Retry(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	r, err := c.Ledger.Retry(ctx, p)
+	if err == nil {
+		c.t.Helper()
+		c.written("Retry", r, p.Retention)
+	}
+	return r, err
+}
+
+func (c *checked) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	r, err := c.Ledger.Cancel(ctx, p)
+	if err == nil {
+		c.t.Helper()
+		c.written("Cancel", r, p.Retention)
+	}
+	return r, err
+}
+
+func (c *checked) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	r, err := c.Ledger.OperatorRelease(ctx, p)
+	if err == nil {
+		c.t.Helper()
+		c.written("OperatorRelease", r, p.Retention)
 	}
 	return r, err
 }

@@ -55,29 +55,59 @@ var brokenBackends = map[string]brokenBackend{
 	// Treats a record past expire_at as absent.
 	"ExpiredRecordsDoNotDeduplicate": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &expiryForgets{l} },
-		mustFail: []string{"Retention/ExpiredRecordStillDeduplicates"},
+		mustFail: []string{"Retention/ExpiredRecordStillDeduplicates", "Linearizability/ConcurrentHistories"},
 	},
 	// Keeps a record for the retention after its last write only, as before: a run
 	// whose deadline or retry lies beyond that could be swept before it is due.
 	"ExpiryIgnoresDeadlines": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &shortExpiry{l} },
-		mustFail: []string{"Retention/EveryWriteSetsExpireAt", "Retention/RetryAfterKeepsTheRunUntilItIsDue", "Claim/NewRunIsQueued"},
+		mustFail: []string{"Retention/EveryWriteSetsExpireAt", "Retention/RetryAfterKeepsTheRunUntilItIsDue", "Claim/NewRunIsQueued", "Linearizability/ConcurrentHistories"},
 	},
 	// Sweeps effects on their own expire_at, even while their run lives.
 	"SweepsEffectsOfLiveRuns": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &effectSweeper{Ledger: l} },
-		mustFail: []string{"Retention/EffectsLiveAsLongAsTheirRun"},
+		mustFail: []string{"Retention/EffectsLiveAsLongAsTheirRun", "Linearizability/ConcurrentHistories"},
 	},
 	// Claims a run whatever payload the delivery carries.
 	"IgnoresPayload": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &anyPayload{l} },
 		mustFail: []string{"Acquire/OtherPayloadIsNeverAcquired", "Linearizability/ConcurrentHistories"},
 	},
+	// Completes a run without storing its result, and without checking it.
+	"DropsResults": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &droppedResult{l} },
+		mustFail: []string{"Finish/CompleteStoresTheResult", "Finish/ResultAtTheLimitIsStored", "Finish/ResultOverTheLimitOrNotJSONIsRefused"},
+	},
+	// Renews without writing the progress it is given.
+	"RenewDropsProgress": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &droppedProgress{l} },
+		mustFail: []string{"Finish/ProgressIsWrittenByRenewAndEveryFinish"},
+	},
 	// Rescues without checking that the run is unchanged.
 	"UnconditionalRescue": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &blindRescue{l} },
 		mustFail: []string{"Rescue/ConcurrentRescueOneWinner", "Rescue/RescueRefusedWhenTheRunMoved", "Linearizability/ConcurrentHistories"},
 	},
+	// Answers a cancel as done without writing it: the run goes on.
+	"LyingCancel": {
+		wrap: func(l ledger.Ledger) ledger.Ledger { return &lyingCancel{l} },
+		mustFail: []string{"Operations/CancelQueuedRun", "Operations/CancelRunningFencesHolder",
+			"Operations/ConcurrentCancelsOneWins", "Linearizability/ConcurrentHistories"},
+	},
+}
+
+type lyingCancel struct{ ledger.Ledger }
+
+func (l *lyingCancel) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	r, err := l.Get(ctx, &ledger.GetParams{RunID: p.RunID})
+	if err != nil {
+		return nil, err
+	}
+	if r.Status != ledger.StatusQueued && r.Status != ledger.StatusRunning {
+		return l.Ledger.Cancel(ctx, p) // the refusal is the real one
+	}
+	r.Status, r.Deadline, r.CompletedAt = ledger.StatusCancelled, time.Time{}, time.Now()
+	return r, nil
 }
 
 func TestSuiteCatchesBrokenBackends(t *testing.T) {
@@ -114,6 +144,7 @@ func TestBrokenBackend(t *testing.T) {
 	ledgertest.Run(t, ledgertest.Harness{
 		Open:        func(testing.TB) ledger.Ledger { return b.wrap(memory.New(nil)) },
 		SupportsNow: true,
+		Operations:  true,
 		// Two random histories miss a broken rule now and then (IgnoresFencing and
 		// UnconditionalRescue did, about one run in four): forty do not.
 		LinearizabilityRounds: 40,
@@ -149,7 +180,7 @@ type stealingAcquire struct{ ledger.Ledger }
 
 func (b *stealingAcquire) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	res, err := b.Ledger.Acquire(ctx, p)
-	if err == nil && res.Outcome == ledger.Held {
+	if err == nil && res.Outcome == ledger.OutcomeHeld {
 		q := *p
 		q.Now = res.Until.Add(time.Millisecond)
 		return b.Ledger.Acquire(ctx, &q)
@@ -249,7 +280,7 @@ func (b *shortExpiry) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger
 
 func (b *shortExpiry) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	res, err := b.Ledger.Acquire(ctx, p)
-	if err == nil && res.Outcome == ledger.Acquired {
+	if err == nil && res.Outcome == ledger.OutcomeAcquired {
 		short(res.Run, p.Retention)
 	}
 	return res, err
@@ -292,13 +323,31 @@ func (b *effectSweeper) Sweep(ctx context.Context, p *ledger.SweepParams) (int, 
 	n, err := b.Ledger.Sweep(ctx, p)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	now := p.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
 	for k, exp := range b.expiry {
-		if exp.Before(time.Now()) && !b.deleted[k] {
+		if exp.Before(now) && !b.deleted[k] {
 			b.deleted[k] = true
 			n++
 		}
 	}
 	return n, err
+}
+
+// BeginEffect finds a swept effect new, as it would find a deleted record.
+func (b *effectSweeper) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
+	res, err := b.Ledger.BeginEffect(ctx, p)
+	b.mu.Lock()
+	gone := b.deleted[ledger.EffectKey(p.RunID, p.Name)]
+	b.mu.Unlock()
+	if err != nil || !gone {
+		return res, err
+	}
+	e := *res.Effect
+	e.Status, e.Attempt = ledger.EffectPending, p.Attempt
+	return &ledger.BeginEffectResult{Effect: &e}, nil
 }
 
 func (b *effectSweeper) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
@@ -320,4 +369,22 @@ func (b *anyPayload) Acquire(ctx context.Context, p *ledger.AcquireParams) (*led
 		q.PayloadHash = r.PayloadHash
 	}
 	return b.Ledger.Acquire(ctx, &q)
+}
+
+// droppedResult completes runs without their result.
+type droppedResult struct{ ledger.Ledger }
+
+func (b *droppedResult) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
+	q := *p
+	q.Result = nil
+	return b.Ledger.Complete(ctx, &q)
+}
+
+// droppedProgress renews without the progress.
+type droppedProgress struct{ ledger.Ledger }
+
+func (b *droppedProgress) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
+	q := *p
+	q.Progress = nil
+	return b.Ledger.Renew(ctx, &q)
 }

@@ -16,20 +16,45 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // The linearizability check: goroutines make random concurrent calls on a few runs
 // through the backend's real clock, and porcupine checks that the history is that of
 // some sequential order of the calls, each inside its call's interval, judged by a model
-// built from the state machine's Apply functions (machine.go).
+// built from the state machine's Apply functions (package driver).
 //
-// The model ignores time: leases are long (no lease expires during a history), and
-// pickup deadlines are a millisecond, so that every queued run is rescuable: a rescue
-// may succeed only on a queued run whose status and attempt are as listed (a conflict is
-// always legal, since whether a deadline passed and whether it is still the listed one
-// are matters of time the model does not follow). Stored times are not compared. A call that fails with an error that
-// does not say what happened (unavailable, contended, a timeout) may or may not have
-// applied: the model allows both.
+// The operators' actions (retry, cancel, release) are in the histories of backends that
+// implement them (Harness.Operations).
+//
+// Time enters the model where a history can judge it without the ledger's clock:
+//
+//   - Retry times: half the releases of the even rounds ask for a retry after
+//     linDelay, far longer than a history, so the run is not due for its whole history:
+//     a worker claim must find it held and a rescue must not take it (its deadline is
+//     after the retry). The model knows a run's retry is ahead, not when.
+//   - Expiry: the odd rounds write every run with a retention of linShort, so records
+//     pass their ExpireAt during the history and must still deduplicate: a claim of an
+//     expired record is not "created", a worker claim finds it as it is.
+//   - Sweeps: the even rounds write effects with a retention of linShort, and sweep
+//     (unrecorded) between an effect's completion and the begin that follows it: the
+//     runs are kept for the default retention, so a correct sweep deletes nothing the
+//     history can see, and an effect of a live run swept under it shows as a done
+//     effect that the next begin reports new.
+//   - The ExpireAt rule on every write (the retention after the latest of the write,
+//     the deadline and the retry time) is checked on every answer by the suite's
+//     invariant wrapper (invariants.go), which this check calls through.
+//
+// Leases are not: whether a lease ran out depends on the ledger's now at the call, which
+// a refusal does not report, so leases are long (none expires during a history);
+// expiry, takeover and fencing after it are the Acquire, Fence and Rescue tests' and the
+// simulation's (internal/sim, on a clock it drives). Pickup deadlines are a millisecond,
+// so that every queued run not waiting for a retry is rescuable: a rescue may succeed
+// only on such a run whose status and attempt are as listed (a conflict is always legal,
+// since whether a deadline passed and whether it is still the listed one are matters of
+// time the model does not follow). Stored times are not compared. A call that fails with
+// an error that does not say what happened (unavailable, contended, a timeout) may or
+// may not have applied: the model allows both.
 
 const (
 	linClients = 6
@@ -39,6 +64,10 @@ const (
 	linLease   = time.Minute
 	linPickup  = time.Millisecond
 	linEffect  = "lin"
+	// linDelay is the retry delay of a delayed release: no history lasts as long.
+	linDelay = time.Hour
+	// linShort is the retention of the records that must expire during a history.
+	linShort = time.Millisecond
 	// linTimeout bounds porcupine's search of one history.
 	linTimeout = 30 * time.Second
 )
@@ -75,6 +104,10 @@ type linInput struct {
 	fence   ledger.Fence
 	payload string // payload hash of claim and acquire
 	rescue  ledger.RescueParams
+	// keep is the retention of the call's writes (zero: the default).
+	keep time.Duration
+	// delay is a release's retry delay.
+	delay time.Duration
 }
 
 type linOutput struct {
@@ -95,6 +128,8 @@ type linRun struct {
 	attemptID string
 	made      int64
 	payload   string
+	// delayed: a released run whose retry is not due yet (NotBefore ahead).
+	delayed bool
 }
 
 type linState struct {
@@ -115,6 +150,8 @@ func errKind(err error) string {
 		return "conflict"
 	case errors.Is(err, ledger.ErrInvalid):
 		return "invalid"
+	case errors.Is(err, ledger.ErrWrongStatus):
+		return "wrong_status"
 	}
 	return "unknown"
 }
@@ -123,17 +160,24 @@ func snap(r *ledger.Run) linRun {
 	if r == nil {
 		return linRun{}
 	}
-	return linRun{exists: true, status: r.Status, attempt: r.Attempt, attemptID: r.AttemptID, made: r.AttemptsMade, payload: r.PayloadHash}
+	return linRun{
+		exists: true, status: r.Status, attempt: r.Attempt, attemptID: r.AttemptID, made: r.AttemptsMade, payload: r.PayloadHash,
+		delayed: r.Status == ledger.StatusQueued && !r.NotBefore.IsZero(),
+	}
 }
 
 func (s linState) record() *ledger.Run {
 	if !s.run.exists {
 		return nil
 	}
-	return &ledger.Run{
+	r := &ledger.Run{
 		ID: "", Status: s.run.status, Attempt: s.run.attempt, AttemptID: s.run.attemptID,
 		AttemptsMade: s.run.made, PayloadHash: s.run.payload, Deadline: linLeaseEnd,
 	}
+	if s.run.delayed {
+		r.NotBefore = linLeaseEnd
+	}
+	return r
 }
 
 func (s linState) effect() *ledger.Effect {
@@ -163,7 +207,7 @@ func apply(s linState, in linInput) (linState, linOutput) {
 	switch in.op {
 	case "claim":
 		id := ledger.Identity{RunID: in.run, PayloadHash: in.payload}
-		w, res, err := ledger.ApplyClaim(cur, &ledger.ClaimParams{Identity: id, AttemptID: in.attempt}, linNow)
+		w, res, err := driver.ApplyClaim(cur, &ledger.ClaimParams{Identity: id, AttemptID: in.attempt}, linNow)
 		out.err = errKind(err)
 		if err == nil {
 			out.created, out.run = res.Created, snap(res.Run)
@@ -173,7 +217,7 @@ func apply(s linState, in linInput) (linState, linOutput) {
 		}
 	case "acquire":
 		id := ledger.Identity{RunID: in.run, PayloadHash: in.payload}
-		w, res, err := ledger.ApplyAcquire(cur, &ledger.AcquireParams{Identity: id, AttemptID: in.attempt}, linNow)
+		w, res, err := driver.ApplyAcquire(cur, &ledger.AcquireParams{Identity: id, AttemptID: in.attempt}, linNow)
 		out.err = errKind(err)
 		if err == nil {
 			out.outcome, out.run = res.Outcome, snap(res.Run)
@@ -182,7 +226,7 @@ func apply(s linState, in linInput) (linState, linOutput) {
 			}
 		}
 	case "renew":
-		w, err := ledger.ApplyRenew(cur, &ledger.RenewParams{Fence: fence}, linNow)
+		w, err := driver.ApplyRenew(cur, &ledger.RenewParams{Fence: fence}, linNow)
 		out.err = errKind(err)
 		if err == nil {
 			out.run, n.run = snap(w), snap(w)
@@ -192,11 +236,11 @@ func apply(s linState, in linInput) (linState, linOutput) {
 		var err error
 		switch in.op {
 		case "complete":
-			w, ans, err = ledger.ApplyComplete(cur, &ledger.CompleteParams{Fence: fence}, linNow)
+			w, ans, err = driver.ApplyComplete(cur, &ledger.CompleteParams{Fence: fence}, linNow)
 		case "fail":
-			w, ans, err = ledger.ApplyFail(cur, &ledger.FailParams{Fence: fence, Error: "lin"}, linNow)
+			w, ans, err = driver.ApplyFail(cur, &ledger.FailParams{Fence: fence, Error: "lin"}, linNow)
 		default:
-			w, ans, err = ledger.ApplyRelease(cur, &ledger.ReleaseParams{Fence: fence, Error: "lin"}, linNow)
+			w, ans, err = driver.ApplyRelease(cur, &ledger.ReleaseParams{Fence: fence, Error: "lin", RetryAfter: in.delay, Retention: in.keep}, linNow)
 		}
 		out.err = errKind(err)
 		if err == nil {
@@ -212,13 +256,13 @@ func apply(s linState, in linInput) (linState, linOutput) {
 			out.run = snap(cur)
 		}
 	case "expedite":
-		w, err := ledger.ApplyExpedite(cur, &ledger.ExpediteParams{RunID: in.run, AttemptID: in.attempt}, linNow)
+		w, err := driver.ApplyExpedite(cur, &ledger.ExpediteParams{RunID: in.run, AttemptID: in.attempt}, linNow)
 		out.err = errKind(err)
 		if err == nil {
 			out.run, n.run = snap(w), snap(w)
 		}
 	case "begin":
-		w, res, err := ledger.ApplyBeginEffect(cur, s.effect(), &ledger.BeginEffectParams{Fence: fence, Name: linEffect}, linNow)
+		w, res, err := driver.ApplyBeginEffect(cur, s.effect(), &ledger.BeginEffectParams{Fence: fence, Name: linEffect}, linNow)
 		out.err = errKind(err)
 		if err == nil {
 			out.done, out.prev, out.fxBy = res.Done, res.PreviousAttempt, res.Effect.Attempt
@@ -227,13 +271,26 @@ func apply(s linState, in linInput) (linState, linOutput) {
 			}
 		}
 	case "completefx":
-		w, _, err := ledger.ApplyCompleteEffect(cur, s.effect(), &ledger.CompleteEffectParams{Fence: fence, Name: linEffect}, linNow)
+		w, _, err := driver.ApplyCompleteEffect(cur, s.effect(), &ledger.CompleteEffectParams{Fence: fence, Name: linEffect}, linNow)
 		out.err = errKind(err)
 		if err == nil && w != nil {
 			n.fx, n.fxBy = w.Status, w.Attempt
 		}
+	case "retry", "cancel", "orelease":
+		rule := map[string]func(*ledger.Run, *ledger.OperatorParams, time.Time) (*ledger.Run, error){
+			"retry": driver.ApplyRetry, "cancel": driver.ApplyCancel, "orelease": driver.ApplyOperatorRelease,
+		}[in.op]
+		w, err := rule(cur, linOperator(in.run), linNow)
+		out.err = errKind(err)
+		if err == nil {
+			out.run, n.run = snap(w), snap(w)
+		}
 	}
 	return n, out
+}
+
+func linOperator(run string) *ledger.OperatorParams {
+	return &ledger.OperatorParams{RunID: run, Actor: "ledgertest", Reason: "linearizability", PickupTimeout: linPickup}
 }
 
 var linModel = porcupine.NondeterministicModel{
@@ -318,14 +375,18 @@ func describeRun(r linRun) string {
 	if !r.exists {
 		return "absent"
 	}
-	return fmt.Sprintf("%s attempt %d/%s made %d", r.status, r.attempt, short(r.attemptID), r.made)
+	due := ""
+	if r.delayed {
+		due = " (retry not due)"
+	}
+	return fmt.Sprintf("%s%s attempt %d/%s made %d", r.status, due, r.attempt, short(r.attemptID), r.made)
 }
 
 // stepRescue: a rescue succeeds only on a queued run whose listed status, attempt and
 // deadline match (leases are live, so never on a running one); a conflict is legal
 // whenever no lease expired, since whether a pickup deadline passed is a matter of time.
 func stepRescue(s linState, in linInput, got linOutput) []any {
-	rescuable := s.run.exists && s.run.status == ledger.StatusQueued &&
+	rescuable := s.run.exists && s.run.status == ledger.StatusQueued && !s.run.delayed &&
 		s.run.status == in.rescue.Status && s.run.attempt == in.rescue.Attempt
 	applied := func() linState {
 		cur := s.record()
@@ -333,7 +394,7 @@ func stepRescue(s linState, in linInput, got linOutput) []any {
 		p := in.rescue
 		p.RunID = in.run
 		p.Deadline = cur.Deadline
-		w, err := ledger.ApplyRescue(cur, &p, time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC))
+		w, err := driver.ApplyRescue(cur, &p, time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC))
 		if err != nil {
 			return s
 		}
@@ -362,8 +423,16 @@ func stepRescue(s linState, in linInput, got linOutput) []any {
 }
 
 // recordHistory runs linClients goroutines of linOps random calls on linRuns fresh runs
-// and returns the history.
+// and returns the history. Even rounds delay some releases and sweep concurrently;
+// odd rounds write runs that expire at once (see the model's comment).
 func recordHistory(f *fixture, round uint64) []porcupine.Operation {
+	expiring := round%2 == 1
+	var runKeep, effectKeep time.Duration
+	if expiring {
+		runKeep = linShort
+	} else {
+		effectKeep = linShort
+	}
 	runs := make([]string, linRuns)
 	for i := range runs {
 		runs[i] = newRunID()
@@ -400,10 +469,13 @@ func recordHistory(f *fixture, round uint64) []porcupine.Operation {
 					listed = listing[rng.IntN(len(listing))]
 				}
 				mu.Unlock()
-				in := linInput{run: pick()}
+				in := linInput{run: pick(), keep: runKeep}
 				switch x := rng.IntN(100); {
 				case x < 15:
 					in.op, in.attempt, in.payload = "claim", uuid.NewString(), good
+					if expiring {
+						time.Sleep(2 * linShort) // so that what was written has expired
+					}
 				case x < 35:
 					in.op, in.attempt, in.payload = "acquire", uuid.NewString(), good
 					if rng.IntN(8) == 0 {
@@ -415,17 +487,28 @@ func recordHistory(f *fixture, round uint64) []porcupine.Operation {
 					in.op, in.fence, in.run = "complete", fence, fence.RunID
 				case x < 63 && fence.RunID != "":
 					in.op, in.fence, in.run = "release", fence, fence.RunID
+					if !expiring && rng.IntN(2) == 0 {
+						in.delay = linDelay
+					}
 				case x < 66 && fence.RunID != "":
 					in.op, in.fence, in.run = "fail", fence, fence.RunID
 				case x < 76 && fence.RunID != "":
-					in.op, in.fence, in.run = "begin", fence, fence.RunID
+					in.op, in.fence, in.run, in.keep = "begin", fence, fence.RunID, effectKeep
 				case x < 84 && fence.RunID != "":
-					in.op, in.fence, in.run = "completefx", fence, fence.RunID
+					in.op, in.fence, in.run, in.keep = "completefx", fence, fence.RunID, effectKeep
 				case x < 88 && claim.run != "":
 					in.op, in.run, in.attempt = "expedite", claim.run, claim.attempt
 				case x < 94 && listed.ID != "":
 					in.op, in.run = "rescue", listed.ID
 					in.rescue = ledger.RescueParams{Status: listed.Status, Attempt: listed.Attempt, Deadline: listed.Deadline}
+				// The operators' actions, on backends that implement them (elsewhere an
+				// ErrUnsupported would read as "may have applied" and weaken the check).
+				case x < 96 && f.h.Operations:
+					in.op = "cancel"
+				case x < 97 && f.h.Operations:
+					in.op = "retry"
+				case x < 98 && f.h.Operations:
+					in.op = "orelease"
 				default:
 					in.op = "get"
 				}
@@ -445,17 +528,35 @@ func recordHistory(f *fixture, round uint64) []porcupine.Operation {
 						listing = append(listing, *read)
 					}
 					mu.Unlock()
-					// An effect just done is begun again: it must be reported done.
+					// An effect just done is begun again: it must be reported done (after
+					// its own ExpireAt and a sweep, in the rounds that sweep).
 					if in.op != "completefx" || out.err != "" {
 						break
 					}
 					in.op = "begin"
+					if !expiring {
+						sweepPastEffects(f)
+					}
 				}
 			}
 		})
 	}
 	wg.Wait()
 	return ops
+}
+
+// sweepPastEffects sweeps, unrecorded, once the effects just written are past their
+// ExpireAt (linShort): an hour ahead where the backend takes a Now, else after it. A
+// correct sweep deletes nothing a history sees (the runs are kept for the default
+// retention, and effects live as long as their run); its error is not the history's.
+func sweepPastEffects(f *fixture) {
+	p := &ledger.SweepParams{}
+	if f.h.SupportsNow {
+		p.Now = time.Now().Add(time.Hour)
+	} else {
+		time.Sleep(2 * linShort)
+	}
+	_, _ = f.l.Sweep(f.ctx, p)
 }
 
 // linCall makes one call and returns its answer, the fence it granted and the run it
@@ -474,7 +575,7 @@ func linCall(f *fixture, in linInput) (linOutput, *ledger.Fence, *ledger.Run) {
 		id := identity(in.run)
 		id.PayloadHash = in.payload
 		var res *ledger.ClaimResult
-		res, err = l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: in.attempt, PickupTimeout: linPickup})
+		res, err = l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: in.attempt, PickupTimeout: linPickup, Retention: in.keep})
 		if err == nil {
 			out.created, r = res.Created, res.Run
 		}
@@ -482,37 +583,43 @@ func linCall(f *fixture, in linInput) (linOutput, *ledger.Fence, *ledger.Run) {
 		id := identity(in.run)
 		id.PayloadHash = in.payload
 		var res *ledger.AcquireResult
-		res, err = l.Acquire(ctx, &ledger.AcquireParams{Identity: id, AttemptID: in.attempt, Lease: linLease})
+		res, err = l.Acquire(ctx, &ledger.AcquireParams{Identity: id, AttemptID: in.attempt, Lease: linLease, Retention: in.keep})
 		if err == nil {
 			out.outcome, r = res.Outcome, res.Run
-			if res.Outcome == ledger.Acquired {
+			if res.Outcome == ledger.OutcomeAcquired {
 				granted = &ledger.Fence{RunID: in.run, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}
 			}
 		}
 	case "renew":
-		r, err = l.Renew(ctx, &ledger.RenewParams{Fence: fence, Lease: linLease})
+		r, err = l.Renew(ctx, &ledger.RenewParams{Fence: fence, Lease: linLease, Retention: in.keep})
 	case "complete":
-		r, err = l.Complete(ctx, &ledger.CompleteParams{Fence: fence})
+		r, err = l.Complete(ctx, &ledger.CompleteParams{Fence: fence, Retention: in.keep})
 	case "release":
-		r, err = l.Release(ctx, &ledger.ReleaseParams{Fence: fence, Error: "lin", PickupTimeout: linPickup})
+		r, err = l.Release(ctx, &ledger.ReleaseParams{Fence: fence, Error: "lin", RetryAfter: in.delay, PickupTimeout: linPickup, Retention: in.keep})
 	case "fail":
-		r, err = l.Fail(ctx, &ledger.FailParams{Fence: fence, Error: "lin"})
+		r, err = l.Fail(ctx, &ledger.FailParams{Fence: fence, Error: "lin", Retention: in.keep})
 	case "get":
 		r, err = l.Get(ctx, &ledger.GetParams{RunID: in.run})
 	case "expedite":
-		r, err = l.Expedite(ctx, &ledger.ExpediteParams{RunID: in.run, AttemptID: in.attempt})
+		r, err = l.Expedite(ctx, &ledger.ExpediteParams{RunID: in.run, AttemptID: in.attempt, Retention: in.keep})
 	case "rescue":
 		p := in.rescue
-		p.RunID, p.PickupTimeout = in.run, linPickup
+		p.RunID, p.PickupTimeout, p.Retention = in.run, linPickup, in.keep
 		r, err = l.Rescue(ctx, &p)
 	case "begin":
 		var res *ledger.BeginEffectResult
-		res, err = l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: fence, Name: linEffect})
+		res, err = l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: fence, Name: linEffect, Retention: in.keep})
 		if err == nil {
 			out.done, out.prev, out.fxBy = res.Done, res.PreviousAttempt, res.Effect.Attempt
 		}
 	case "completefx":
-		_, err = l.CompleteEffect(ctx, &ledger.CompleteEffectParams{Fence: fence, Name: linEffect})
+		_, err = l.CompleteEffect(ctx, &ledger.CompleteEffectParams{Fence: fence, Name: linEffect, Retention: in.keep})
+	case "retry":
+		r, err = l.Retry(ctx, linOperator(in.run))
+	case "cancel":
+		r, err = l.Cancel(ctx, linOperator(in.run))
+	case "orelease":
+		r, err = l.OperatorRelease(ctx, linOperator(in.run))
 	}
 	out.err = errKind(err)
 	if err == nil && r != nil {

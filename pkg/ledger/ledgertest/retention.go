@@ -29,7 +29,7 @@ var retentionTests = map[string]func(*testing.T, Harness){
 		c := f.claimFor(id, time.Hour, 0)
 		approxWithin(t, "claim ExpireAt", c.ExpireAt, c.Deadline.Add(time.Hour), hintSlack)
 		a, err := f.l.Acquire(f.ctx, &ledger.AcquireParams{Identity: identity(id), AttemptID: uuid.NewString(), Lease: longLease, Retention: 2 * time.Hour})
-		if err != nil || a.Outcome != ledger.Acquired {
+		if err != nil || a.Outcome != ledger.OutcomeAcquired {
 			t.Fatalf("Acquire = %v, %v", a, err)
 		}
 		approx(t, "acquire ExpireAt", a.Run.ExpireAt, a.Run.Deadline.Add(2*time.Hour))
@@ -91,7 +91,7 @@ var retentionTests = map[string]func(*testing.T, Harness){
 			t.Fatal(err)
 		}
 		f.waitPast(f.get(id).ExpireAt)
-		if res := f.acquire(id, longLease); res.Outcome != ledger.Terminal {
+		if res := f.acquire(id, longLease); res.Outcome != ledger.OutcomeFinished {
 			t.Fatalf("Acquire of a completed run past ExpireAt = %v, want terminal", res.Outcome)
 		}
 	},
@@ -124,7 +124,7 @@ var retentionTests = map[string]func(*testing.T, Harness){
 		// A short lease and retention: the run itself may go soon after it ends (a
 		// backend may move a live run's effect's expire_at to the run's).
 		a, err := f.l.Acquire(f.ctx, &ledger.AcquireParams{Identity: identity(id), AttemptID: uuid.NewString(), Lease: shortLease, Retention: time.Millisecond})
-		if err != nil || a.Outcome != ledger.Acquired {
+		if err != nil || a.Outcome != ledger.OutcomeAcquired {
 			t.Fatalf("Acquire = %v, %v", a, err)
 		}
 		r := a.Run

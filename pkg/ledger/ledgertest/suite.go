@@ -45,6 +45,7 @@ func Run(t *testing.T, h Harness) {
 		{"Rescue", rescueTests},
 		{"Clock", clockTests},
 		{"Linearizability", linearizabilityTests},
+		{"Operations", operationsTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
@@ -117,7 +118,7 @@ func (f *fixture) tryAcquire(l ledger.Ledger, id string, lease time.Duration) (*
 func (f *fixture) hold(id string, lease time.Duration) *ledger.Run {
 	f.t.Helper()
 	res := f.acquire(id, lease)
-	if res.Outcome != ledger.Acquired {
+	if res.Outcome != ledger.OutcomeAcquired {
 		f.t.Fatalf("Acquire(%s) = %v until %v, want acquired", id, res.Outcome, res.Until)
 	}
 	return res.Run

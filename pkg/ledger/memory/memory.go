@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // Scheme is the URL scheme of this backend: memory://NAME.
@@ -26,7 +27,7 @@ var (
 )
 
 func openURL(_ context.Context, u *url.URL) (ledger.Ledger, error) {
-	if err := ledger.CheckQuery(u); err != nil {
+	if err := driver.CheckQuery(u); err != nil {
 		return nil, err
 	}
 	name := u.Host + u.Path
@@ -46,8 +47,10 @@ type Options struct {
 	Clock func() time.Time
 }
 
-// Ledger is an in-process ledger. Close does not discard its records.
+// Ledger is an in-process ledger. Close does not discard its records. The fenced
+// transitions are driver.Transitions over the store's maps.
 type Ledger struct {
+	driver.Transitions
 	clock   func() time.Time
 	mu      sync.Mutex
 	runs    map[string]*ledger.Run
@@ -65,11 +68,13 @@ func New(opts *Options) *Ledger {
 	if clock == nil {
 		clock = time.Now
 	}
-	return &Ledger{
+	l := &Ledger{
 		clock:   clock,
 		runs:    map[string]*ledger.Run{},
 		effects: map[string]*ledger.Effect{},
 	}
+	l.Transitions = driver.Transitions{Store: store{l}}
+	return l
 }
 
 func (l *Ledger) now(override time.Time) time.Time {
@@ -86,6 +91,9 @@ func copyRun(r *ledger.Run) *ledger.Run {
 	}
 	c := *r
 	c.Payload = bytes.Clone(r.Payload)
+	c.History = slices.Clone(r.History)
+	c.Result = bytes.Clone(r.Result)
+	c.Progress = bytes.Clone(r.Progress)
 	return &c
 }
 
@@ -103,69 +111,46 @@ func (l *Ledger) put(r *ledger.Run) {
 	}
 }
 
-// update applies a transition to one run under the lock: apply gets a copy of the record
-// (nil when absent) and returns the record to store (nil: nothing) and the answer.
-func update[T any](l *Ledger, id string, apply func(cur *ledger.Run) (*ledger.Run, T, error)) (T, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	next, answer, err := apply(copyRun(l.runs[id]))
+// store is the driver.Store of the ledger: each update runs under the ledger's lock.
+type store struct{ l *Ledger }
+
+// UpdateRun implements driver.Store.
+func (s store) UpdateRun(_ context.Context, _, id string, override time.Time, decide func(cur *ledger.Run, now time.Time) (*ledger.Run, error)) error {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	next, err := decide(copyRun(s.l.runs[id]), s.l.now(override))
 	if err != nil {
-		var zero T
-		return zero, err
+		return err
 	}
-	l.put(next)
-	return answer, nil
+	s.l.put(next)
+	return nil
+}
+
+// UpdateEffect implements driver.Store.
+func (s store) UpdateEffect(_ context.Context, _, runID, name string, override time.Time, decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	key := ledger.EffectKey(runID, name)
+	next, err := decide(copyRun(s.l.runs[runID]), copyEffect(s.l.effects[key]), s.l.now(override))
+	if err != nil {
+		return err
+	}
+	if next != nil {
+		s.l.effects[key] = copyEffect(next)
+	}
+	return nil
 }
 
 // Claim implements ledger.Ledger.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.ClaimResult, error) {
-		return ledger.ApplyClaim(cur, p, l.now(p.Now))
-	})
-}
-
-// Expedite implements ledger.Ledger.
-func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
-	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyExpedite(cur, p, l.now(p.Now))
-		return next, next, err
-	})
-}
-
-// Acquire implements ledger.Ledger.
-func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.AcquireResult, error) {
-		return ledger.ApplyAcquire(cur, p, l.now(p.Now))
-	})
-}
-
-// Renew implements ledger.Ledger.
-func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyRenew(cur, p, l.now(p.Now))
-		return next, next, err
-	})
-}
-
-// Complete implements ledger.Ledger.
-func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyComplete(cur, p, l.now(p.Now))
-	})
-}
-
-// Release implements ledger.Ledger.
-func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyRelease(cur, p, l.now(p.Now))
-	})
-}
-
-// Fail implements ledger.Ledger.
-func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyFail(cur, p, l.now(p.Now))
-	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next, res, err := driver.ApplyClaim(copyRun(l.runs[p.RunID]), p, l.now(p.Now))
+	if err != nil {
+		return nil, err
+	}
+	l.put(next)
+	return res, nil
 }
 
 // Get implements ledger.Ledger.
@@ -177,38 +162,6 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 		return nil, fmt.Errorf("%w: run %s", ledger.ErrNotFound, p.RunID)
 	}
 	return copyRun(r), nil
-}
-
-// updateEffect applies a transition to one effect of a run under the lock: apply gets the
-// run and a copy of the effect (nil when absent) and returns the effect to store (nil:
-// nothing) and the answer.
-func updateEffect[T any](l *Ledger, runID, name string, apply func(run *ledger.Run, cur *ledger.Effect) (*ledger.Effect, T, error)) (T, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	key := ledger.EffectKey(runID, name)
-	next, answer, err := apply(l.runs[runID], copyEffect(l.effects[key]))
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	if next != nil {
-		l.effects[key] = copyEffect(next)
-	}
-	return answer, nil
-}
-
-// BeginEffect implements ledger.Ledger.
-func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
-	return updateEffect(l, p.RunID, p.Name, func(run *ledger.Run, cur *ledger.Effect) (*ledger.Effect, *ledger.BeginEffectResult, error) {
-		return ledger.ApplyBeginEffect(run, cur, p, l.now(p.Now))
-	})
-}
-
-// CompleteEffect implements ledger.Ledger.
-func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
-	return updateEffect(l, p.RunID, p.Name, func(run *ledger.Run, cur *ledger.Effect) (*ledger.Effect, *ledger.Effect, error) {
-		return ledger.ApplyCompleteEffect(run, cur, p, l.now(p.Now))
-	})
 }
 
 // GetEffect implements ledger.Ledger.
@@ -226,10 +179,10 @@ func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*led
 func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := ledger.Truncate(l.now(p.Now))
+	now := driver.Micros(l.now(p.Now))
 	var out []*ledger.Run
 	for _, r := range l.runs {
-		if ledger.NeedsRescue(r, now) {
+		if driver.NeedsRescue(r, now) {
 			out = append(out, copyRun(r))
 		}
 	}
@@ -240,19 +193,11 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 	return out, nil
 }
 
-// Rescue implements ledger.Ledger.
-func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	return update(l, p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyRescue(cur, p, l.now(p.Now))
-		return next, next, err
-	})
-}
-
 // Sweep implements ledger.Ledger.
 func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := ledger.Truncate(l.now(p.Now))
+	now := driver.Micros(l.now(p.Now))
 	limit := cmp.Or(p.Limit, 500)
 	n := 0
 	for id, r := range l.runs {

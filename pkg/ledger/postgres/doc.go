@@ -29,7 +29,7 @@
 // (read under a row lock, so that it is the latest committed version, not the statement's
 // snapshot), and the verdict — an idempotent repeat, ErrLeaseLost with what the record
 // holds, Held until …, Terminal — is taken by the pure rules of package ledger
-// (ledger.ApplyComplete and friends) over that record, so the two cannot disagree.
+// (driver.ApplyComplete and friends) over that record, so the two cannot disagree.
 //
 // Time comes from the database: every statement computes coalesce($now, now()), so leases,
 // deadlines and expiry are judged by PostgreSQL's clock, never the caller's; a params' Now
@@ -49,12 +49,21 @@
 //
 //	runs(run_id text PRIMARY KEY, namespace, job, run_key, schedule_time, payload_hash,
 //	     payload, status, attempt, attempt_id, deadline, not_before, attempts_made, last_error,
-//	     created_at, updated_at, completed_at, expire_at)
+//	     created_at, updated_at, completed_at, expire_at, took_over, result, progress)
 //	  runs_rescue_idx    ON runs (deadline) WHERE status IN ('queued', 'running')
 //	  runs_expire_at_idx ON runs (expire_at)
+//	  runs_created_idx, runs_{status,job,namespace}_created_idx,
+//	  runs_updated_idx, runs_status_updated_idx   the operators' listing, newest first
 //	effects(effect_key text PRIMARY KEY, run_id, name, status, attempt, ref,
 //	        created_at, updated_at, done_at, expire_at)
 //	  effects_expire_at_idx ON effects (expire_at)
+//	  effects_run_idx ON effects (run_id, name)
+//	run_events(run_id REFERENCES runs ON DELETE CASCADE, seq, at, kind, attempt, worker,
+//	           actor, text)   a run's history: each transition's statement adds its events
+//	                          in a data-modifying CTE; Get reads the latest 50
+//
+// The operators' transitions (Retry, Cancel, OperatorRelease) are rare: each is one
+// transaction that locks the run, decides with the driver's rule and writes.
 //
 // Migrations are embedded (goose, versioned in goose_db_version in the same schema) and
 // applied when the ledger opens, under a PostgreSQL session advisory lock keyed by the

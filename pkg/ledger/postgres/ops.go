@@ -3,6 +3,7 @@ package postgres
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // Default bounds, as in the ledger's documentation.
@@ -27,7 +29,7 @@ const claimTries = 3
 // also reads the existing run: a duplicate writes nothing. Only when the conflicting run
 // was committed after the statement's snapshot does a second statement read it.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	if err := ledger.ValidateClaim(p); err != nil {
+	if err := driver.ValidateClaim(p); err != nil {
 		return nil, err
 	}
 	for range claimTries {
@@ -58,20 +60,20 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 
 // Expedite implements ledger.Ledger with one conditional UPDATE.
 func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
-	if err := ledger.ValidateExpedite(p); err != nil {
+	if err := driver.ValidateExpedite(p); err != nil {
 		return nil, err
 	}
 	return l.fenced(ctx, "expedite", l.q.expedite, p.RunID,
 		[]any{timeArg(p.Now), p.RunID, p.AttemptID, micros(retention(p.Retention))},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-			next, err := ledger.ApplyExpedite(cur, p, now)
+			next, err := driver.ApplyExpedite(cur, p, now)
 			return next, next, err
 		})
 }
 
 // Acquire implements ledger.Ledger with one INSERT … ON CONFLICT DO UPDATE statement.
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	if err := ledger.ValidateAcquire(p); err != nil {
+	if err := driver.ValidateAcquire(p); err != nil {
 		return nil, err
 	}
 	var (
@@ -99,6 +101,7 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	err := q.QueryRow(ctx, l.q.acquire, timeArg(p.Now),
 		p.RunID, p.Namespace, p.Job, p.Key, timeArg(p.ScheduleTime), p.PayloadHash, p.AttemptID,
 		micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), p.Payload,
+		driver.ClipText(p.Worker),
 	).Scan(append(append([]any{&written}, s.dest()...), &now)...)
 	if err != nil {
 		return nil, interpretError("acquire run "+p.RunID, err)
@@ -110,10 +113,10 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	}
 	r := s.run()
 	if written && r.Status == ledger.StatusRunning && r.AttemptID == p.AttemptID {
-		return &ledger.AcquireResult{Outcome: ledger.Acquired, Run: r}, nil
+		return &ledger.AcquireResult{Outcome: ledger.OutcomeAcquired, Run: r}, nil
 	}
 	// Nothing taken: the state machine says why (held until …, or terminal).
-	next, res, err := ledger.ApplyAcquire(r, p, now)
+	next, res, err := driver.ApplyAcquire(r, p, now)
 	if err != nil {
 		return nil, err
 	}
@@ -125,70 +128,87 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 
 // Renew implements ledger.Ledger with one fenced UPDATE.
 func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	if err := ledger.ValidateFence(&p.Fence); err != nil {
+	if err := driver.ValidateFence(&p.Fence); err != nil {
+		return nil, err
+	}
+	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
 		return nil, err
 	}
 	return l.fenced(ctx, "renew", l.q.renew, p.RunID,
-		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention))},
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), nullBytes(p.Progress)},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-			next, err := ledger.ApplyRenew(cur, p, now)
+			next, err := driver.ApplyRenew(cur, p, now)
 			return next, next, err
 		})
 }
 
 // Complete implements ledger.Ledger with one fenced UPDATE.
 func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	if err := ledger.ValidateFence(&p.Fence); err != nil {
+	if err := driver.ValidateFence(&p.Fence); err != nil {
+		return nil, err
+	}
+	if err := ledger.ValidateResult(p.RunID, p.Result); err != nil {
+		return nil, err
+	}
+	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
 		return nil, err
 	}
 	return l.fenced(ctx, "complete", l.q.complete, p.RunID,
-		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, "", micros(retention(p.Retention))},
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, "", micros(retention(p.Retention)), nullBytes(p.Result), nullBytes(p.Progress)},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-			return ledger.ApplyComplete(cur, p, now)
+			return driver.ApplyComplete(cur, p, now)
 		})
 }
 
 // Fail implements ledger.Ledger with one fenced UPDATE.
 func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	if err := ledger.ValidateFence(&p.Fence); err != nil {
+	if err := driver.ValidateFence(&p.Fence); err != nil {
+		return nil, err
+	}
+	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
 		return nil, err
 	}
 	return l.fenced(ctx, "fail", l.q.fail, p.RunID,
-		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retention(p.Retention))},
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retention(p.Retention)), []byte(nil), nullBytes(p.Progress),
+			driver.ClipText(p.Error)},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-			return ledger.ApplyFail(cur, p, now)
+			return driver.ApplyFail(cur, p, now)
 		})
 }
 
 // Release implements ledger.Ledger with one fenced UPDATE.
 func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	if err := ledger.ValidateFence(&p.Fence); err != nil {
+	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
 	}
-	if err := ledger.ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
+	if err := driver.ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
+		return nil, err
+	}
+	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
 		return nil, err
 	}
 	retry := p.RetryAfter
 	pickup := cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)
 	return l.fenced(ctx, "release", l.q.release, p.RunID,
-		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retry), micros(retry + pickup), micros(retention(p.Retention))},
+		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retry), micros(retry + pickup), micros(retention(p.Retention)),
+			nullBytes(p.Progress), driver.ClipText(p.Error)},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-			return ledger.ApplyRelease(cur, p, now)
+			return driver.ApplyRelease(cur, p, now)
 		})
 }
 
 // Rescue implements ledger.Ledger with one conditional UPDATE.
 func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	if err := ledger.ValidateRescue(p); err != nil {
+	if err := driver.ValidateRescue(p); err != nil {
 		return nil, err
 	}
-	deadline := ledger.Truncate(p.Deadline)
+	deadline := driver.Micros(p.Deadline)
 	lost := fmt.Sprintf("attempt %d lost its lease at %s", p.Attempt, deadline.Format(time.RFC3339Nano))
 	return l.fenced(ctx, "rescue", l.q.rescue, p.RunID,
 		[]any{timeArg(p.Now), p.RunID, string(p.Status), p.Attempt, timeArg(deadline),
 			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), lost},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
-			next, err := ledger.ApplyRescue(cur, p, now)
+			next, err := driver.ApplyRescue(cur, p, now)
 			return next, next, err
 		})
 }
@@ -226,17 +246,27 @@ func (l *Ledger) fenced(ctx context.Context, op, sql, runID string, args []any,
 
 // Get implements ledger.Ledger.
 func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
-	var s runScan
-	if err := l.pool.QueryRow(ctx, l.q.get, p.RunID).Scan(s.dest()...); err != nil {
+	var (
+		s       runScan
+		history []byte
+	)
+	if err := l.pool.QueryRow(ctx, l.q.getWithHistory, p.RunID).Scan(append(s.dest(), &history)...); err != nil {
 		return nil, interpretError("get run "+p.RunID, err)
 	}
-	return s.run(), nil
+	r := s.run()
+	if err := json.Unmarshal(history, &r.History); err != nil {
+		return nil, fmt.Errorf("postgres: get run %s: history: %w", p.RunID, err)
+	}
+	if len(r.History) == 0 {
+		r.History = nil
+	}
+	return r, nil
 }
 
 // BeginEffect implements ledger.Ledger with one statement: it locks the run (FOR SHARE,
 // so that no takeover slips in), checks the fence and upserts the effect.
 func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
-	if err := ledger.ValidateEffect(&p.Fence, p.Name); err != nil {
+	if err := driver.ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, err
 	}
 	var (
@@ -260,7 +290,7 @@ func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (
 		}
 		return &ledger.BeginEffectResult{Effect: e, PreviousAttempt: prev}, nil
 	}
-	next, res, err := ledger.ApplyBeginEffect(run.run(p.RunID), old.effect(), p, now.UTC())
+	next, res, err := driver.ApplyBeginEffect(run.run(p.RunID), old.effect(), p, now.UTC())
 	if err != nil {
 		return nil, err
 	}
@@ -272,11 +302,11 @@ func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (
 
 // CompleteEffect implements ledger.Ledger with one statement, fenced like BeginEffect.
 func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
-	if err := ledger.ValidateEffect(&p.Fence, p.Name); err != nil {
+	if err := driver.ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, err
 	}
 	if len(p.Ref) > ledger.MaxEffectRef {
-		return nil, ledger.Invalidf("effect %q of run %s: ref is %d bytes, the limit is %d", p.Name, p.RunID, len(p.Ref), ledger.MaxEffectRef)
+		return nil, driver.Invalidf("effect %q of run %s: ref is %d bytes, the limit is %d", p.Name, p.RunID, len(p.Ref), ledger.MaxEffectRef)
 	}
 	var (
 		run     fenceScan
@@ -292,7 +322,7 @@ func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectPar
 	if e := up.effect(); e != nil {
 		return e, nil
 	}
-	next, answer, err := ledger.ApplyCompleteEffect(run.run(p.RunID), cur.effect(), p, now.UTC())
+	next, answer, err := driver.ApplyCompleteEffect(run.run(p.RunID), cur.effect(), p, now.UTC())
 	if err != nil {
 		return nil, err
 	}
@@ -352,7 +382,7 @@ func inconsistent(op, runID string, cur *ledger.Run) error {
 func retention(d time.Duration) time.Duration { return cmp.Or(d, ledger.DefaultRetention) }
 
 // micros is d in whole microseconds, rounded down, so that now+d is what
-// ledger.Truncate(now.Add(d)) is for a now on a microsecond.
+// driver.Micros(now.Add(d)) is for a now on a microsecond.
 func micros(d time.Duration) int64 {
 	q := d / time.Microsecond
 	if d%time.Microsecond < 0 {
@@ -366,7 +396,7 @@ func timeArg(t time.Time) any {
 	if t.IsZero() {
 		return nil
 	}
-	return ledger.Truncate(t)
+	return driver.Micros(t)
 }
 
 func timeOf(t pgtype.Timestamptz) time.Time {
@@ -380,7 +410,7 @@ func timeOf(t pgtype.Timestamptz) time.Time {
 // statement that found no run).
 type runScan struct {
 	id, namespace, job, key, payloadHash, status, attemptID, lastError pgtype.Text
-	payload                                                            []byte
+	payload, result, progress                                          []byte
 	attempt, attemptsMade                                              pgtype.Int8
 	scheduleTime, deadline, notBefore                                  pgtype.Timestamptz
 	createdAt, updatedAt, completedAt, expireAt                        pgtype.Timestamptz
@@ -389,7 +419,7 @@ type runScan struct {
 func (s *runScan) dest() []any {
 	return []any{&s.id, &s.namespace, &s.job, &s.key, &s.scheduleTime, &s.payloadHash, &s.payload, &s.status,
 		&s.attempt, &s.attemptID, &s.deadline, &s.notBefore, &s.attemptsMade, &s.lastError,
-		&s.createdAt, &s.updatedAt, &s.completedAt, &s.expireAt}
+		&s.createdAt, &s.updatedAt, &s.completedAt, &s.expireAt, &s.result, &s.progress}
 }
 
 // run returns the scanned run, or nil when there was none.
@@ -404,7 +434,7 @@ func (s *runScan) run() *ledger.Run {
 		Deadline: timeOf(s.deadline), NotBefore: timeOf(s.notBefore),
 		AttemptsMade: s.attemptsMade.Int64, LastError: s.lastError.String,
 		CreatedAt: timeOf(s.createdAt), UpdatedAt: timeOf(s.updatedAt),
-		CompletedAt: timeOf(s.completedAt), ExpireAt: timeOf(s.expireAt),
+		CompletedAt: timeOf(s.completedAt), ExpireAt: timeOf(s.expireAt), Result: s.result, Progress: s.progress,
 	}
 }
 
@@ -446,4 +476,12 @@ func (s *effectScan) effect() *ledger.Effect {
 		CreatedAt: timeOf(s.createdAt), UpdatedAt: timeOf(s.updatedAt),
 		DoneAt: timeOf(s.doneAt), ExpireAt: timeOf(s.expireAt),
 	}
+}
+
+// nullBytes passes an empty value as NULL.
+func nullBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }

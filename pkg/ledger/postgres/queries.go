@@ -1,9 +1,12 @@
 package postgres
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/runonce/runonce/pkg/ledger"
 )
 
 // The statements, one per transition. Each is a single statement (one round trip) run
@@ -40,7 +43,7 @@ import (
 const (
 	runCols = `run_id, namespace, job, run_key, schedule_time, payload_hash, payload, status, attempt,
 	attempt_id, deadline, not_before, attempts_made, last_error, created_at, updated_at,
-	completed_at, expire_at`
+	completed_at, expire_at, result, progress`
 	effectCols = `effect_key, run_id, name, status, attempt, ref, created_at, updated_at, done_at, expire_at`
 
 	nowExpr = `coalesce($1::timestamptz, now())`
@@ -72,6 +75,8 @@ WITH ins AS (
 	VALUES ($2, $3, $4, $5, $6, $7, $11, 'queued', 0, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us9} + {us10})
 	ON CONFLICT (run_id) DO NOTHING
 	RETURNING true, {r.runCols}
+), ev AS (
+	INSERT INTO {events} (run_id, at, kind, attempt) SELECT run_id, {now}, 'claimed', 0 FROM ins
 )
 SELECT * FROM ins
 UNION ALL
@@ -104,45 +109,74 @@ WITH up AS (
 			THEN 'attempt ' || r.attempt || ' lost its lease at ' || {rfc3339:r.deadline}
 			ELSE r.last_error END,
 		updated_at    = CASE WHEN {claimable} THEN EXCLUDED.updated_at ELSE r.updated_at END,
-		expire_at     = CASE WHEN {claimable} THEN EXCLUDED.expire_at ELSE r.expire_at END
+		expire_at     = CASE WHEN {claimable} THEN EXCLUDED.expire_at ELSE r.expire_at END,
+		took_over     = CASE WHEN {claimable} THEN {takeover} ELSE r.took_over END
 	WHERE {claimable}
 		OR NOT EXISTS (SELECT 1 FROM {runs} v WHERE v.run_id = EXCLUDED.run_id AND v.ctid = r.ctid)
-	RETURNING true, {r.runCols}
+	RETURNING {r.runCols}, r.took_over
+), ev AS (
+	-- The claim's events: started (the worker is $12), after lease_lost on a takeover.
+	-- A row returned but not claimed (the no-op update above) was written earlier.
+	INSERT INTO {events} (run_id, at, kind, attempt, worker, text)
+	SELECT up.run_id, {now}, k.kind, k.attempt, k.worker, k.text
+	FROM up CROSS JOIN LATERAL (VALUES
+		(0, 'lease_lost', up.attempt - 1, '', up.last_error),
+		(1, 'started', up.attempt, $12::text, '')) AS k (ord, kind, attempt, worker, text)
+	WHERE up.status = 'running' AND up.attempt_id = $8 AND up.updated_at = {now} AND (k.ord = 1 OR up.took_over)
+	ORDER BY k.ord
 )
-SELECT *, {now} FROM up
+SELECT true, {up.runCols}, {now} FROM up
 UNION ALL
 SELECT false, {s.runCols}, {now} FROM {runs} s WHERE s.run_id = $2 AND NOT EXISTS (SELECT 1 FROM up)`
 
-// fencedSQL is a fenced UPDATE of one run: set is its SET list, $2..$4 the fence.
-func fencedSQL(set string) string {
+// fencedSQL is a fenced UPDATE of one run: set is its SET list, $2..$4 the fence; event,
+// when not empty, is the kind of the event it adds to the run's history, with the text
+// textSQL.
+func fencedSQL(set, event, textSQL string) string {
+	ev := ""
+	if event != "" {
+		ev = `, ev AS (
+	INSERT INTO {events} (run_id, at, kind, attempt, text) SELECT run_id, {now}, '` + event + `', attempt, ` + textSQL + ` FROM up
+)`
+	}
 	return `
 WITH up AS (
 	UPDATE {runs} r SET ` + set + `
 	WHERE r.run_id = $2 AND r.status = 'running' AND r.attempt = $3 AND r.attempt_id = $4
 	RETURNING true, {r.runCols}
-)
+)` + ev + `
 SELECT *, {now} FROM up
 UNION ALL
 SELECT false, {s.runCols}, {now} FROM (SELECT * FROM {runs} WHERE run_id = $2 FOR SHARE) s
 WHERE NOT EXISTS (SELECT 1 FROM up)`
 }
 
-// $5: lease, $6: retention.
-var renewSQL = fencedSQL(`deadline = {now} + {us5}, updated_at = {now},
-		expire_at = greatest(r.expire_at, {now} + {us5} + {us6})`)
+// $5: lease, $6: retention, $7: progress (NULL: unchanged).
+var renewSQL = fencedSQL(`deadline = {now} + {us5}, updated_at = {now}, progress = coalesce($7::bytea, r.progress),
+		expire_at = greatest(r.expire_at, {now} + {us5} + {us6})`, "", "")
 
-// $5: error text, $6: retention.
+// $5: error text, $6: retention, $7: result (NULL: none), $8: progress (NULL: unchanged),
+// $9 (failed only): the error text cut for the history (driver.ClipText).
 func finishSQL(status string) string {
-	return fencedSQL(`status = '` + status + `', attempts_made = r.attempts_made + 1,
-		last_error = CASE WHEN $5::text <> '' THEN $5::text ELSE r.last_error END,
+	text := `''`
+	if status == "failed" {
+		// The history's text is the run's last error: the failure's, or the one before
+		// (at most 256 characters, so at most ledger.MaxEventText bytes).
+		text = `CASE WHEN $9::text <> '' THEN $9::text ELSE left(last_error, 256) END`
+	}
+	return fencedSQL(`status = '`+status+`', attempts_made = r.attempts_made + 1,
+		last_error = CASE WHEN $5::text <> '' THEN $5::text ELSE r.last_error END, result = $7::bytea,
+		progress = coalesce($8::bytea, r.progress),
 		deadline = NULL, not_before = NULL, completed_at = {now}, updated_at = {now},
-		expire_at = {now} + {us6}`)
+		expire_at = {now} + {us6}`, status, text)
 }
 
-// $5: error text, $6: retry after (0: none), $7: retry after + pickup timeout, $8: retention.
+// $5: error text, $6: retry after (0: none), $7: retry after + pickup timeout, $8: retention,
+// $9: progress (NULL: unchanged), $10: the error text cut for the history.
 var releaseSQL = fencedSQL(`status = 'queued', attempts_made = r.attempts_made + 1, last_error = $5,
+		progress = coalesce($9::bytea, r.progress),
 		not_before = CASE WHEN $6::bigint > 0 THEN {now} + {us6} END,
-		deadline = {now} + {us7}, updated_at = {now}, expire_at = {now} + {us7} + {us8}`)
+		deadline = {now} + {us7}, updated_at = {now}, expire_at = {now} + {us7} + {us8}`, "released", "$10::text")
 
 // $2 run, $3 listed status, $4 listed attempt, $5 listed deadline, $6 pickup timeout,
 // $7 retention, $8 the lost-lease error.
@@ -157,6 +191,14 @@ WITH up AS (
 	WHERE r.run_id = $2 AND r.status = $3 AND r.attempt = $4 AND r.deadline = $5
 		AND r.status IN ('queued', 'running') AND r.deadline < {now}
 	RETURNING true, {r.runCols}
+), ev AS (
+	-- A running run's attempt lost its lease; a queued one was rescued.
+	INSERT INTO {events} (run_id, at, kind, attempt, text)
+	SELECT run_id, {now},
+		CASE WHEN $3 = 'running' THEN 'lease_lost' ELSE 'rescued' END,
+		CASE WHEN $3 = 'running' THEN $4 ELSE attempt END,
+		CASE WHEN $3 = 'running' THEN last_error ELSE '' END
+	FROM up
 )
 SELECT *, {now} FROM up
 UNION ALL
@@ -176,6 +218,28 @@ SELECT false, {s.runCols}, {now} FROM (SELECT * FROM {runs} WHERE run_id = $2 FO
 WHERE NOT EXISTS (SELECT 1 FROM up)`
 
 const getSQL = `SELECT {runCols} FROM {runs} WHERE run_id = $1`
+
+// getWithHistorySQL reads a run and the latest {maxHistory} events of its history, oldest
+// first, as a JSON array of ledger.Event, in one statement.
+const getWithHistorySQL = `SELECT {runCols}, (
+	SELECT coalesce(json_agg(json_build_object('at', e.at, 'kind', e.kind, 'attempt', e.attempt,
+		'worker', e.worker, 'actor', e.actor, 'text', e.text) ORDER BY e.seq), '[]')
+	FROM (SELECT * FROM {events} WHERE run_id = $1 ORDER BY seq DESC LIMIT {maxHistory}) e
+) FROM {runs} WHERE run_id = $1`
+
+// lockForOperatorSQL reads and locks a run, with the database's time, for an operator's
+// transition (decided in Go by the driver's rules, then written by writeRunSQL).
+const lockForOperatorSQL = `SELECT {runCols}, {now} FROM {runs} WHERE run_id = $2 FOR UPDATE`
+
+// writeRunSQL writes every mutable column of a run.
+const writeRunSQL = `UPDATE {runs} SET status = $2, attempt = $3, attempt_id = $4, deadline = $5,
+	not_before = $6, attempts_made = $7, last_error = $8, updated_at = $9, completed_at = $10,
+	expire_at = $11, took_over = false
+WHERE run_id = $1`
+
+// addEventSQL adds one event to a run's history.
+const addEventSQL = `INSERT INTO {events} (run_id, at, kind, attempt, worker, actor, text)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`
 
 // lockRunSQL locks an existing run for the rest of a transaction (a sweep skips it).
 const lockRunSQL = `SELECT 1 FROM {runs} WHERE run_id = $1 FOR UPDATE`
@@ -257,6 +321,7 @@ SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM e)`
 type queries struct {
 	claim, claimLatest, acquire, renew, complete, fail, release, rescue, expedite string
 	get, lockRun, getEffect, beginEffect, completeEffect, listRescue, sweep       string
+	getWithHistory, lockForOperator, writeRun, addEvent                           string
 }
 
 func buildQueries(schema string) queries {
@@ -271,6 +336,9 @@ func buildQueries(schema string) queries {
 	r2 := strings.NewReplacer(
 		"{runs}", prefix+"runs",
 		"{effects}", prefix+"effects",
+		"{events}", prefix+"run_events",
+		"{maxHistory}", strconv.Itoa(ledger.MaxHistory),
+		"{up.runCols}", cols("up", runCols),
 		"{now}", nowExpr,
 		"{rfc3339:r.deadline}", strings.Replace(rfc3339, "%s", "r.deadline", 1),
 		"{r.runCols}", cols("r", runCols),
@@ -286,21 +354,25 @@ func buildQueries(schema string) queries {
 	)
 	fill := func(s string) string { return r2.Replace(r.Replace(s)) }
 	return queries{
-		claim:          fill(claimSQL),
-		claimLatest:    fill(claimLatestSQL),
-		acquire:        fill(acquireSQL),
-		renew:          fill(renewSQL),
-		complete:       fill(finishSQL("completed")),
-		fail:           fill(finishSQL("failed")),
-		release:        fill(releaseSQL),
-		rescue:         fill(rescueSQL),
-		expedite:       fill(expediteSQL),
-		get:            fill(getSQL),
-		lockRun:        fill(lockRunSQL),
-		getEffect:      fill(getEffectSQL),
-		beginEffect:    fill(beginEffectSQL),
-		completeEffect: fill(completeEffectSQL),
-		listRescue:     fill(listRescueSQL),
-		sweep:          fill(sweepSQL),
+		claim:           fill(claimSQL),
+		claimLatest:     fill(claimLatestSQL),
+		acquire:         fill(acquireSQL),
+		renew:           fill(renewSQL),
+		complete:        fill(finishSQL("completed")),
+		fail:            fill(finishSQL("failed")),
+		release:         fill(releaseSQL),
+		rescue:          fill(rescueSQL),
+		expedite:        fill(expediteSQL),
+		get:             fill(getSQL),
+		lockRun:         fill(lockRunSQL),
+		getEffect:       fill(getEffectSQL),
+		beginEffect:     fill(beginEffectSQL),
+		completeEffect:  fill(completeEffectSQL),
+		listRescue:      fill(listRescueSQL),
+		sweep:           fill(sweepSQL),
+		getWithHistory:  fill(getWithHistorySQL),
+		lockForOperator: fill(lockForOperatorSQL),
+		writeRun:        fill(writeRunSQL),
+		addEvent:        fill(addEventSQL),
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -20,6 +21,7 @@ import (
 	sqlite3lib "modernc.org/sqlite/lib"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // Scheme is the URL scheme of this backend.
@@ -48,9 +50,10 @@ type Options struct {
 
 // Ledger is a SQLite-backed ledger.
 type Ledger struct {
-	db    *sql.DB
-	path  string
-	clock func() time.Time
+	driver.Transitions // the fenced transitions, over store
+	db                 *sql.DB
+	path               string
+	clock              func() time.Time
 	// wmu serialises this process's write transactions: SQLite has one writer at a
 	// time, and queueing here is cheaper than spinning on the busy handler. Its holder
 	// commits every write queued meanwhile in its one transaction (group commit).
@@ -79,7 +82,7 @@ type txOp struct {
 var _ ledger.Ledger = (*Ledger)(nil)
 
 func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
-	if err := ledger.CheckQuery(u, "busy_timeout", "synchronous"); err != nil {
+	if err := driver.CheckQuery(u, "busy_timeout", "synchronous"); err != nil {
 		return nil, err
 	}
 	path := u.Path
@@ -142,6 +145,7 @@ func Open(ctx context.Context, path string, opts *Options) (*Ledger, error) {
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(0)
 	l := &Ledger{db: db, path: abs, clock: opts.Clock}
+	l.Transitions = driver.Transitions{Store: store{l}}
 	if l.clock == nil {
 		l.clock = time.Now
 	}
@@ -322,17 +326,33 @@ func (l *Ledger) now(override time.Time) time.Time {
 }
 
 const runColumns = `run_id, namespace, job, key, schedule_time, status, attempt, attempt_id, deadline,
-	not_before, payload_hash, payload, attempts_made, last_error, created_at, updated_at, completed_at, expire_at`
+	not_before, payload_hash, payload, attempts_made, last_error, created_at, updated_at, completed_at, expire_at, history, result, progress`
+
+// listColumns are runColumns without the payload and the history, which List leaves out.
+const listColumns = `run_id, namespace, job, key, schedule_time, status, attempt, attempt_id, deadline,
+	not_before, payload_hash, x'', attempts_made, last_error, created_at, updated_at, completed_at, expire_at, '', result, progress`
 
 type scanner interface{ Scan(...any) error }
 
 func scanRun(s scanner) (*ledger.Run, error) {
 	var r ledger.Run
 	var sched, deadline, notBefore, created, updated, completed, expire int64
-	var status string
+	var status, history string
 	if err := s.Scan(&r.ID, &r.Namespace, &r.Job, &r.Key, &sched, &status, &r.Attempt, &r.AttemptID, &deadline,
-		&notBefore, &r.PayloadHash, &r.Payload, &r.AttemptsMade, &r.LastError, &created, &updated, &completed, &expire); err != nil {
+		&notBefore, &r.PayloadHash, &r.Payload, &r.AttemptsMade, &r.LastError, &created, &updated, &completed, &expire, &history,
+		&r.Result, &r.Progress); err != nil {
 		return nil, err
+	}
+	if history != "" {
+		if err := json.Unmarshal([]byte(history), &r.History); err != nil {
+			return nil, fmt.Errorf("run %s: history: %w", r.ID, err)
+		}
+	}
+	if len(r.Result) == 0 {
+		r.Result = nil
+	}
+	if len(r.Progress) == 0 {
+		r.Progress = nil
 	}
 	r.Status = ledger.Status(status)
 	r.ScheduleTime, r.Deadline, r.NotBefore = fromMicros(sched), fromMicros(deadline), fromMicros(notBefore)
@@ -424,11 +444,27 @@ func putRun(ctx context.Context, tx querier, r *ledger.Run) error {
 	if r == nil {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO runs ("+runColumns+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+	history := ""
+	if len(r.History) > 0 {
+		b, err := json.Marshal(r.History)
+		if err != nil {
+			return err
+		}
+		history = string(b)
+	}
+	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO runs ("+runColumns+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
 		r.ID, r.Namespace, r.Job, r.Key, micros(r.ScheduleTime), string(r.Status), r.Attempt, r.AttemptID, micros(r.Deadline),
 		micros(r.NotBefore), r.PayloadHash, nonNil(r.Payload), r.AttemptsMade, r.LastError, micros(r.CreatedAt), micros(r.UpdatedAt),
-		micros(r.CompletedAt), micros(r.ExpireAt))
+		micros(r.CompletedAt), micros(r.ExpireAt), history, nullBytes(r.Result), nullBytes(r.Progress))
 	return err
+}
+
+// nullBytes stores an empty result as NULL.
+func nullBytes(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 const effectColumns = `effect_key, run_id, name, status, attempt, ref, created_at, updated_at, done_at, expire_at`
@@ -459,30 +495,50 @@ func putEffect(ctx context.Context, tx querier, e *ledger.Effect) error {
 	return err
 }
 
-// updateRun applies a transition to one run in one transaction: it reads the run, asks
-// apply for the record to write (nil: nothing) and the answer, and writes the record.
-func updateRun[T any](ctx context.Context, l *Ledger, op, id string, apply func(cur *ledger.Run) (*ledger.Run, T, error)) (T, error) {
-	var answer T
-	err := l.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		cur, err := getRun(ctx, l.q(tx), id)
+// store is the driver.Store of the ledger: each update is one write transaction.
+type store struct{ l *Ledger }
+
+// UpdateRun implements driver.Store: it reads the run, asks decide for the record to
+// write (nil: nothing), and writes it, in one transaction.
+func (s store) UpdateRun(ctx context.Context, op, id string, override time.Time, decide func(cur *ledger.Run, now time.Time) (*ledger.Run, error)) error {
+	return wrap(op, id, s.l.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		cur, err := getRun(ctx, s.l.q(tx), id)
 		if err != nil {
 			return err
 		}
-		next, a, err := apply(cur)
+		next, err := decide(cur, s.l.now(override))
 		if err != nil {
 			return err
 		}
-		answer = a
-		return putRun(ctx, l.q(tx), next)
-	})
-	return answer, wrap(op, id, err)
+		return putRun(ctx, s.l.q(tx), next)
+	}))
+}
+
+// UpdateEffect implements driver.Store: it reads a run and one of its effects, applies
+// a transition and writes the effect, in one transaction.
+func (s store) UpdateEffect(ctx context.Context, op, runID, name string, override time.Time, decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
+	return wrap(op, runID, s.l.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		run, err := getRun(ctx, s.l.q(tx), runID)
+		if err != nil {
+			return err
+		}
+		cur, err := getEffect(ctx, s.l.q(tx), ledger.EffectKey(runID, name))
+		if err != nil {
+			return err
+		}
+		next, err := decide(run, cur, s.l.now(override))
+		if err != nil {
+			return err
+		}
+		return putEffect(ctx, s.l.q(tx), next)
+	}))
 }
 
 // Claim implements ledger.Ledger. A duplicate is one read, outside the write lock: it
 // neither waits for the writers (and their commits' fsyncs) nor makes them wait. Only a
 // run the read did not find takes the write transaction, which reads again under the lock.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	if err := ledger.ValidateClaim(p); err != nil {
+	if err := driver.ValidateClaim(p); err != nil {
 		return nil, err
 	}
 	cur, err := getRun(ctx, l.q(nil), p.RunID)
@@ -490,69 +546,23 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 		return nil, wrap("claim", p.RunID, interpret(err))
 	}
 	if cur != nil {
-		_, res, err := ledger.ApplyClaim(cur, p, l.now(p.Now))
+		_, res, err := driver.ApplyClaim(cur, p, l.now(p.Now))
 		return res, err
 	}
 	return l.claimLocked(ctx, p)
 }
 
-// claimLocked is the write path of Claim, for a run the read did not find.
-func (l *Ledger) claimLocked(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	return updateRun(ctx, l, "claim", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.ClaimResult, error) {
-		return ledger.ApplyClaim(cur, p, l.now(p.Now))
+// claimLocked is the write path of Claim, for a run the read did not find: it reads
+// again under the write lock.
+func (l *Ledger) claimLocked(ctx context.Context, p *ledger.ClaimParams) (res *ledger.ClaimResult, err error) {
+	err = store{l}.UpdateRun(ctx, "claim", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (next *ledger.Run, err error) {
+		next, res, err = driver.ApplyClaim(cur, p, now)
+		return next, err
 	})
-}
-
-// Expedite implements ledger.Ledger.
-func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "expedite", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyExpedite(cur, p, l.now(p.Now))
-		return next, next, err
-	})
-}
-
-// Acquire implements ledger.Ledger.
-func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	return updateRun(ctx, l, "acquire", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.AcquireResult, error) {
-		return ledger.ApplyAcquire(cur, p, l.now(p.Now))
-	})
-}
-
-// Renew implements ledger.Ledger.
-func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "renew", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyRenew(cur, p, l.now(p.Now))
-		return next, next, err
-	})
-}
-
-// Complete implements ledger.Ledger.
-func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "complete", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyComplete(cur, p, l.now(p.Now))
-	})
-}
-
-// Release implements ledger.Ledger.
-func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "release", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyRelease(cur, p, l.now(p.Now))
-	})
-}
-
-// Fail implements ledger.Ledger.
-func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "fail", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		return ledger.ApplyFail(cur, p, l.now(p.Now))
-	})
-}
-
-// Rescue implements ledger.Ledger.
-func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	return updateRun(ctx, l, "rescue", p.RunID, func(cur *ledger.Run) (*ledger.Run, *ledger.Run, error) {
-		next, err := ledger.ApplyRescue(cur, p, l.now(p.Now))
-		return next, next, err
-	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // Get implements ledger.Ledger.
@@ -565,44 +575,6 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 		return nil, fmt.Errorf("%w: run %s", ledger.ErrNotFound, p.RunID)
 	}
 	return r, nil
-}
-
-// effectTx reads a run and one of its effects, applies a transition and writes the
-// effect, in one transaction.
-func (l *Ledger) effectTx(ctx context.Context, op, runID, name string, apply func(run *ledger.Run, cur *ledger.Effect) (*ledger.Effect, error)) error {
-	return wrap(op, runID, l.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		run, err := getRun(ctx, l.q(tx), runID)
-		if err != nil {
-			return err
-		}
-		cur, err := getEffect(ctx, l.q(tx), ledger.EffectKey(runID, name))
-		if err != nil {
-			return err
-		}
-		next, err := apply(run, cur)
-		if err != nil {
-			return err
-		}
-		return putEffect(ctx, l.q(tx), next)
-	}))
-}
-
-// BeginEffect implements ledger.Ledger.
-func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (res *ledger.BeginEffectResult, err error) {
-	err = l.effectTx(ctx, "begin effect", p.RunID, p.Name, func(run *ledger.Run, cur *ledger.Effect) (next *ledger.Effect, err error) {
-		next, res, err = ledger.ApplyBeginEffect(run, cur, p, l.now(p.Now))
-		return next, err
-	})
-	return res, err
-}
-
-// CompleteEffect implements ledger.Ledger.
-func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (res *ledger.Effect, err error) {
-	err = l.effectTx(ctx, "complete effect", p.RunID, p.Name, func(run *ledger.Run, cur *ledger.Effect) (next *ledger.Effect, err error) {
-		next, res, err = ledger.ApplyCompleteEffect(run, cur, p, l.now(p.Now))
-		return next, err
-	})
-	return res, err
 }
 
 // GetEffect implements ledger.Ledger.
@@ -619,7 +591,7 @@ func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*led
 
 // ListRescue implements ledger.Ledger.
 func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
-	now := ledger.Truncate(l.now(p.Now))
+	now := driver.Micros(l.now(p.Now))
 	rows, err := l.db.QueryContext(ctx, "SELECT "+runColumns+` FROM runs
 		WHERE status IN ('queued', 'running') AND deadline < ? ORDER BY deadline LIMIT ?`,
 		micros(now), cmp.Or(p.Limit, 100))
@@ -640,7 +612,7 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 
 // Sweep implements ledger.Ledger. It deletes in one bounded transaction.
 func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
-	now := micros(ledger.Truncate(l.now(p.Now)))
+	now := micros(driver.Micros(l.now(p.Now)))
 	limit := cmp.Or(p.Limit, 500)
 	n := 0
 	err := l.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {

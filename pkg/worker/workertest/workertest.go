@@ -134,8 +134,8 @@ func (h *Harness) deliver(id ledger.Identity, payload []byte) *Result {
 			h.offset.Add(int64(wait + time.Millisecond))
 		}
 	}
-	v := h.w.Process(ctx, &worker.Delivery{
-		Message:     &queue.Message{Identity: id, EnqueuedAt: time.Now(), Payload: payload},
+	v := h.w.Process(ctx, &queue.Delivery{
+		Message:     &queue.Message{Identity: id, EnqueuedAt: time.Now()},
 		PublishTime: time.Now(),
 	})
 	run, err := h.Ledger.Get(ctx, &ledger.GetParams{RunID: id.RunID})

@@ -20,6 +20,8 @@ module "runonce" {
   # The account deploy/README.md's operator impersonates to call the ingress (POST a run,
   # GET /v1/runs/{id}): it gets RUNONCE_ALLOW and roles/run.invoker on the ingress.
   extra_allowed_callers = var.operator_account == null ? [] : [var.operator_account]
+  # It may also retry, cancel and release runs (RUNONCE_OPERATORS).
+  operators = var.operator_account == null ? [] : [var.operator_account]
 
   # Every alert policy of the runbook notifies these (deploy/README.md, "Alerts").
   notification_channels = google_monitoring_notification_channel.email[*].id

@@ -1,5 +1,5 @@
 # The ledger: one Firestore (Native mode) database with two collections, PREFIXruns and
-# PREFIXeffects (pkg/ledger/firestore/doc.go). Nothing here with ledger = "spanner"
+# PREFIXeffects (pkg/ledger/firestoreledger/doc.go). Nothing here with ledger = "spanner"
 # (spanner.tf).
 
 resource "google_firestore_database" "ledger" {
@@ -55,4 +55,77 @@ resource "google_firestore_index" "rescue" {
     field_path = "deadline"
     order      = "ASCENDING"
   }
+}
+
+# The operators' listing (GET /v1/runs, ListQuery in pkg/ledger/firestoreledger): equality
+# filters on status, job and namespace, newest first by created_at, or by updated_at
+# when filtered by update time. One index per filtered field and order; Firestore merges
+# them for a query with several equality filters. A listing with no filter uses the
+# automatic single-field indexes.
+resource "google_firestore_index" "list_by_created" {
+  for_each = local.firestore ? toset(["status", "job", "namespace"]) : toset([])
+
+  project     = var.project_id
+  database    = local.database_name
+  collection  = "${var.collection_prefix}runs"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = each.key
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "created_at"
+    order      = "DESCENDING"
+  }
+}
+
+resource "google_firestore_index" "list_by_updated" {
+  for_each = local.firestore ? toset(["status", "job", "namespace"]) : toset([])
+
+  project     = var.project_id
+  database    = local.database_name
+  collection  = "${var.collection_prefix}runs"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = each.key
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "updated_at"
+    order      = "DESCENDING"
+  }
+}
+
+# A run's effects, by name (EffectsQuery), for the run's detail view.
+resource "google_firestore_index" "effects_of_run" {
+  count = local.firestore ? 1 : 0
+
+  project     = var.project_id
+  database    = local.database_name
+  collection  = "${var.collection_prefix}effects"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = "run_id"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "name"
+    order      = "ASCENDING"
+  }
+}
+
+# The payload, the history, the result and the progress are read with their run, never queried: no index entries
+# for them (an index entry holds at most 1,500 bytes, and each would cost a write).
+resource "google_firestore_field" "unindexed" {
+  for_each = local.firestore ? toset(["payload", "history", "result", "progress"]) : toset([])
+
+  project    = var.project_id
+  database   = local.database_name
+  collection = "${var.collection_prefix}runs"
+  field      = each.key
+
+  index_config {}
 }

@@ -221,3 +221,15 @@ resource "google_project_iam_member" "trace_agent" {
   role    = "roles/cloudtrace.agent"
   member  = each.value
 }
+
+# The operators reach the ingress too (the API, the CLI, the dashboard); the ingress's
+# own check (-operators) decides what they may do.
+resource "google_cloud_run_v2_service_iam_member" "ingress_operator" {
+  for_each = toset([for e in var.operators : e if !contains(local.allowed_callers, e)])
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_service.ingress.name
+  role     = "roles/run.invoker"
+  member   = endswith(each.value, ".gserviceaccount.com") ? "serviceAccount:${each.value}" : "user:${each.value}"
+}

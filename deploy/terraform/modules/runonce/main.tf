@@ -24,8 +24,8 @@ locals {
 
   database_name = local.firestore && var.create_firestore_database ? google_firestore_database.ledger[0].name : var.firestore_database
 
-  # firestore://PROJECT/DATABASE[?prefix=…] (pkg/ledger/firestore), or
-  # spanner://projects/P/instances/I/databases/D?migrate=false (pkg/ledger/spanner: the
+  # firestore://PROJECT/DATABASE[?prefix=…] (pkg/ledger/firestoreledger), or
+  # spanner://projects/P/instances/I/databases/D?migrate=false (pkg/ledger/spannerledger: the
   # tables are spanner.tf's).
   ledger_url = local.spanner ? "spanner://projects/${var.project_id}/instances/${google_spanner_database.ledger[0].instance}/databases/${google_spanner_database.ledger[0].name}?migrate=false" : "firestore://${var.project_id}/${local.database_name}${var.collection_prefix == "" ? "" : "?prefix=${var.collection_prefix}"}"
 

@@ -11,6 +11,7 @@ locals {
     RUNONCE_AUTH      = "oidc"
     RUNONCE_AUDIENCE  = local.ingress_audience
     RUNONCE_ALLOW     = join(",", local.allowed_callers)
+    RUNONCE_OPERATORS = join(",", var.operators)
     RUNONCE_RETENTION = "${var.retention_hours}h"
     # Metrics to Cloud Monitoring (monitoring.tf's dashboard and alerts read them).
     RUNONCE_METRICS_EXPORT = var.monitoring ? "gcp" : "prometheus"

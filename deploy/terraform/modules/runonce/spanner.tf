@@ -1,6 +1,6 @@
 # The ledger on Cloud Spanner instead of Firestore (ledger = "spanner"): an optional
 # instance, the database with the ledger's tables and the runs' row deletion policy
-# (pkg/ledger/spanner, Schema), and the services' one grant on it.
+# (pkg/ledger/spannerledger, Schema), and the services' one grant on it.
 #
 # The DDL is the ledger's own (deploy/deploy_test.go checks that it matches
 # spannerledger.Schema), applied here so that the services open the database with
@@ -28,10 +28,20 @@ resource "google_spanner_database" "ledger" {
   # (within about three days) RUNONCE_RETENTION after its last write, deadline or retry.
   # Effects have no policy of their own: interleaved in their run, they go with it.
   ddl = [
-    "CREATE TABLE runs (run_id STRING(64) NOT NULL, namespace STRING(MAX) NOT NULL, job STRING(MAX) NOT NULL, run_key STRING(MAX) NOT NULL, schedule_time TIMESTAMP, payload_hash STRING(MAX) NOT NULL, payload BYTES(MAX), status STRING(16) NOT NULL, attempt INT64 NOT NULL, attempt_id STRING(MAX) NOT NULL, deadline TIMESTAMP, not_before TIMESTAMP, attempts_made INT64 NOT NULL, last_error STRING(MAX) NOT NULL, created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL, completed_at TIMESTAMP, expire_at TIMESTAMP NOT NULL) PRIMARY KEY (run_id), ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))",
+    "CREATE TABLE runs (run_id STRING(64) NOT NULL, namespace STRING(MAX) NOT NULL, job STRING(MAX) NOT NULL, run_key STRING(MAX) NOT NULL, schedule_time TIMESTAMP, payload_hash STRING(MAX) NOT NULL, payload BYTES(MAX), status STRING(16) NOT NULL, attempt INT64 NOT NULL, attempt_id STRING(MAX) NOT NULL, deadline TIMESTAMP, not_before TIMESTAMP, attempts_made INT64 NOT NULL, last_error STRING(MAX) NOT NULL, created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL, completed_at TIMESTAMP, expire_at TIMESTAMP NOT NULL, history STRING(MAX)) PRIMARY KEY (run_id), ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))",
     "CREATE NULL_FILTERED INDEX runs_by_deadline ON runs (deadline)",
     "CREATE INDEX runs_by_expire_at ON runs (expire_at)",
+    "CREATE INDEX runs_by_created ON runs (created_at DESC)",
+    "CREATE INDEX runs_by_status_created ON runs (status, created_at DESC)",
+    "CREATE INDEX runs_by_job_created ON runs (job, created_at DESC)",
+    "CREATE INDEX runs_by_namespace_created ON runs (namespace, created_at DESC)",
+    "CREATE INDEX runs_by_updated ON runs (updated_at DESC)",
+    "CREATE INDEX runs_by_status_updated ON runs (status, updated_at DESC)",
     "CREATE TABLE effects (run_id STRING(64) NOT NULL, name STRING(MAX) NOT NULL, effect_key STRING(64) NOT NULL, status STRING(16) NOT NULL, attempt INT64 NOT NULL, created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL, done_at TIMESTAMP, expire_at TIMESTAMP NOT NULL, ref STRING(MAX) NOT NULL) PRIMARY KEY (run_id, name), INTERLEAVE IN PARENT runs ON DELETE CASCADE",
+    # Columns added since are appended, never folded into the statements above: Terraform
+    # applies appended statements in place, and would replace the database for a changed one.
+    "ALTER TABLE runs ADD COLUMN result BYTES(MAX)",
+    "ALTER TABLE runs ADD COLUMN progress BYTES(MAX)",
   ]
   deletion_protection = var.deletion_protection
 }

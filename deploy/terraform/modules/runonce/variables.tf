@@ -410,6 +410,17 @@ variable "ingress_audience" {
   default     = null
 }
 
+variable "operators" {
+  description = "Emails of the people (or service accounts) who may retry, cancel and release runs and see their payloads, in the API, the CLI and the dashboard (RUNONCE_OPERATORS, and roles/run.invoker on the ingress). Empty: nobody may act; the allowed callers may still read runs."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for e in var.operators : can(regex("^[^@\\s]+@[^@\\s]+$", e))])
+    error_message = "operators must be email addresses."
+  }
+}
+
 variable "extra_allowed_callers" {
   description = "Service account emails, besides the module's scheduler service account, that may call the ingress (RUNONCE_ALLOW and roles/run.invoker on the ingress): e.g. an operator's account to read GET /v1/runs/{id}."
   type        = list(string)

@@ -1,0 +1,18 @@
+// Command runonce operates the runs of a runonce ingress: list and show runs, retry,
+// cancel and release them (internal/cli; run it with -h).
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+
+	"github.com/runonce/runonce/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := cli.Main(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

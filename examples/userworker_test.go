@@ -1,0 +1,152 @@
+// Package examples holds programs written as a user writes them, each in its own module
+// (see userworker), and the tests that run them against runonce.
+package examples_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runonce/runonce/internal/app"
+	"github.com/runonce/runonce/internal/syncbuf"
+)
+
+// TestUserWorkerAgainstDev runs the user program of examples/userworker, a module of its
+// own that imports runonce as a library, with `go run` against -dev's in-process Pub/Sub
+// and ledger: -dev accepts the job from its jobs file, leaves it to a worker that joins,
+// and the user's worker runs it to completed, then stops on SIGTERM.
+func TestUserWorkerAgainstDev(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	jobsFile := filepath.Join(dir, "jobs.json")
+	if err := os.WriteFile(jobsFile, []byte(`{"jobs": {"send-invoice": {}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ledgerURL := "sqlite://" + filepath.ToSlash(filepath.Join(dir, "dev.db"))
+
+	var out, devLogs syncbuf.Buffer
+	ctx, cancel := context.WithCancel(t.Context())
+	devDone := make(chan error, 1)
+	go func() {
+		devDone <- app.RunIngress(ctx, []string{"-dev", "-addr", addr, "-ledger", ledgerURL, "-jobs", jobsFile}, nil, &out, &devLogs)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-devDone; err != nil {
+			t.Errorf("-dev: %v", err)
+		}
+	})
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "/v1/runs/RUN_ID"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no -dev banner within 30s:\n%s\nlogs:\n%s", out.String(), devLogs.String())
+		}
+	}
+	join := map[string]string{}
+	for _, k := range []string{"PUBSUB_EMULATOR_HOST=", "-subscription ", "-topic "} {
+		m := regexp.MustCompile(regexp.QuoteMeta(k) + `(\S+)`).FindStringSubmatch(out.String())
+		if m == nil {
+			t.Fatalf("the banner's join command has no %q:\n%s", k, out.String())
+		}
+		join[k] = m[1]
+	}
+
+	var stderr syncbuf.Buffer
+	cmd := exec.Command("go", "run", ".")
+	cmd.Dir = "userworker"
+	cmd.Env = append(os.Environ(), "GOWORK=off", // as a user builds it: its own go.mod, runonce by its replace
+		"PUBSUB_EMULATOR_HOST="+join["PUBSUB_EMULATOR_HOST="], "RUNONCE_LEDGER="+ledgerURL,
+		"RUNONCE_SUBSCRIPTION="+join["-subscription "], "RUNONCE_TOPIC="+join["-topic "])
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // go run and the program it starts: one group to signal
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+	})
+
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/jobs/send-invoice", strings.NewReader(`{"customer":"c-1"}`))
+	req.Header.Set("Idempotency-Key", "invoice:2026-11:c-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted struct {
+		RunID string `json:"run_id"`
+	}
+	json.NewDecoder(resp.Body).Decode(&accepted)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || accepted.RunID == "" {
+		t.Fatalf("POST /v1/jobs/send-invoice = %d %+v, want 202 with a run_id", resp.StatusCode, accepted)
+	}
+
+	// go run compiles the program first: minutes on a loaded 2-core machine.
+	status := ""
+	for deadline := time.Now().Add(5 * time.Minute); status != "completed"; time.Sleep(100 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			stopped = true
+			t.Fatalf("the user's worker exited before running the job: %v\n%s", err, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s is %q after 5m, want completed\nworker:\n%s\n-dev:\n%s", accepted.RunID, status, stderr.String(), devLogs.String())
+		}
+		resp, err := http.Get("http://" + addr + "/v1/runs/" + accepted.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var run struct {
+			Status       string `json:"status"`
+			AttemptsMade int    `json:"attempts_made"`
+		}
+		json.NewDecoder(resp.Body).Decode(&run)
+		resp.Body.Close()
+		status = run.Status
+		if status == "failed" {
+			t.Fatalf("run failed\nworker:\n%s", stderr.String())
+		}
+	}
+
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		stopped = true
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the user's worker did not stop within 30s of SIGTERM:\n%s", stderr.String())
+	}
+	logs := stderr.String()
+	if n := strings.Count(logs, `"msg":"invoice sent"`); n != 1 {
+		t.Errorf("the invoice was sent %d times, want once:\n%s", n, logs)
+	}
+	if !strings.Contains(logs, `"msg":"worker: stopped"`) {
+		t.Errorf("the worker did not log its stop after SIGTERM:\n%s", logs)
+	}
+	if bytes.Contains([]byte(logs), []byte("no handler")) {
+		t.Errorf("the user's worker saw a job it has no handler for:\n%s", logs)
+	}
+}

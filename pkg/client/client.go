@@ -1,0 +1,128 @@
+// Package client calls the runonce ingress's operators' API: list runs, show one, and
+// retry, cancel or release it (docs: the README's "Operating runs").
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/runonce/runonce/pkg/ingress"
+)
+
+// TokenSource returns the bearer token of a request; nil sends none.
+type TokenSource func(ctx context.Context) (string, error)
+
+// Client calls one ingress.
+type Client struct {
+	// BaseURL is the ingress's URL, e.g. https://runonce-ingress-….run.app. Required.
+	BaseURL string
+	// HTTP defaults to http.DefaultClient.
+	HTTP *http.Client
+	// Token, when set, authenticates each request (a Google ID token for -auth oidc).
+	Token TokenSource
+}
+
+// Error is an answer other than 2xx: its status and the ingress's error message.
+type Error struct {
+	Method, Path string
+	Status       int
+	Message      string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s %s: %d %s: %s", e.Method, e.Path, e.Status, http.StatusText(e.Status), e.Message)
+}
+
+// ErrStatus is wrapped by errors of answers whose status is not 2xx; errors.As gives
+// the *Error.
+var ErrStatus = errors.New("client: the ingress refused the request")
+
+// Unwrap makes errors.Is(err, ErrStatus) true.
+func (e *Error) Unwrap() error { return ErrStatus }
+
+// List returns a page of runs; q holds GET /v1/runs's query parameters (status, job,
+// namespace, since, created_after, …, page_size, page_token).
+func (c *Client) List(ctx context.Context, q url.Values) (*ingress.ListJSON, error) {
+	var out ingress.ListJSON
+	path := "/v1/runs"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	return &out, c.do(ctx, http.MethodGet, path, nil, &out)
+}
+
+// Get returns one run with its history and effects; full asks for its payload too
+// (operators only).
+func (c *Client) Get(ctx context.Context, runID string, full bool) (*ingress.RunDetailJSON, error) {
+	var out ingress.RunDetailJSON
+	path := "/v1/runs/" + url.PathEscape(runID)
+	if full {
+		path += "?view=full"
+	}
+	return &out, c.do(ctx, http.MethodGet, path, nil, &out)
+}
+
+// Act retries, cancels or releases a run (ingress.ActionRetry, …).
+func (c *Client) Act(ctx context.Context, runID, action string, req *ingress.ActionRequest) (*ingress.ActionJSON, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var out ingress.ActionJSON
+	return &out, c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+":"+action, body, &out)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
+	if c.BaseURL == "" {
+		return errors.New("client: no ingress URL (--url or RUNONCE_URL)")
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.BaseURL, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("client: %s %s: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.Token != nil {
+		tok, err := c.Token(ctx)
+		if err != nil {
+			return fmt.Errorf("client: a token for %s: %w", c.BaseURL, err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("client: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		msg := strings.TrimSpace(string(raw))
+		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+			msg = e.Error
+		}
+		return &Error{Method: method, Path: path, Status: resp.StatusCode, Message: msg}
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("client: %s %s: the answer is not the expected JSON: %w", method, path, err)
+	}
+	return nil
+}

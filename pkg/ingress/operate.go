@@ -1,0 +1,406 @@
+package ingress
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/runonce/runonce/internal/obs"
+	"github.com/runonce/runonce/pkg/auth"
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/queue"
+)
+
+// The operators' API: GET /v1/runs (list), GET /v1/runs/{run_id} (one run with its
+// history and effects), POST /v1/runs/{run_id}:retry, :cancel and :release (Google's
+// AIP-136 custom methods).
+
+// MaxDetailPayload bounds the payload GET /v1/runs/{run_id}?view=full shows.
+const MaxDetailPayload = 64 << 10
+
+// maxActionBody bounds the JSON body of an action.
+const maxActionBody = 8 << 10
+
+// Actions on a run, as spelled after the colon.
+const (
+	ActionRetry   = "retry"
+	ActionCancel  = "cancel"
+	ActionRelease = "release"
+)
+
+// EffectJSON is the JSON form of an effect record.
+type EffectJSON struct {
+	Name    string              `json:"name"`
+	Key     string              `json:"key"`
+	Status  ledger.EffectStatus `json:"status"`
+	Attempt int64               `json:"attempt"`
+	Ref     string              `json:"ref,omitempty"`
+	Created time.Time           `json:"created_at"`
+	DoneAt  time.Time           `json:"done_at,omitzero"`
+}
+
+// PayloadJSON is a run's payload as the full view shows it: as text when it is UTF-8,
+// else in base64, cut to MaxDetailPayload bytes.
+type PayloadJSON struct {
+	Text      string `json:"text,omitempty"`
+	Base64    string `json:"base64,omitempty"`
+	Bytes     int    `json:"bytes"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// RunDetailJSON is GET /v1/runs/{run_id}: the record, its history folded into attempts,
+// its effects, and (view=full, operators only) its payload.
+type RunDetailJSON struct {
+	*RunJSON
+	Attempts []ledger.AttemptSummary `json:"attempts,omitempty"`
+	History  []ledger.Event          `json:"history,omitempty"`
+	Effects  []EffectJSON            `json:"effects,omitempty"`
+	Payload  *PayloadJSON            `json:"payload,omitempty"`
+}
+
+// ListJSON is GET /v1/runs: a page of runs (never their payloads).
+type ListJSON struct {
+	Runs          []*RunJSON `json:"runs"`
+	NextPageToken string     `json:"next_page_token,omitempty"`
+}
+
+// ActionJSON is the answer of an action: the run as it now is, and whether it was
+// republished (retry and release queue it again).
+type ActionJSON struct {
+	*RunJSON
+	Republished *bool  `json:"republished,omitempty"`
+	Warning     string `json:"warning,omitempty"`
+}
+
+// ActionRequest is the body of an action.
+type ActionRequest struct {
+	// Reason is why the operator acts; required, kept in the run's history.
+	Reason string `json:"reason"`
+	// Attempt, when set, makes the action happen only if the run is still at that
+	// attempt (the one the operator looked at); 409 otherwise.
+	Attempt int64 `json:"attempt,omitempty"`
+}
+
+// who authenticates a request to a read endpoint: an operator (Config.Operators) or a
+// reader (Config.Auth). It writes the 401/403 itself and returns ok false.
+func (h *Handler) who(w http.ResponseWriter, r *http.Request) (c *auth.Caller, operator, ok bool) {
+	ctx := r.Context()
+	if h.cfg.Operators != nil {
+		if c, err := h.cfg.Operators.Authenticate(ctx, r); err == nil {
+			return c, true, true
+		}
+	}
+	c, err := h.cfg.Auth.Authenticate(ctx, r)
+	if err != nil {
+		authError(w, err)
+		return nil, false, false
+	}
+	return c, false, true
+}
+
+func authError(w http.ResponseWriter, err error) {
+	status := http.StatusUnauthorized
+	if errors.Is(err, auth.ErrForbidden) {
+		status = http.StatusForbidden
+	}
+	writeError(w, status, err.Error())
+}
+
+// ledgerError answers a failed ledger call: what it means for the request, and that the
+// run is untouched where it is.
+func (h *Handler) ledgerError(ctx context.Context, w http.ResponseWriter, what, runID string, err error) {
+	switch {
+	case errors.Is(err, ledger.ErrInvalid):
+		writeError(w, http.StatusBadRequest, obs.Clean(err.Error()))
+	case errors.Is(err, ledger.ErrNotFound):
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no run %s (never claimed, or deleted after its retention)", runID))
+	case errors.Is(err, ledger.ErrWrongStatus), errors.Is(err, ledger.ErrConflict):
+		writeError(w, http.StatusConflict, obs.Clean(err.Error())+"; the run is unchanged")
+	case errors.Is(err, ledger.ErrUnsupported):
+		writeError(w, http.StatusNotImplemented, obs.Clean(err.Error()))
+	default:
+		h.log.ErrorContext(ctx, what, "error", obs.Clean(err.Error()))
+		w.Header().Set("Retry-After", strconv.Itoa(int(h.cfg.RetryAfter/time.Second)))
+		writeError(w, http.StatusServiceUnavailable, "the ledger is unavailable ("+what+"); nothing was changed, retry later")
+	}
+}
+
+// listRuns serves GET /v1/runs.
+func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	if _, _, ok := h.who(w, r); !ok {
+		return
+	}
+	p, err := ParseListQuery(r.URL.Query(), h.cfg.Now())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, h.cfg.LedgerTimeout)
+	defer cancel()
+	res, err := h.cfg.Ledger.List(lctx, p)
+	if err != nil {
+		h.ledgerError(ctx, w, "list runs", "", err)
+		return
+	}
+	out := ListJSON{Runs: make([]*RunJSON, 0, len(res.Runs)), NextPageToken: res.Next}
+	for _, run := range res.Runs {
+		out.Runs = append(out.Runs, NewRunJSON(run))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ParseListQuery reads GET /v1/runs's query: status, job, namespace, since (a Go
+// duration: created within it), created_after, created_before, updated_after,
+// updated_before (RFC 3339), page_size and page_token. Unknown parameters are refused.
+func ParseListQuery(q url.Values, now time.Time) (*ledger.ListParams, error) {
+	p := &ledger.ListParams{}
+	for k, vs := range q {
+		if len(vs) != 1 {
+			return nil, fmt.Errorf("query parameter %s is given %d times; give it once", quoted(k), len(vs))
+		}
+		v := vs[0]
+		var err error
+		switch k {
+		case "status":
+			p.Status = ledger.Status(v)
+			if !p.Status.Valid() {
+				err = fmt.Errorf("not one of %v", ledger.Statuses())
+			}
+		case "job":
+			p.Job = v
+		case "namespace":
+			p.Namespace = v
+		case "since":
+			var d time.Duration
+			if d, err = time.ParseDuration(v); err == nil && d <= 0 {
+				err = errors.New("not a positive duration")
+			}
+			p.CreatedAfter = now.Add(-d)
+		case "created_after":
+			p.CreatedAfter, err = parseTime(v)
+		case "created_before":
+			p.CreatedBefore, err = parseTime(v)
+		case "updated_after":
+			p.UpdatedAfter, err = parseTime(v)
+		case "updated_before":
+			p.UpdatedBefore, err = parseTime(v)
+		case "page_size":
+			p.PageSize, err = strconv.Atoi(v)
+			if err == nil && (p.PageSize < 1 || p.PageSize > ledger.MaxPageSize) {
+				err = fmt.Errorf("not between 1 and %d", ledger.MaxPageSize)
+			}
+		case "page_token":
+			p.Cursor = v
+		default:
+			return nil, fmt.Errorf("unknown query parameter %s: use status, job, namespace, since, created_after, created_before, updated_after, updated_before, page_size, page_token", quoted(k))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("query parameter %s=%s: %v", k, quoted(v), err)
+		}
+	}
+	if p.ByUpdated() && (!p.CreatedAfter.IsZero() || !p.CreatedBefore.IsZero()) {
+		return nil, errors.New("filter by created_* (or since) or by updated_*, not both")
+	}
+	return p, nil
+}
+
+func parseTime(v string) (time.Time, error) {
+	t, err := ParseRFC3339(v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("not an RFC 3339 time (e.g. 2026-10-16T12:00:00Z): %v", err)
+	}
+	return t, nil
+}
+
+// getRunDetail serves GET /v1/runs/{run_id}: the record, its history and its effects;
+// with view=full (operators only) its payload too.
+func (h *Handler) getRunDetail(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	_, operator, ok := h.who(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("run_id")
+	if !ledger.ValidRunID(id) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("run ID %s is not 64 lower-case hex digits", quoted(id)))
+		return
+	}
+	full := false
+	for k, vs := range r.URL.Query() {
+		switch {
+		case k == "view" && len(vs) == 1 && (vs[0] == "basic" || vs[0] == ""):
+		case k == "view" && len(vs) == 1 && vs[0] == "full":
+			full = true
+		default:
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter %s: the only one is view=basic or view=full", quoted(k)))
+			return
+		}
+	}
+	if full && !operator {
+		writeError(w, http.StatusForbidden, "view=full shows the payload: only operators (-operators) may ask for it")
+		return
+	}
+	gctx, cancel := context.WithTimeout(ctx, h.cfg.LedgerTimeout)
+	defer cancel()
+	d, err := h.detail(gctx, id, full)
+	if err != nil {
+		h.ledgerError(ctx, w, "get run", id, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+// Detail reads what GET /v1/runs/{run_id} shows of a run; withPayload adds its payload.
+func (h *Handler) detail(ctx context.Context, id string, withPayload bool) (*RunDetailJSON, error) {
+	run, err := h.cfg.Ledger.Get(ctx, &ledger.GetParams{RunID: id})
+	if err != nil {
+		return nil, err
+	}
+	d := &RunDetailJSON{RunJSON: NewRunJSON(run), History: run.History, Attempts: ledger.Attempts(run.History)}
+	// The start a Google Cloud API target recorded under the run's effect
+	// (worker.RunEffect); a run without one shows none.
+	if d.Execution, err = ledger.FindRef(ctx, h.cfg.Ledger, id, runEffect); err != nil {
+		h.log.WarnContext(ctx, "get run: the execution's name could not be read", "run_id", id, "error", obs.Clean(err.Error()))
+	}
+	effs, err := h.cfg.Ledger.ListEffects(ctx, &ledger.ListEffectsParams{RunID: id})
+	switch {
+	case errors.Is(err, ledger.ErrUnsupported): // this backend lists none
+	case err != nil:
+		h.log.WarnContext(ctx, "get run: its effects could not be listed", "run_id", id, "error", obs.Clean(err.Error()))
+	}
+	for _, e := range effs {
+		d.Effects = append(d.Effects, EffectJSON{Name: e.Name, Key: e.Key, Status: e.Status, Attempt: e.Attempt, Ref: e.Ref, Created: e.CreatedAt, DoneAt: e.DoneAt})
+	}
+	if withPayload {
+		d.Payload = NewPayloadJSON(run.Payload)
+	}
+	return d, nil
+}
+
+// NewPayloadJSON shows a payload, bounded to MaxDetailPayload bytes.
+func NewPayloadJSON(b []byte) *PayloadJSON {
+	p := &PayloadJSON{Bytes: len(b)}
+	if len(b) > MaxDetailPayload {
+		b, p.Truncated = b[:MaxDetailPayload], true
+	}
+	if utf8.Valid(b) || p.Truncated && utf8.Valid(trimPartialRune(b)) {
+		p.Text = string(trimPartialRune(b))
+	} else {
+		p.Base64 = base64.StdEncoding.EncodeToString(b)
+	}
+	return p
+}
+
+func trimPartialRune(b []byte) []byte {
+	for i := 0; i < utf8.UTFMax && len(b) > 0; i++ {
+		if utf8.Valid(b) {
+			return b
+		}
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// postRun serves POST /v1/runs/{run_id}:{action}.
+func (h *Handler) postRun(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id, action, _ := strings.Cut(r.PathValue("run_id"), ":")
+	if action != ActionRetry && action != ActionCancel && action != ActionRelease {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such action %s: POST /v1/runs/{run_id}:retry, :cancel or :release", quoted(action)))
+		return
+	}
+	if h.cfg.Operators == nil {
+		writeError(w, http.StatusForbidden, "no operators are configured (-operators): nobody may retry, cancel or release runs")
+		return
+	}
+	caller, err := h.cfg.Operators.Authenticate(ctx, r)
+	if err != nil {
+		authError(w, fmt.Errorf("%s needs an operator (-operators): %w", action, err))
+		return
+	}
+	if !ledger.ValidRunID(id) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("run ID %s is not 64 lower-case hex digits", quoted(id)))
+		return
+	}
+	var req ActionRequest
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxActionBody))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes: send {\"reason\": \"…\"}", maxActionBody))
+		return
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("the body is not JSON {\"reason\": \"…\", \"attempt\": N}: %v", err))
+		return
+	}
+	if strings.TrimSpace(req.Reason) == "" {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s needs a reason: send {\"reason\": \"why\"}; the run is unchanged", action))
+		return
+	}
+	actor := caller.Email
+	if actor == "" {
+		actor = "anonymous (authentication off)"
+	}
+	out, status, err := h.Act(ctx, action, &ledger.OperatorParams{
+		RunID: id, Actor: actor, Reason: req.Reason, Attempt: req.Attempt,
+		PickupTimeout: h.cfg.PickupTimeout, Retention: h.cfg.Retention,
+	})
+	if err != nil {
+		h.ledgerError(ctx, w, action+" run", id, err)
+		return
+	}
+	writeJSON(w, status, out)
+}
+
+// Act applies an operator's action to a run and, for a retry or a release, republishes
+// it. A failed republish is not an error: the run is queued with a pickup deadline,
+// and the rescuer republishes it after that (the answer's warning says so).
+func (h *Handler) Act(ctx context.Context, action string, p *ledger.OperatorParams) (*ActionJSON, int, error) {
+	actx, cancel := context.WithTimeout(ctx, h.cfg.LedgerTimeout)
+	defer cancel()
+	var (
+		run *ledger.Run
+		err error
+	)
+	switch action {
+	case ActionRetry:
+		run, err = h.cfg.Ledger.Retry(actx, p)
+	case ActionCancel:
+		run, err = h.cfg.Ledger.Cancel(actx, p)
+	case ActionRelease:
+		run, err = h.cfg.Ledger.OperatorRelease(actx, p)
+	default:
+		return nil, 0, fmt.Errorf("%w: no such action %q", ledger.ErrInvalid, action)
+	}
+	log := h.log.With(slog.String("action", action), slog.String("run_id", p.RunID), slog.String("actor", obs.Clean(p.Actor)), slog.String("reason", obs.Clean(p.Reason)))
+	if err != nil {
+		log.WarnContext(ctx, "operator action refused", slog.String("error", obs.Clean(err.Error())))
+		return nil, 0, err
+	}
+	out := &ActionJSON{RunJSON: NewRunJSON(run)}
+	if action == ActionCancel {
+		log.InfoContext(ctx, "run cancelled by an operator")
+		return out, http.StatusOK, nil
+	}
+	msg := queue.RunMessage(run)
+	msg.Traceparent = obs.Traceparent(ctx)
+	published := h.publish(ctx, msg) == nil
+	out.Republished = &published
+	if !published {
+		out.Warning = fmt.Sprintf("the run is queued but could not be republished now; the rescuer republishes it after its pickup deadline (%s)", run.Deadline.Format(time.RFC3339))
+		log.WarnContext(ctx, "operator action done; republish failed, the rescuer will republish the run", slog.Time("pickup_deadline", run.Deadline))
+	} else {
+		log.InfoContext(ctx, "operator action done; run republished")
+	}
+	return out, http.StatusOK, nil
+}

@@ -1,0 +1,362 @@
+package ingress_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc/oidctest"
+	"github.com/google/uuid"
+
+	"github.com/runonce/runonce/pkg/auth"
+	"github.com/runonce/runonce/pkg/ingress"
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
+)
+
+// operatorBackends are the ledgers the operators' API is tested on: the in-process
+// ones, and PostgreSQL when TEST_DATABASE_URL is set.
+func operatorBackends() []struct {
+	name string
+	open func(tb testing.TB) ledger.Ledger
+} {
+	var out []struct {
+		name string
+		open func(tb testing.TB) ledger.Ledger
+	}
+	for _, b := range backends {
+		out = append(out, struct {
+			name string
+			open func(tb testing.TB) ledger.Ledger
+		}{b.name, func(tb testing.TB) ledger.Ledger { return b.open(tb, nil) }})
+	}
+	for _, b := range serviceBackends() {
+		if b.name == "postgres" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func operatorSetup(t *testing.T, open func(tb testing.TB) ledger.Ledger) *bundle {
+	return setup(t, setupOpts{open: open, namespace: "ops-" + uuid.NewString()[:8], cfg: func(c *ingress.Config) { c.Operators = auth.None{} }})
+}
+
+// failRun posts a run of job and fails its first attempt with msg, through the ledger.
+func (b *bundle) failRun(t *testing.T, job, msg string) string {
+	t.Helper()
+	r := b.do(t, http.MethodPost, "/v1/jobs/"+job, map[string]string{"Idempotency-Key": uuid.NewString()}, `{"invoice":42}`)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("POST /v1/jobs/%s: %d %v", job, r.status, r.body)
+	}
+	id := r.body["run_id"].(string)
+	ctx := t.Context()
+	cur, err := b.led.Get(ctx, &ledger.GetParams{RunID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.led.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, PayloadHash: cur.PayloadHash}, AttemptID: uuid.NewString(), Worker: "host-a/1"})
+	if err != nil || res.Outcome != ledger.OutcomeAcquired {
+		t.Fatalf("Acquire: %v %v", res, err)
+	}
+	if _, err := b.led.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: ledger.Fence{RunID: id, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}, Name: "send-email"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.led.Fail(ctx, &ledger.FailParams{Fence: ledger.Fence{RunID: id, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}, Error: msg}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func TestOperatorsFindUnderstandRetryAndCancel(t *testing.T) {
+	t.Parallel()
+	for _, be := range operatorBackends() {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			b := operatorSetup(t, be.open)
+			job := "send-invoices-" + uuid.NewString()[:6]
+			id := b.failRun(t, job, "smtp: 554 rejected")
+
+			// Find it.
+			r := b.do(t, http.MethodGet, "/v1/runs?status=failed&since=1h&job="+job, nil, "")
+			runs, _ := r.body["runs"].([]any)
+			if r.status != http.StatusOK || len(runs) != 1 || runs[0].(map[string]any)["run_id"] != id {
+				t.Fatalf("GET /v1/runs?status=failed = %d %v; want the failed run", r.status, r.body)
+			}
+			if _, has := runs[0].(map[string]any)["payload"]; has {
+				t.Fatal("the list shows a payload")
+			}
+
+			// Understand it: every attempt, its error, its effects.
+			r = b.do(t, http.MethodGet, "/v1/runs/"+id, nil, "")
+			atts, _ := r.body["attempts"].([]any)
+			effs, _ := r.body["effects"].([]any)
+			if r.status != http.StatusOK || len(atts) != 1 || len(effs) != 1 {
+				t.Fatalf("GET /v1/runs/{id} = %d %v; want one attempt and one effect", r.status, r.body)
+			}
+			a := atts[0].(map[string]any)
+			if a["outcome"] != "failed" || a["error"] != "smtp: 554 rejected" || a["worker"] != "host-a/1" {
+				t.Fatalf("attempt = %v; want failed by host-a/1 with its error", a)
+			}
+			if e := effs[0].(map[string]any); e["name"] != "send-email" || e["status"] != "pending" || e["key"] != ledger.EffectKey(id, "send-email") {
+				t.Fatalf("effect = %v", e)
+			}
+			if _, has := r.body["payload"]; has {
+				t.Fatal("the basic view shows the payload")
+			}
+			r = b.do(t, http.MethodGet, "/v1/runs/"+id+"?view=full", nil, "")
+			if p, _ := r.body["payload"].(map[string]any); r.status != http.StatusOK || p["text"] != `{"invoice":42}` {
+				t.Fatalf("view=full = %d %v; want the payload as text", r.status, r.body)
+			}
+
+			// Retry it: queued, republished, its history says who and why.
+			before := b.published()
+			r = b.do(t, http.MethodPost, "/v1/runs/"+id+":retry", nil, `{"reason":"relay fixed"}`)
+			if r.status != http.StatusOK || r.body["status"] != "queued" || r.body["republished"] != true || r.body["attempts_made"] != 0.0 {
+				t.Fatalf("POST :retry = %d %v; want 200 queued, republished, a fresh budget", r.status, r.body)
+			}
+			if got := b.published(); got != before+1 {
+				t.Fatalf("%d messages published by the retry, want 1", got-before)
+			}
+			r = b.do(t, http.MethodPost, "/v1/runs/"+id+":retry", nil, `{"reason":"again"}`)
+			if r.status != http.StatusConflict || !strings.Contains(r.body["error"].(string), "only a failed run can be retried") {
+				t.Fatalf("a second :retry = %d %v; want 409 naming the rule", r.status, r.body)
+			}
+
+			// Cancel it while queued; a later duplicate answers 200 cancelled.
+			r = b.do(t, http.MethodPost, "/v1/runs/"+id+":cancel", nil, `{"reason":"duplicate invoices"}`)
+			if r.status != http.StatusOK || r.body["status"] != "cancelled" {
+				t.Fatalf("POST :cancel = %d %v; want 200 cancelled", r.status, r.body)
+			}
+			r = b.do(t, http.MethodPost, "/v1/runs/"+id+":release", nil, `{"reason":"free it"}`)
+			if r.status != http.StatusConflict {
+				t.Fatalf("POST :release of a cancelled run = %d %v; want 409", r.status, r.body)
+			}
+			r = b.do(t, http.MethodGet, "/v1/runs/"+id, nil, "")
+			hist, _ := r.body["history"].([]any)
+			last, _ := hist[len(hist)-1].(map[string]any)
+			if last["kind"] != "cancelled" || last["text"] != "duplicate invoices" || last["actor"] != "anonymous (authentication off)" {
+				t.Fatalf("the last history event = %v; want the cancellation, its reason and actor", last)
+			}
+			if n := len(b.listIDs(t, "status=cancelled&job="+job)); n != 1 {
+				t.Fatalf("%d cancelled runs listed, want 1", n)
+			}
+		})
+	}
+}
+
+func TestDuplicateOfACancelledRunAnswers200(t *testing.T) {
+	t.Parallel()
+	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	hdr := map[string]string{"Idempotency-Key": "nightly-1"}
+	r := b.do(t, http.MethodPost, "/v1/jobs/report", hdr, "{}")
+	id := r.body["run_id"].(string)
+	if r = b.do(t, http.MethodPost, "/v1/runs/"+id+":cancel", nil, `{"reason":"must not go out"}`); r.status != http.StatusOK {
+		t.Fatalf(":cancel = %d %v", r.status, r.body)
+	}
+	before := b.published()
+	r = b.do(t, http.MethodPost, "/v1/jobs/report", hdr, "{}")
+	if r.status != http.StatusOK || r.body["status"] != "cancelled" || r.body["duplicate"] != true {
+		t.Fatalf("a duplicate of a cancelled run = %d %v; want 200 cancelled duplicate", r.status, r.body)
+	}
+	if b.published() != before {
+		t.Fatal("a duplicate of a cancelled run was republished")
+	}
+}
+
+func (b *bundle) listIDs(t *testing.T, query string) []string {
+	t.Helper()
+	var ids []string
+	token := ""
+	for range 100 {
+		q := query
+		if token != "" {
+			q += "&page_token=" + url.QueryEscape(token)
+		}
+		r := b.do(t, http.MethodGet, "/v1/runs?"+q, nil, "")
+		if r.status != http.StatusOK {
+			t.Fatalf("GET /v1/runs?%s = %d %v", q, r.status, r.body)
+		}
+		runs, _ := r.body["runs"].([]any)
+		for _, x := range runs {
+			ids = append(ids, x.(map[string]any)["run_id"].(string))
+		}
+		token, _ = r.body["next_page_token"].(string)
+		if token == "" {
+			return ids
+		}
+	}
+	t.Fatal("the listing does not end")
+	return nil
+}
+
+func TestListPaginates(t *testing.T) {
+	t.Parallel()
+	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[1].open(tb, nil) })
+	want := map[string]bool{}
+	for i := range 7 {
+		r := b.do(t, http.MethodPost, "/v1/jobs/pages", map[string]string{"Idempotency-Key": "k" + string(rune('a'+i))}, "{}")
+		want[r.body["run_id"].(string)] = true
+	}
+	ids := b.listIDs(t, "job=pages&page_size=3")
+	if len(ids) != len(want) {
+		t.Fatalf("listed %d runs, want %d", len(ids), len(want))
+	}
+	for _, id := range ids {
+		if !want[id] {
+			t.Fatalf("listed %s, not one of the job's runs", id)
+		}
+		delete(want, id)
+	}
+}
+
+func TestOperatorRequestsNameTheProblem(t *testing.T) {
+	t.Parallel()
+	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	id := b.failRun(t, "job", "boom")
+	absent := strings.Repeat("0", 64)
+	for _, c := range []struct {
+		method, path, body string
+		status             int
+		want               string
+	}{
+		{"GET", "/v1/runs?status=lost", "", 400, "status"},
+		{"GET", "/v1/runs?since=yesterday", "", 400, "since"},
+		{"GET", "/v1/runs?page_size=100000", "", 400, "page_size"},
+		{"GET", "/v1/runs?colour=red", "", 400, "unknown query parameter"},
+		{"GET", "/v1/runs?page_token=junk", "", 400, "cursor"},
+		{"GET", "/v1/runs?created_after=yesterday", "", 400, "RFC 3339"},
+		{"GET", "/v1/runs?since=1h&updated_after=2026-01-01T00:00:00Z", "", 400, "not both"},
+		{"GET", "/v1/runs/" + id + "?view=everything", "", 400, "view"},
+		{"POST", "/v1/runs/" + id + ":retry", `{}`, 400, "needs a reason"},
+		{"POST", "/v1/runs/" + id + ":retry", `reason`, 400, "not JSON"},
+		{"POST", "/v1/runs/" + id + ":explode", `{"reason":"x"}`, 404, "no such action"},
+		{"POST", "/v1/runs/" + id, `{"reason":"x"}`, 404, "no such action"},
+		{"POST", "/v1/runs/" + absent + ":cancel", `{"reason":"x"}`, 404, "no run"},
+		{"POST", "/v1/runs/nope:cancel", `{"reason":"x"}`, 400, "64 lower-case hex"},
+		{"POST", "/v1/runs/" + id + ":cancel", `{"reason":"x"}`, 409, "only a queued or running run can be cancelled"},
+		{"POST", "/v1/runs/" + id + ":retry", `{"reason":"x","attempt":7}`, 409, "not 7"},
+		{"POST", "/v1/runs/" + id + ":retry", `{"reason":"` + strings.Repeat("x", ledger.MaxReason+1) + `"}`, 400, "reason"},
+		{"DELETE", "/v1/runs/" + id, "", 405, "GET, POST"},
+	} {
+		r := b.do(t, c.method, c.path, nil, c.body)
+		msg, _ := r.body["error"].(string)
+		if r.status != c.status || !strings.Contains(msg, c.want) {
+			t.Errorf("%s %.80s %.40s = %d %q; want %d naming %q", c.method, c.path, c.body, r.status, msg, c.status, c.want)
+		}
+	}
+	if got, err := b.led.Get(t.Context(), &ledger.GetParams{RunID: id}); err != nil || got.Status != ledger.StatusFailed {
+		t.Fatalf("after the refused requests the run is %v (%v), want failed", got, err)
+	}
+}
+
+func TestRetryWhosePublishFailsSaysTheRescuerRepublishes(t *testing.T) {
+	t.Parallel()
+	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	id := b.failRun(t, "job", "boom")
+	b.pub.fail.Store(true)
+	r := b.do(t, http.MethodPost, "/v1/runs/"+id+":retry", nil, `{"reason":"again"}`)
+	if r.status != http.StatusOK || r.body["republished"] != false || !strings.Contains(r.body["warning"].(string), "rescuer") {
+		t.Fatalf(":retry with Pub/Sub down = %d %v; want 200, not republished, a warning naming the rescuer", r.status, r.body)
+	}
+	if got, _ := b.led.Get(t.Context(), &ledger.GetParams{RunID: id}); got.Status != ledger.StatusQueued || got.Deadline.IsZero() {
+		t.Fatalf("run = %v; want queued with a pickup deadline", got)
+	}
+}
+
+// unsupportedLedger refuses the operators' methods, as a backend that lacks them does.
+type unsupportedLedger struct {
+	ledger.Ledger
+	no driver.NoOperations
+}
+
+func (u unsupportedLedger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
+	return u.no.List(ctx, p)
+}
+
+func (u unsupportedLedger) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	return u.no.Cancel(ctx, p)
+}
+
+func TestUnsupportedBackendAnswers501(t *testing.T) {
+	t.Parallel()
+	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger {
+		return unsupportedLedger{Ledger: backends[0].open(tb, nil), no: driver.NoOperations{Backend: "test"}}
+	})
+	if r := b.do(t, http.MethodGet, "/v1/runs", nil, ""); r.status != http.StatusNotImplemented || !strings.Contains(r.body["error"].(string), "not supported") {
+		t.Fatalf("GET /v1/runs = %d %v; want 501", r.status, r.body)
+	}
+	id := b.do(t, http.MethodPost, "/v1/jobs/j", map[string]string{"Idempotency-Key": "k"}, "{}").body["run_id"].(string)
+	if r := b.do(t, http.MethodPost, "/v1/runs/"+id+":cancel", nil, `{"reason":"x"}`); r.status != http.StatusNotImplemented {
+		t.Fatalf(":cancel = %d %v; want 501", r.status, r.body)
+	}
+}
+
+func TestReadersAndOperatorsAreAllowedSeparately(t *testing.T) {
+	t.Parallel()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &oidctest.Server{PublicKeys: []oidctest.PublicKey{{PublicKey: key.Public(), KeyID: "k", Algorithm: "RS256"}}}
+	idp := httptest.NewServer(s)
+	t.Cleanup(idp.Close)
+	s.SetIssuer(idp.URL)
+	newOIDC := func(allow string) *auth.OIDC {
+		v, err := auth.NewOIDC(t.Context(), auth.OIDCConfig{Audience: "aud", Allow: []string{allow}, Issuers: []string{idp.URL}, JWKSURL: idp.URL + "/keys"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	tok := func(email string) map[string]string {
+		c, _ := json.Marshal(map[string]any{"iss": idp.URL, "aud": "aud", "sub": "1", "email": email, "email_verified": true,
+			"iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()})
+		return map[string]string{"Authorization": "Bearer " + oidctest.SignIDToken(key, "k", "RS256", string(c))}
+	}
+	b := setup(t, setupOpts{cfg: func(c *ingress.Config) {
+		c.Auth = newOIDC("scheduler@p.iam.gserviceaccount.com")
+		c.Operators = newOIDC("oncall@example.com")
+	}})
+	sched, oncall, other := tok("scheduler@p.iam.gserviceaccount.com"), tok("oncall@example.com"), tok("other@example.com")
+	hdr := tok("scheduler@p.iam.gserviceaccount.com")
+	hdr["Idempotency-Key"] = "k"
+	id := b.do(t, http.MethodPost, "/v1/jobs/j", hdr, "{}").body["run_id"].(string)
+	for _, c := range []struct {
+		name         string
+		hdr          map[string]string
+		method, path string
+		want         int
+	}{
+		{"reader lists", sched, "GET", "/v1/runs", 200},
+		{"operator lists", oncall, "GET", "/v1/runs", 200},
+		{"stranger lists", other, "GET", "/v1/runs", 403},
+		{"nobody lists", nil, "GET", "/v1/runs", 401},
+		{"reader reads", sched, "GET", "/v1/runs/" + id, 200},
+		{"reader asks for the payload", sched, "GET", "/v1/runs/" + id + "?view=full", 403},
+		{"operator asks for the payload", oncall, "GET", "/v1/runs/" + id + "?view=full", 200},
+		{"reader cancels", sched, "POST", "/v1/runs/" + id + ":cancel", 403},
+		{"nobody cancels", nil, "POST", "/v1/runs/" + id + ":cancel", 401},
+		{"operator cancels", oncall, "POST", "/v1/runs/" + id + ":cancel", 200},
+	} {
+		if r := b.do(t, c.method, c.path, c.hdr, `{"reason":"test"}`); r.status != c.want {
+			t.Errorf("%s: %s %s = %d %v, want %d", c.name, c.method, c.path, r.status, r.body, c.want)
+		}
+	}
+	r := b.do(t, http.MethodGet, "/v1/runs/"+id, oncall, "")
+	hist, _ := r.body["history"].([]any)
+	if last, _ := hist[len(hist)-1].(map[string]any); last["actor"] != "oncall@example.com" {
+		t.Fatalf("the cancellation's actor = %v, want the operator's verified email", last["actor"])
+	}
+	nob := setup(t, setupOpts{})
+	if r := nob.do(t, http.MethodPost, "/v1/runs/"+id+":cancel", nil, `{"reason":"x"}`); r.status != http.StatusForbidden || !strings.Contains(r.body["error"].(string), "-operators") {
+		t.Fatalf("an action with no operators configured = %d %v; want 403 naming -operators", r.status, r.body)
+	}
+}

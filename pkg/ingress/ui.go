@@ -1,0 +1,412 @@
+package ingress
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/runonce/runonce/internal/obs"
+	"github.com/runonce/runonce/pkg/auth"
+	"github.com/runonce/runonce/pkg/ledger"
+)
+
+// The dashboard, under /ui/: server-rendered pages (html/template, embedded assets, no
+// JavaScript) on the same ledger, authentication and actions as the API.
+
+//go:embed ui/*.tmpl ui/static/*
+var uiFiles embed.FS
+
+// maxCounted bounds the runs counted per status on the dashboard's first page.
+const maxCounted = 1000
+
+// uiSinces are the "created within" choices of the runs page.
+var uiSinces = []string{"1h", "24h", "168h"}
+
+type uiPage struct {
+	Title, Flash, Error string
+	Caller              string
+	Operator            bool
+}
+
+type uiCount struct {
+	Status ledger.Status
+	N      string
+}
+
+type uiRunsPage struct {
+	uiPage
+	Filter struct {
+		Status, Job, Namespace, Since string
+	}
+	Statuses    []ledger.Status
+	Sinces      []string
+	Counts      []uiCount
+	Runs        []*RunJSON
+	First, Next string
+}
+
+type uiRunPage struct {
+	uiPage
+	*RunDetailJSON
+	// Run is the run's record (the same as the embedded detail's).
+	Run     *RunDetailJSON
+	Actions []string
+}
+
+type uiConfirmPage struct {
+	uiPage
+	Run       *RunJSON
+	Action    string
+	Explain   string
+	MaxReason int
+}
+
+type ui struct {
+	h     *Handler
+	pages map[string]*template.Template
+}
+
+func newUI(h *Handler) (*ui, error) {
+	funcs := template.FuncMap{
+		"short": func(id string) string { return id[:min(12, len(id))] },
+		"clip":  func(s string, n int) string { return clipRunes(s, n) },
+		"title": func(s string) string { return strings.ToUpper(s[:1]) + s[1:] },
+		"when":  func(t time.Time) template.HTML { return when(t, h.cfg.Now()) },
+	}
+	u := &ui{h: h, pages: map[string]*template.Template{}}
+	for _, name := range []string{"runs", "run", "confirm", "error"} {
+		t, err := template.New(name).Funcs(funcs).ParseFS(uiFiles, "ui/layout.tmpl", "ui/"+name+".tmpl")
+		if err != nil {
+			return nil, fmt.Errorf("ingress: dashboard template %s: %w", name, err)
+		}
+		u.pages[name] = t
+	}
+	return u, nil
+}
+
+func (u *ui) routes(mux *http.ServeMux) {
+	static, _ := fs.Sub(uiFiles, "ui/static")
+	mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusMovedPermanently) })
+	mux.HandleFunc("GET /ui/{$}", u.runs)
+	mux.HandleFunc("GET /ui/runs/{run_id}", u.run)
+	mux.HandleFunc("GET /ui/runs/{run_id}/{action}", u.confirm)
+	// A form post from another site must not act with the operator's credentials.
+	mux.Handle("POST /ui/runs/{run_id}/{action}", http.NewCrossOriginProtection().Handler(http.HandlerFunc(u.act)))
+}
+
+// when renders a time for people: relative, with the absolute UTC time under it and
+// in the machine-readable attribute.
+func when(t time.Time, now time.Time) template.HTML {
+	if t.IsZero() {
+		return "—"
+	}
+	abs := t.UTC().Format("2006-01-02 15:04:05 UTC")
+	return template.HTML(fmt.Sprintf(`<time datetime="%s" title="%s">%s<span class="abs">%s</span></time>`,
+		t.UTC().Format(time.RFC3339Nano), abs, template.HTMLEscapeString(relative(t, now)), abs))
+}
+
+func relative(t, now time.Time) string {
+	d := now.Sub(t)
+	future := d < 0
+	if future {
+		d = -d
+	}
+	var s string
+	switch {
+	case d < time.Minute:
+		s = fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		s = fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		s = fmt.Sprintf("%dh %dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	default:
+		s = fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+	}
+	if future {
+		return "in " + s
+	}
+	return s + " ago"
+}
+
+func clipRunes(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func (u *ui) render(w http.ResponseWriter, status int, name string, data any) {
+	var buf bytes.Buffer
+	if err := u.pages[name].ExecuteTemplate(&buf, "layout", data); err != nil {
+		u.h.log.Error("dashboard: render", "page", name, "error", err.Error())
+		http.Error(w, "the page could not be rendered: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "text/html; charset=utf-8")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (u *ui) fail(w http.ResponseWriter, status int, p uiPage, msg string) {
+	p.Title, p.Error = http.StatusText(status), msg
+	u.render(w, status, "error", &p)
+}
+
+// who authenticates a dashboard request as the API does, answering a refusal with a
+// page.
+func (u *ui) who(w http.ResponseWriter, r *http.Request) (uiPage, bool) {
+	ctx := r.Context()
+	if u.h.cfg.Operators != nil {
+		if c, err := u.h.cfg.Operators.Authenticate(ctx, r); err == nil {
+			return uiPage{Caller: c.Email, Operator: true}, true
+		}
+	}
+	c, err := u.h.cfg.Auth.Authenticate(ctx, r)
+	if err != nil {
+		status := http.StatusUnauthorized
+		if errors.Is(err, auth.ErrForbidden) {
+			status = http.StatusForbidden
+		}
+		u.fail(w, status, uiPage{}, err.Error())
+		return uiPage{}, false
+	}
+	return uiPage{Caller: c.Email}, true
+}
+
+// ledgerFailure maps a ledger error to a status and a sentence, as the API does.
+func ledgerFailure(err error, runID string) (int, string) {
+	switch {
+	case errors.Is(err, ledger.ErrInvalid):
+		return http.StatusBadRequest, err.Error()
+	case errors.Is(err, ledger.ErrNotFound):
+		return http.StatusNotFound, fmt.Sprintf("no run %s (never claimed, or deleted after its retention)", runID)
+	case errors.Is(err, ledger.ErrWrongStatus), errors.Is(err, ledger.ErrConflict):
+		return http.StatusConflict, err.Error() + "; the run is unchanged"
+	case errors.Is(err, ledger.ErrUnsupported):
+		return http.StatusNotImplemented, err.Error()
+	}
+	return http.StatusServiceUnavailable, "the ledger is unavailable; nothing was changed, retry later"
+}
+
+func (u *ui) runs(w http.ResponseWriter, r *http.Request) {
+	page, ok := u.who(w, r)
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	q := r.URL.Query()
+	// Empty form fields filter nothing.
+	for k, vs := range q {
+		if len(vs) == 1 && vs[0] == "" {
+			q.Del(k)
+		}
+	}
+	p := &uiRunsPage{uiPage: page, Statuses: ledger.Statuses(), Sinces: uiSinces}
+	p.Title = "Runs"
+	p.Filter.Status, p.Filter.Job, p.Filter.Namespace, p.Filter.Since = q.Get("status"), q.Get("job"), q.Get("namespace"), q.Get("since")
+	lp, err := ParseListQuery(q, u.h.cfg.Now())
+	if err != nil {
+		u.fail(w, http.StatusBadRequest, page, err.Error())
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, u.h.cfg.LedgerTimeout)
+	defer cancel()
+	res, err := u.h.cfg.Ledger.List(lctx, lp)
+	if err != nil {
+		status, msg := ledgerFailure(err, "")
+		if status == http.StatusServiceUnavailable {
+			u.h.log.ErrorContext(ctx, "dashboard: list runs", "error", obs.Clean(err.Error()))
+		}
+		u.fail(w, status, page, msg)
+		return
+	}
+	for _, run := range res.Runs {
+		p.Runs = append(p.Runs, NewRunJSON(run))
+	}
+	if res.Next != "" {
+		nq := cloneValues(q)
+		nq.Set("page_token", res.Next)
+		p.Next = "/ui/?" + nq.Encode()
+	}
+	if q.Has("page_token") {
+		fq := cloneValues(q)
+		fq.Del("page_token")
+		p.First = "/ui/?" + fq.Encode()
+	}
+	p.Counts = u.counts(lctx)
+	u.render(w, http.StatusOK, "runs", p)
+}
+
+func cloneValues(q url.Values) url.Values {
+	out := url.Values{}
+	for k, vs := range q {
+		out[k] = append([]string(nil), vs...)
+	}
+	return out
+}
+
+// counts counts the runs of each status created in the last 24 hours, up to maxCounted
+// each (one indexed listing per status).
+func (u *ui) counts(ctx context.Context) []uiCount {
+	since := u.h.cfg.Now().Add(-24 * time.Hour)
+	var out []uiCount
+	for _, s := range ledger.Statuses() {
+		n, cursor, more := 0, "", true
+		for more && n < maxCounted {
+			res, err := u.h.cfg.Ledger.List(ctx, &ledger.ListParams{Status: s, CreatedAfter: since, PageSize: ledger.MaxPageSize, Cursor: cursor})
+			if err != nil {
+				return nil
+			}
+			n += len(res.Runs)
+			cursor, more = res.Next, res.Next != ""
+		}
+		c := uiCount{Status: s, N: strconv.Itoa(n)}
+		if more {
+			c.N = strconv.Itoa(n) + "+"
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// actionsFor are the actions a run's status allows.
+func actionsFor(s ledger.Status) []string {
+	switch s {
+	case ledger.StatusFailed:
+		return []string{ActionRetry}
+	case ledger.StatusQueued:
+		return []string{ActionCancel}
+	case ledger.StatusRunning:
+		return []string{ActionCancel, ActionRelease}
+	}
+	return nil
+}
+
+func (u *ui) run(w http.ResponseWriter, r *http.Request) {
+	page, ok := u.who(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("run_id")
+	if !ledger.ValidRunID(id) {
+		u.fail(w, http.StatusBadRequest, page, fmt.Sprintf("run ID %s is not 64 lower-case hex digits", quoted(id)))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), u.h.cfg.LedgerTimeout)
+	defer cancel()
+	d, err := u.h.detail(ctx, id, page.Operator)
+	if err != nil {
+		status, msg := ledgerFailure(err, id)
+		u.fail(w, status, page, msg)
+		return
+	}
+	p := &uiRunPage{uiPage: page, RunDetailJSON: d, Run: d}
+	p.Title = d.Job + " " + id[:12]
+	if page.Operator {
+		p.Actions = actionsFor(d.Status)
+	}
+	switch done := r.URL.Query().Get("done"); done {
+	case ActionRetry:
+		p.Flash = "Retried: the run is queued again with a fresh attempt budget."
+	case ActionCancel:
+		p.Flash = "Cancelled: the run will not run; a running attempt stops at its next renewal."
+	case ActionRelease:
+		p.Flash = "Released: the run is queued again and republished."
+	}
+	if w := r.URL.Query().Get("warning"); w != "" {
+		p.Error = clipRunes(w, 300)
+	}
+	u.render(w, http.StatusOK, "run", p)
+}
+
+var explanations = map[string]string{
+	ActionRetry:   "The run goes back to queued with a fresh attempt budget and is republished. Effects it already did stay done: they are not done again.",
+	ActionCancel:  "The run becomes cancelled and never runs again. If an attempt is running, it learns at its next lease renewal; nothing it writes after that lands.",
+	ActionRelease: "Use this when the worker holding the run is gone. Its lease ends now, the run is queued again and republished; the old holder can no longer write.",
+}
+
+func (u *ui) confirm(w http.ResponseWriter, r *http.Request) {
+	page, ok := u.who(w, r)
+	if !ok {
+		return
+	}
+	id, action := r.PathValue("run_id"), r.PathValue("action")
+	if _, known := explanations[action]; !known || !ledger.ValidRunID(id) {
+		u.fail(w, http.StatusNotFound, page, "no such page: the actions are retry, cancel and release of a run")
+		return
+	}
+	if !page.Operator {
+		u.fail(w, http.StatusForbidden, page, "only operators (-operators) may "+action+" runs")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), u.h.cfg.LedgerTimeout)
+	defer cancel()
+	run, err := u.h.cfg.Ledger.Get(ctx, &ledger.GetParams{RunID: id})
+	if err != nil {
+		status, msg := ledgerFailure(err, id)
+		u.fail(w, status, page, msg)
+		return
+	}
+	p := &uiConfirmPage{uiPage: page, Run: NewRunJSON(run), Action: action, Explain: explanations[action], MaxReason: ledger.MaxReason}
+	p.Title = action + " " + id[:12]
+	u.render(w, http.StatusOK, "confirm", p)
+}
+
+func (u *ui) act(w http.ResponseWriter, r *http.Request) {
+	page, ok := u.who(w, r)
+	if !ok {
+		return
+	}
+	id, action := r.PathValue("run_id"), r.PathValue("action")
+	if _, known := explanations[action]; !known || !ledger.ValidRunID(id) {
+		u.fail(w, http.StatusNotFound, page, "no such action: the actions are retry, cancel and release of a run")
+		return
+	}
+	if !page.Operator {
+		u.fail(w, http.StatusForbidden, page, "only operators (-operators) may "+action+" runs")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxActionBody)
+	if err := r.ParseForm(); err != nil {
+		u.fail(w, http.StatusBadRequest, page, "the form could not be read: "+err.Error())
+		return
+	}
+	reason := strings.TrimSpace(r.PostForm.Get("reason"))
+	attempt, _ := strconv.ParseInt(r.PostForm.Get("attempt"), 10, 64)
+	if reason == "" {
+		u.fail(w, http.StatusBadRequest, page, "a reason is required; the run is unchanged")
+		return
+	}
+	actor := page.Caller
+	if actor == "" {
+		actor = "anonymous (authentication off)"
+	}
+	out, _, err := u.h.Act(r.Context(), action, &ledger.OperatorParams{
+		RunID: id, Actor: actor, Reason: reason, Attempt: attempt,
+		PickupTimeout: u.h.cfg.PickupTimeout, Retention: u.h.cfg.Retention,
+	})
+	if err != nil {
+		status, msg := ledgerFailure(err, id)
+		u.fail(w, status, page, msg)
+		return
+	}
+	target := "/ui/runs/" + id + "?done=" + action
+	if out.Warning != "" {
+		target += "&warning=" + url.QueryEscape(out.Warning)
+	}
+	http.Redirect(w, r, target, http.StatusSeeOther)
+}

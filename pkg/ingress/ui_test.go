@@ -1,0 +1,253 @@
+package ingress_test
+
+import (
+	"context"
+	"flag"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
+
+	"github.com/runonce/runonce/pkg/ledger"
+)
+
+var updateScreenshots = flag.Bool("update-screenshots", false, "rewrite the dashboard's screenshots in docs/img")
+
+// browser starts headless Chromium (Debian's package; scripts/test.sh installs it) with
+// JavaScript disabled: the dashboard must work without it.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no chromium under CI=true: scripts/test.sh installs Debian's chromium")
+		}
+		t.Skip("install chromium (apt-get install chromium) to run the dashboard's browser tests")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.WindowSize(1280, 900), chromedp.Flag("disable-gpu", true))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	ctx, cancel2 := chromedp.NewContext(actx)
+	t.Cleanup(cancel2)
+	ctx, cancel3 := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(cancel3)
+	if err := chromedp.Run(ctx, emulation.SetScriptExecutionDisabled(true)); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx
+}
+
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	var png []byte
+	if err := chromedp.Run(ctx, chromedp.FullScreenshot(&png, 100)); err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	dir := t.TempDir()
+	if *updateScreenshots {
+		dir = filepath.Join("..", "..", "docs", "img")
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDashboardInABrowser(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[1].open(tb, nil) })
+	// A night's runs: completed ones, a failed invoice run with an effect, a queued one.
+	for i := range 3 {
+		r := b.do(t, http.MethodPost, "/v1/jobs/daily-report", map[string]string{"Idempotency-Key": "report-" + string(rune('a'+i))}, "{}")
+		id := r.body["run_id"].(string)
+		cur, _ := b.led.Get(t.Context(), &ledger.GetParams{RunID: id})
+		res, err := b.led.Acquire(t.Context(), &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, PayloadHash: cur.PayloadHash}, AttemptID: uuid.NewString(), Worker: "worker-7f9c/1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.led.Complete(t.Context(), &ledger.CompleteParams{Fence: ledger.Fence{RunID: id, Attempt: 1, AttemptID: res.Run.AttemptID}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failed := b.failRun(t, "send-invoices", "POST https://billing.internal/run-invoices: 503 Service Unavailable: upstream timed out")
+	queued := b.do(t, http.MethodPost, "/v1/jobs/send-reminders", map[string]string{"Idempotency-Key": "reminders-2026-12-01"}, "{}").body["run_id"].(string)
+
+	var title, counts, rows, url1 string
+	err := chromedp.Run(ctx,
+		chromedp.Navigate(b.srv.URL+"/ui/"),
+		chromedp.Title(&title),
+		chromedp.Evaluate(`document.querySelector(".counts ul").textContent.replace(/\s+/g, " ")`, &counts),
+		chromedp.Text("table.runs tbody", &rows, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if title != "Runs · runonce" || !strings.Contains(counts, "1 failed") || !strings.Contains(counts, "3 completed") || !strings.Contains(counts, "1 queued") {
+		t.Fatalf("runs page: title %q, counts %q", title, counts)
+	}
+	if !strings.Contains(rows, "send-invoices") || !strings.Contains(rows, "daily-report") || !strings.Contains(rows, "503 Service Unavailable") {
+		t.Fatalf("runs table = %q", rows)
+	}
+	screenshot(t, ctx, "dashboard-runs.png")
+
+	// Filter by status with the form.
+	var nrows int
+	err = chromedp.Run(ctx,
+		chromedp.SetValue(`select[name="status"]`, "failed", chromedp.ByQuery),
+		chromedp.Click(`form.filters button[type="submit"]`, chromedp.ByQuery),
+		// The unfiltered page has the table too: wait for the filtered page, whose
+		// status option the server rendered selected (setting the value does not add the
+		// attribute).
+		chromedp.WaitReady(`select[name="status"] option[value="failed"][selected]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`table.runs`, chromedp.ByQuery),
+		chromedp.Location(&url1),
+		chromedp.Evaluate(`document.querySelectorAll("table.runs tbody tr").length`, &nrows),
+		chromedp.Text("table.runs tbody", &rows, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(url1, "status=failed") || nrows != 1 || !strings.Contains(rows, "send-invoices") {
+		t.Fatalf("after filtering on failed: %s, %d rows %q", url1, nrows, rows)
+	}
+
+	// Open the run: the error first, then its attempts and effects.
+	var firstSection, attempts, effects string
+	err = chromedp.Run(ctx,
+		chromedp.Click(`table.runs tbody a`, chromedp.ByQuery),
+		chromedp.WaitVisible(`section.lasterror`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelector("main h1 + section").className`, &firstSection),
+		chromedp.Text(`ol.timeline`, &attempts, chromedp.ByQuery),
+		chromedp.Text(`section[aria-labelledby="eff-h"]`, &effects, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if firstSection != "lasterror" || !strings.Contains(attempts, "worker-7f9c/1") && !strings.Contains(attempts, "host-a/1") || !strings.Contains(attempts, "FAILED") && !strings.Contains(attempts, "failed") {
+		t.Fatalf("run page: first section %q, attempts %q", firstSection, attempts)
+	}
+	if !strings.Contains(effects, "send-email") || !strings.Contains(effects, ledger.EffectKey(failed, "send-email")) {
+		t.Fatalf("run page effects = %q", effects)
+	}
+	screenshot(t, ctx, "dashboard-run.png")
+
+	// Retry it from the keyboard: the action's link, a reason, Tab to the button, Enter.
+	var flash, status string
+	err = chromedp.Run(ctx,
+		chromedp.Click(`a.action-retry`, chromedp.ByQuery),
+		chromedp.WaitVisible(`textarea#reason`, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	screenshot(t, ctx, "dashboard-confirm.png")
+	err = chromedp.Run(ctx,
+		chromedp.Focus(`textarea#reason`, chromedp.ByQuery),
+		chromedp.SendKeys(`textarea#reason`, "billing is back up", chromedp.ByQuery),
+		chromedp.KeyEvent("\t"),
+		chromedp.KeyEvent("\r"),
+		chromedp.WaitVisible(`p.flash`, chromedp.ByQuery),
+		chromedp.Text(`p.flash`, &flash, chromedp.ByQuery),
+		chromedp.Text(`main h1 .badge`, &status, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(flash, "Retried") || !strings.EqualFold(status, "queued") {
+		t.Fatalf("after retry: flash %q, status %q", flash, status)
+	}
+	if r, _ := b.led.Get(t.Context(), &ledger.GetParams{RunID: failed}); r.Status != ledger.StatusQueued || r.History[len(r.History)-1].Text != "billing is back up" {
+		t.Fatalf("the ledger has the run %s, last event %+v", r.Status, r.History[len(r.History)-1])
+	}
+
+	// Cancel the queued run.
+	err = chromedp.Run(ctx,
+		chromedp.Navigate(b.srv.URL+"/ui/runs/"+queued+"/cancel"),
+		chromedp.SendKeys(`textarea#reason`, "reminders go out tomorrow", chromedp.ByQuery),
+		chromedp.Click(`form.confirm button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`p.flash`, chromedp.ByQuery),
+		chromedp.Text(`main h1 .badge`, &status, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.EqualFold(status, "cancelled") {
+		t.Fatalf("after cancel the page shows %q", status)
+	}
+	if r, _ := b.led.Get(t.Context(), &ledger.GetParams{RunID: queued}); r.Status != ledger.StatusCancelled {
+		t.Fatalf("the ledger has the run %s, want cancelled", r.Status)
+	}
+}
+
+func TestDashboardRefusesWhatItMust(t *testing.T) {
+	t.Parallel()
+	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	id := b.failRun(t, "job", "boom")
+	post := func(origin string, form url.Values) int {
+		req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/ui/runs/"+id+"/retry", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+			req.Header.Set("Sec-Fetch-Site", "cross-site")
+		}
+		resp, err := b.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := post("https://evil.example", url.Values{"reason": {"x"}}); got != http.StatusForbidden {
+		t.Fatalf("a cross-site form post = %d, want 403", got)
+	}
+	if got := post("", url.Values{}); got != http.StatusBadRequest {
+		t.Fatalf("a post without a reason = %d, want 400", got)
+	}
+	if got := post("", url.Values{"reason": {"x"}, "attempt": {"9"}}); got != http.StatusConflict {
+		t.Fatalf("a post for another attempt than the run's = %d, want 409", got)
+	}
+	if r, _ := b.led.Get(t.Context(), &ledger.GetParams{RunID: id}); r.Status != ledger.StatusFailed {
+		t.Fatalf("after refused posts the run is %s", r.Status)
+	}
+	for path, want := range map[string]int{
+		"/ui/runs/" + id:                      200,
+		"/ui/runs/nope":                       400,
+		"/ui/runs/" + strings.Repeat("0", 64): 404,
+		"/ui/runs/" + id + "/explode":         404,
+		"/ui/?status=lost":                    400,
+		"/ui/static/style.css":                200,
+	} {
+		resp, err := b.srv.Client().Get(b.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	reader := setup(t, setupOpts{})
+	resp, err := reader.srv.Client().Get(reader.srv.URL + "/ui/runs/" + id + "/retry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("the confirmation page for a reader = %d, want 403", resp.StatusCode)
+	}
+}

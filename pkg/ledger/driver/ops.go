@@ -1,0 +1,298 @@
+package driver
+
+import (
+	"cmp"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/runonce/runonce/pkg/ledger"
+)
+
+// This file holds the rules of the operators' side of the ledger: the history a
+// transition adds to its run, the three operator transitions (retry, cancel, release),
+// and the listing's cursor and filters.
+
+// Op names a transition, for Record.
+type Op string
+
+// The transitions that Record turns into events.
+const (
+	OpClaim           Op = "claim"
+	OpExpedite        Op = "expedite"
+	OpAcquire         Op = "acquire"
+	OpRenew           Op = "renew"
+	OpComplete        Op = "complete"
+	OpRelease         Op = "release"
+	OpFail            Op = "fail"
+	OpRescue          Op = "rescue"
+	OpRetry           Op = "retry"
+	OpCancel          Op = "cancel"
+	OpOperatorRelease Op = "operator_release"
+)
+
+// Note is what a transition's parameters add to its events.
+type Note struct {
+	Worker string
+	Actor  string
+	Reason string
+}
+
+// Record returns the events a transition from cur to next (the record a backend is
+// about to write; nil when it writes nothing) adds to the run's history. Renewals and
+// expedites add none.
+func Record(op Op, cur, next *ledger.Run, now time.Time, n Note) []ledger.Event {
+	if next == nil {
+		return nil
+	}
+	now = Micros(now)
+	ev := func(k ledger.EventKind, attempt int64, text string) ledger.Event {
+		return ledger.Event{At: now, Kind: k, Attempt: attempt, Text: ClipText(text)}
+	}
+	switch op {
+	case OpClaim:
+		return []ledger.Event{ev(ledger.EventClaimed, 0, "")}
+	case OpAcquire:
+		var out []ledger.Event
+		if cur != nil && cur.Status == ledger.StatusRunning {
+			out = append(out, ev(ledger.EventLeaseLost, cur.Attempt, next.LastError))
+		}
+		s := ev(ledger.EventStarted, next.Attempt, "")
+		s.Worker = ClipText(n.Worker)
+		return append(out, s)
+	case OpComplete:
+		return []ledger.Event{ev(ledger.EventCompleted, next.Attempt, "")}
+	case OpFail:
+		return []ledger.Event{ev(ledger.EventFailed, next.Attempt, next.LastError)}
+	case OpRelease:
+		return []ledger.Event{ev(ledger.EventReleased, next.Attempt, next.LastError)}
+	case OpRescue:
+		if cur != nil && cur.Status == ledger.StatusRunning {
+			return []ledger.Event{ev(ledger.EventLeaseLost, cur.Attempt, next.LastError)}
+		}
+		return []ledger.Event{ev(ledger.EventRescued, next.Attempt, "")}
+	case OpRetry, OpCancel, OpOperatorRelease:
+		k := map[Op]ledger.EventKind{OpRetry: ledger.EventRetried, OpCancel: ledger.EventCancelled, OpOperatorRelease: ledger.EventOperatorReleased}[op]
+		e := ev(k, next.Attempt, n.Reason)
+		e.Actor = ClipText(n.Actor)
+		return []ledger.Event{e}
+	}
+	return nil
+}
+
+// record adds the events of a transition from cur to next to next's history (next is
+// the record about to be written; nil when nothing is). Every Apply function that
+// changes a run's state calls it on its way out, so that a backend built on them keeps
+// the history without a line of its own.
+func record(next, cur *ledger.Run, op Op, now time.Time, n Note) {
+	if next == nil {
+		return
+	}
+	var h []ledger.Event
+	if cur != nil {
+		h = cur.History
+	}
+	next.History = AppendHistory(h, Record(op, cur, next, now, n)...)
+}
+
+// AppendHistory returns h with evs appended, keeping the latest ledger.MaxHistory.
+func AppendHistory(h []ledger.Event, evs ...ledger.Event) []ledger.Event {
+	if len(evs) == 0 {
+		return h
+	}
+	out := append(append(make([]ledger.Event, 0, len(h)+len(evs)), h...), evs...)
+	if len(out) > ledger.MaxHistory {
+		out = out[len(out)-ledger.MaxHistory:]
+	}
+	return out
+}
+
+// ClipText bounds s to ledger.MaxEventText bytes, on a rune boundary.
+func ClipText(s string) string {
+	if len(s) <= ledger.MaxEventText {
+		return s
+	}
+	cut := ledger.MaxEventText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+// ValidateOperator checks an operator action's parameters.
+func ValidateOperator(p *ledger.OperatorParams) error {
+	if !ledger.ValidRunID(p.RunID) {
+		return Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	}
+	if strings.TrimSpace(p.Actor) == "" {
+		return Invalidf("run %s: an operator's action needs the actor", p.RunID)
+	}
+	if strings.TrimSpace(p.Reason) == "" {
+		return Invalidf("run %s: an operator's action needs a reason", p.RunID)
+	}
+	if len(p.Reason) > ledger.MaxReason {
+		return Invalidf("run %s: the reason is %d bytes, the limit is %d", p.RunID, len(p.Reason), ledger.MaxReason)
+	}
+	return nil
+}
+
+func operatorGuard(cur *ledger.Run, p *ledger.OperatorParams, action string, from ...ledger.Status) error {
+	if err := ValidateOperator(p); err != nil {
+		return err
+	}
+	if cur == nil {
+		return fmt.Errorf("%w: run %s", ledger.ErrNotFound, p.RunID)
+	}
+	if p.Attempt != 0 && cur.Attempt != p.Attempt {
+		return fmt.Errorf("%w: run %s is at attempt %d, not %d: look at it again", ledger.ErrConflict, p.RunID, cur.Attempt, p.Attempt)
+	}
+	for _, s := range from {
+		if cur.Status == s {
+			return nil
+		}
+	}
+	names := make([]string, len(from))
+	for i, s := range from {
+		names[i] = string(s)
+	}
+	return fmt.Errorf("%w: run %s is %s; only a %s run can be %s", ledger.ErrWrongStatus, p.RunID, cur.Status, strings.Join(names, " or "), action)
+}
+
+// ApplyRetry returns a failed run to queued with a fresh attempt budget.
+func ApplyRetry(cur *ledger.Run, p *ledger.OperatorParams, now time.Time) (next *ledger.Run, err error) {
+	defer func() { record(next, cur, OpRetry, now, Note{Actor: p.Actor, Reason: p.Reason}) }()
+	now = Micros(now)
+	if err := operatorGuard(cur, p, "retried", ledger.StatusFailed); err != nil {
+		return nil, err
+	}
+	r := *cur
+	r.Status = ledger.StatusQueued
+	r.AttemptsMade = 0
+	r.AttemptID = ""
+	r.NotBefore = time.Time{}
+	r.CompletedAt = time.Time{}
+	r.Deadline = Micros(now.Add(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)))
+	touch(&r, now, p.Retention)
+	return &r, nil
+}
+
+// ApplyCancel makes a queued or running run cancelled.
+func ApplyCancel(cur *ledger.Run, p *ledger.OperatorParams, now time.Time) (next *ledger.Run, err error) {
+	defer func() { record(next, cur, OpCancel, now, Note{Actor: p.Actor, Reason: p.Reason}) }()
+	now = Micros(now)
+	if err := operatorGuard(cur, p, "cancelled", ledger.StatusQueued, ledger.StatusRunning); err != nil {
+		return nil, err
+	}
+	r := *cur
+	r.Status = ledger.StatusCancelled
+	r.Deadline = time.Time{}
+	r.NotBefore = time.Time{}
+	r.CompletedAt = now
+	touch(&r, now, p.Retention)
+	return &r, nil
+}
+
+// ApplyOperatorRelease ends the lease of a running run now and queues it again.
+func ApplyOperatorRelease(cur *ledger.Run, p *ledger.OperatorParams, now time.Time) (next *ledger.Run, err error) {
+	defer func() { record(next, cur, OpOperatorRelease, now, Note{Actor: p.Actor, Reason: p.Reason}) }()
+	now = Micros(now)
+	if err := operatorGuard(cur, p, "released", ledger.StatusRunning); err != nil {
+		return nil, err
+	}
+	r := *cur
+	r.Status = ledger.StatusQueued
+	r.AttemptsMade++
+	r.LastError = ClipText(fmt.Sprintf("attempt %d released by %s: %s", cur.Attempt, p.Actor, p.Reason))
+	r.AttemptID = ""
+	r.NotBefore = time.Time{}
+	r.Deadline = Micros(now.Add(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)))
+	touch(&r, now, p.Retention)
+	return &r, nil
+}
+
+// Position is where a listing stands: the sort time and run ID of the last run of a
+// page. Runs come in (time, run ID) descending order.
+type Position struct {
+	At    time.Time
+	RunID string
+}
+
+// ValidateList checks a listing's parameters and returns its page size and the position
+// its cursor continues after (zero for the first page).
+func ValidateList(p *ledger.ListParams) (int, Position, error) {
+	if p.Status != "" && !p.Status.Valid() {
+		return 0, Position{}, Invalidf("status %q is not one of queued, running, completed, failed, cancelled", p.Status)
+	}
+	if p.ByUpdated() && (!p.CreatedAfter.IsZero() || !p.CreatedBefore.IsZero()) {
+		return 0, Position{}, Invalidf("filter by creation or by update time, not both")
+	}
+	if p.PageSize < 0 || p.PageSize > ledger.MaxPageSize {
+		return 0, Position{}, Invalidf("page size %d is not between 1 and %d", p.PageSize, ledger.MaxPageSize)
+	}
+	size := cmp.Or(p.PageSize, ledger.DefaultPageSize)
+	if p.Cursor == "" {
+		return size, Position{}, nil
+	}
+	pos, err := decodeCursor(p.Cursor)
+	if err != nil {
+		return 0, Position{}, Invalidf("cursor %q is not one this ledger made: %v", p.Cursor, err)
+	}
+	return size, pos, nil
+}
+
+// Matches reports whether r passes p's filters and comes after pos (for backends that
+// filter in process).
+func Matches(p *ledger.ListParams, r *ledger.Run, pos Position) bool {
+	switch {
+	case p.Status != "" && r.Status != p.Status,
+		p.Job != "" && r.Job != p.Job,
+		p.Namespace != "" && r.Namespace != p.Namespace,
+		!p.CreatedAfter.IsZero() && r.CreatedAt.Before(Micros(p.CreatedAfter)),
+		!p.CreatedBefore.IsZero() && !r.CreatedAt.Before(Micros(p.CreatedBefore)),
+		!p.UpdatedAfter.IsZero() && r.UpdatedAt.Before(Micros(p.UpdatedAfter)),
+		!p.UpdatedBefore.IsZero() && !r.UpdatedAt.Before(Micros(p.UpdatedBefore)):
+		return false
+	}
+	return pos.RunID == "" || ComparePosition(Position{At: p.SortTime(r), RunID: r.ID}, pos) < 0
+}
+
+// ComparePosition orders positions as a listing does, ascending: a listing returns
+// them in descending order.
+func ComparePosition(a, b Position) int {
+	return cmp.Or(a.At.Compare(b.At), strings.Compare(a.RunID, b.RunID))
+}
+
+// Page cuts a listing's candidates (already filtered, in descending order, at most
+// size+1 of them) to a page and its next cursor.
+func Page(p *ledger.ListParams, runs []*ledger.Run, size int) *ledger.ListResult {
+	if len(runs) <= size {
+		return &ledger.ListResult{Runs: runs}
+	}
+	runs = runs[:size]
+	last := runs[len(runs)-1]
+	return &ledger.ListResult{Runs: runs, Next: EncodeCursor(Position{At: p.SortTime(last), RunID: last.ID})}
+}
+
+// EncodeCursor returns the opaque cursor of pos.
+func EncodeCursor(pos Position) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(pos.At.UnixMicro(), 10) + "." + pos.RunID))
+}
+
+func decodeCursor(c string) (Position, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return Position{}, err
+	}
+	us, id, ok := strings.Cut(string(b), ".")
+	if !ok || !ledger.ValidRunID(id) {
+		return Position{}, fmt.Errorf("no run ID")
+	}
+	n, err := strconv.ParseInt(us, 10, 64)
+	if err != nil {
+		return Position{}, err
+	}
+	return Position{At: time.UnixMicro(n).UTC(), RunID: id}, nil
+}

@@ -1,0 +1,46 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/runonce/runonce/pkg/ledger"
+)
+
+// NoOperations implements the operators' methods of ledger.Ledger (List, ListEffects, Retry,
+// Cancel, OperatorRelease) by refusing them with ledger.ErrUnsupported. A backend that does
+// not implement them yet embeds it; the conformance suite checks the refusal
+// (ledgertest.Harness.Operations false).
+type NoOperations struct {
+	// Backend names the backend in the errors.
+	Backend string
+}
+
+func (n NoOperations) refuse(op string) error {
+	return fmt.Errorf("%w: %s on %s (this backend does not serve listing runs and the operators' actions yet)", ledger.ErrUnsupported, op, n.Backend)
+}
+
+// List implements ledger.Ledger.
+func (n NoOperations) List(context.Context, *ledger.ListParams) (*ledger.ListResult, error) {
+	return nil, n.refuse("list runs")
+}
+
+// ListEffects implements ledger.Ledger.
+func (n NoOperations) ListEffects(context.Context, *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
+	return nil, n.refuse("list effects")
+}
+
+// Retry implements ledger.Ledger.
+func (n NoOperations) Retry(context.Context, *ledger.OperatorParams) (*ledger.Run, error) {
+	return nil, n.refuse("retry")
+}
+
+// Cancel implements ledger.Ledger.
+func (n NoOperations) Cancel(context.Context, *ledger.OperatorParams) (*ledger.Run, error) {
+	return nil, n.refuse("cancel")
+}
+
+// OperatorRelease implements ledger.Ledger.
+func (n NoOperations) OperatorRelease(context.Context, *ledger.OperatorParams) (*ledger.Run, error) {
+	return nil, n.refuse("release")
+}

@@ -1,0 +1,158 @@
+// Package firestoreledger is the ledger backend on Cloud Firestore (Native mode): no
+// operation, and it scales by itself. It passes the ledgertest conformance suite against
+// the official Firestore emulator.
+//
+// # Opening
+//
+// Open it by URL with ledger.Open("firestore://PROJECT[/DATABASE][?prefix=PREFIX]") (the
+// package registers the scheme in init; link it in with a blank import), or wrap a
+// client of your own with New. The only query parameter is prefix, prepended to the
+// collection names; any other is an error that names it. Credentials come from the
+// environment (Application Default Credentials), never from the URL. With
+// FIRESTORE_EMULATOR_HOST set the client talks to the emulator.
+//
+// # Document layout
+//
+// A run is one document in the collection PREFIX+"runs" whose ID is the run ID (64 hex
+// digits: always a valid document ID). Its fields:
+//
+//	namespace, job, key     string     the run's identity
+//	schedule_time           timestamp  null when the run is keyed by a caller key
+//	payload_hash, payload   string, bytes
+//	status                  string     queued | running | completed | failed | cancelled
+//	attempt                 integer    the fencing number, bumped by every worker claim
+//	attempt_id              string     the current claim's ID
+//	deadline                timestamp  pickup deadline (queued) or lease expiry (running); null when terminal
+//	not_before              timestamp  Retry-After of a released run; null otherwise
+//	attempts_made           integer
+//	last_error              string
+//	result                  bytes      what the completed attempt returned (JSON); null for none
+//	progress                bytes      how far the run's work has got (JSON); null for none
+//	created_at, updated_at  timestamp  the claim's are the server's time as estimated (see below)
+//	completed_at            timestamp  null until completed or failed
+//	expire_at               timestamp  last write + retention: the TTL policy's field
+//	effect_seq              integer    bumped by every effect write, to fence it (below)
+//	history                 string     the run's latest events (ledger.Run.History) as JSON
+//
+// An effect is one document in PREFIX+"effects" whose ID is ledger.EffectKey(run ID,
+// name), with run_id, name, status (pending | done), attempt, created_at, updated_at,
+// done_at and expire_at.
+//
+// A payload is stored in the run document, and a Firestore document holds at most
+// 1 MiB with its result (at most ledger.MaxResult): payloads near that size are refused
+// (ledger.ErrInvalid), and a result that would push the document over it cannot be
+// stored (ledger.ErrTooLarge at Complete). Keep the ingress's
+// -max-body well below it.
+//
+// # Indexes and TTL
+//
+// ListRescue runs exactly one query (Ledger.RescueQuery):
+//
+//	status in [queued, running] AND deadline < T ORDER BY deadline ASC LIMIT n
+//
+// which needs a composite index on the runs collection:
+//
+//	gcloud firestore indexes composite create --database=DATABASE \
+//	  --collection-group=PREFIXruns --query-scope=COLLECTION \
+//	  --field-config=field-path=status,order=ascending \
+//	  --field-config=field-path=deadline,order=ascending
+//
+// The operators' listing (Ledger.ListQuery) needs, for each of status, job and
+// namespace, the composite indexes (FIELD ASC, created_at DESC) and (FIELD ASC,
+// updated_at DESC); a run's effects (Ledger.EffectsQuery) need (run_id ASC, name ASC)
+// on the effects collection. deploy/terraform declares all of them.
+//
+// Without it Firestore answers FAILED_PRECONDITION and ListRescue returns an error that
+// says so (the emulator needs no index). Sweep queries expire_at < T on each collection,
+// which the automatic single-field index serves. Firestore's TTL policy deletes expired
+// runs by itself (within about a day of expire_at); set it on the runs only:
+//
+//	gcloud firestore fields ttls update expire_at --collection-group=PREFIXruns --enable-ttl
+//
+// Effects must have no TTL policy: an effect must outlive its run, or a later attempt
+// redoes it. Sweep (which every worker's rescuer runs) deletes an effect only once its
+// run is gone, and moves the expire_at of a live run's effect to the run's. Do not
+// exempt expire_at from single-field indexing: Sweep needs it. A record past expire_at
+// that still exists still deduplicates: nothing here reads expire_at except Sweep.
+//
+// # What each operation costs, and how it is fenced
+//
+//	Claim, new run             1 RPC: Commit of a Create (exists=false precondition)
+//	Claim, duplicate           2 RPCs: the failed Create, then one read
+//	Acquire, Renew, Complete,  2 RPCs: a read, then a Commit of an Update with an
+//	Release, Fail, Rescue,       update-time precondition (the document's UpdateTime
+//	Expedite                     as read); Acquire of an absent run writes a Create.
+//	                             A worker claim that finds the run held: 1 read.
+//	BeginEffect,               3 RPCs: a read of the run and the effect (no lock), then
+//	CompleteEffect               a transaction with no reads (BeginTransaction, Commit)
+//	                             of two fenced writes
+//	Get, GetEffect, Ping       1 read
+//
+// A single-document transition is a compare-and-set: it reads the run, decides with the
+// state machine of package driver (the driver.Apply* functions) at the read's time,
+// and writes only if the document's update time is still the one it read. If another
+// writer got there first, the precondition fails (nothing was written) and the
+// operation reads and decides again, so of 64 concurrent worker claims exactly one
+// acquires and the others find the run held. This costs fewer round trips than a
+// transaction (which adds BeginTransaction) and takes no locks.
+//
+// An effect lives in its own document, so its write cannot carry a precondition on the
+// run. An effect write reads both documents (one BatchGetDocuments), decides, and
+// commits two writes atomically, each with a precondition: the effect's (exists=false,
+// or its update time as read) and the run's update time as read, on a write that only
+// bumps the run's effect_seq. The effect is written only while the run still carries
+// the caller's fence. The client's only atomic multi-document write that is not
+// deprecated is a transaction, hence BeginTransaction; the transaction reads nothing,
+// so it holds no lock while the worker works. (A transaction that read the run would
+// take a lock that the holder's own renewal waits for: on the emulator, renewals
+// racing with effect writes failed with ABORTED "Transaction lock timeout" after 2 s.)
+// The price is a second document write (billed) per effect write.
+//
+// An operation still contended after 5 rounds (firestore.DefaultTransactionMaxAttempts,
+// the client's own bound for transactions, which retry ABORTED) returns an error
+// wrapping ledger.ErrContended: retryable, nothing was written. The client's gRPC
+// codes map to the ledger's sentinels in one place: NOT_FOUND → ErrNotFound, ABORTED →
+// ErrContended, UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED and INTERNAL →
+// ErrUnavailable, INVALID_ARGUMENT → ErrInvalid; ALREADY_EXISTS on a Create is the
+// duplicate path, and FAILED_PRECONDITION on a fenced write means "read again".
+//
+// # Clocks
+//
+// Leases, pickup deadlines, Retry-After and expiry are judged by Firestore's clock,
+// never the caller's: every decision is made at the ReadTime of the read it is based
+// on, and the record's times (UpdatedAt,
+// Deadline, ExpireAt, …) are that time plus the durations asked for. A decision made at
+// the read time stays valid at the commit, because the commit happens only if nothing
+// changed since. A caller-supplied Now cannot be honoured and is refused with
+// ledger.ErrNowUnsupported.
+//
+// # The ingress claim and the server's clock
+//
+// The ingress claim of a new run must cost one RPC, so it cannot read the server's
+// time before it writes, and Firestore has no write transform that stores "server time
+// plus a duration" (firestore.ServerTimestamp stores the request time alone, and the
+// numeric transforms do not apply to timestamps). The claim therefore stores:
+//
+//   - created_at and updated_at at the server's time as estimated below, like the
+//     deadline, so that the listing's index (ordered by created_at) sees a new run at
+//     once. (A ServerTimestamp field would not do: the emulator stamps it at millisecond
+//     precision with the request's arrival, not the commit, so the claim could not
+//     return the stored value without a second RPC.) Runs an earlier release claimed
+//     have neither field until their next write, and read as their create time.
+//   - deadline and expire_at from the server's clock as estimated by this client: every
+//     response that carries a server time (ReadTime, UpdateTime) bounds the offset
+//     between the server's clock and the local one by the round trip it came in; the
+//     ledger keeps the intersection of these bounds and adds its midpoint to the local
+//     clock. A skewed local clock cancels out: only its rate is used, over the time
+//     since the last round trip. New reads once to start the estimate. The error is at
+//     most half the tightest recent round trip plus the local clock's drift since: a
+//     few milliseconds on a pickup deadline of minutes.
+//
+// The trade-off is confined to the pickup deadline of a queued run that no worker has
+// claimed yet: it decides only when the rescuer republishes the run (at worst a few
+// milliseconds early, a duplicate delivery that the worker claim deduplicates, or
+// late), never who holds a lease. Every later write (worker claim, release, rescue)
+// stores times computed from a read's ReadTime. The rescue and sweep queries use the
+// same estimate, widened by a margin, as their bound, and then keep only the documents
+// past their deadline (or expiry) by the query's ReadTime, the server's clock.
+package firestoreledger

@@ -1,0 +1,533 @@
+package firestoreledger
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"github.com/sethvargo/go-retry"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/api/iterator"
+
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
+	"github.com/runonce/runonce/pkg/ledger/internal/serverclock"
+)
+
+// Collection names, after the prefix.
+const (
+	RunsCollection    = "runs"
+	EffectsCollection = "effects"
+)
+
+// maxAttempts bounds the read-decide-write rounds of one operation, like the client's
+// own bound on transaction attempts (firestore.MaxAttempts, 5 by default). An
+// operation still contended after them returns ledger.ErrContended.
+const maxAttempts = firestore.DefaultTransactionMaxAttempts
+
+// queryMargin widens the bound of the rescue and sweep queries past the estimated
+// server time; the answers are then filtered exactly by the query's read time (see
+// ListRescue).
+const queryMargin = 5 * time.Second
+
+// clockProbeID is the document Ping and New read to learn the server's time. It never
+// exists: run IDs are 64 hex digits.
+const clockProbeID = "clock-probe"
+
+// Options configure a Firestore ledger. The zero value is ready to use.
+type Options struct {
+	// Prefix is prepended to the collection names ("runs", "effects"), so that several
+	// ledgers (environments, tests) share one database.
+	Prefix string
+	// Clock is the local clock, used only to measure time elapsed between round trips
+	// (to estimate the server's clock for the ingress claim's pickup deadline and the
+	// bounds of queries) — never to judge a lease. Defaults to time.Now.
+	Clock func() time.Time
+}
+
+// Ledger is a ledger on Firestore. It is safe for concurrent use.
+type Ledger struct {
+	client             *firestore.Client
+	ownsClient         bool
+	prefix             string
+	runs               *firestore.CollectionRef
+	effects            *firestore.CollectionRef
+	clock              *serverclock.Clock
+	driver.Transitions // the fenced transitions, over store (Acquire is this package's)
+	closed             atomic.Bool
+}
+
+var _ ledger.Ledger = (*Ledger)(nil)
+
+var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_.-]{0,100}$`)
+
+// New returns a ledger on client's database. It reads once (a document that does not
+// exist) to learn the server's clock, and fails when Firestore cannot be reached. The
+// caller keeps ownership of client: Close does not close it.
+func New(ctx context.Context, client *firestore.Client, opts *Options) (*Ledger, error) {
+	if client == nil {
+		return nil, errors.New("firestoreledger: New needs a client")
+	}
+	if opts == nil {
+		opts = &Options{}
+	}
+	if !validPrefix.MatchString(opts.Prefix) || strings.HasPrefix(opts.Prefix, "__") {
+		return nil, fmt.Errorf("firestoreledger: collection prefix %q: want at most 100 letters, digits, '_', '-' or '.', not starting with \"__\"", opts.Prefix)
+	}
+	local := opts.Clock
+	if local == nil {
+		local = time.Now
+	}
+	l := &Ledger{
+		client:  client,
+		prefix:  opts.Prefix,
+		runs:    client.Collection(opts.Prefix + RunsCollection),
+		effects: client.Collection(opts.Prefix + EffectsCollection),
+		clock:   serverclock.New(local),
+	}
+	l.Transitions = driver.Transitions{Store: store{l}}
+	if err := l.Ping(ctx); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Prefix returns the collection prefix.
+func (l *Ledger) Prefix() string { return l.prefix }
+
+func nowUnsupported(op string, now time.Time) error {
+	if now.IsZero() {
+		return nil
+	}
+	return fmt.Errorf("%w: firestoreledger: %s: leases are judged by Firestore's clock", ledger.ErrNowUnsupported, op)
+}
+
+// serverNow is the estimated server time, for the one write that cannot read it first
+// (the ingress claim) and for query bounds.
+func (l *Ledger) serverNow(ctx context.Context) (time.Time, error) {
+	if t, ok := l.clock.Now(); ok {
+		return t, nil
+	}
+	if err := l.Ping(ctx); err != nil {
+		return time.Time{}, err
+	}
+	t, _ := l.clock.Now()
+	return t, nil
+}
+
+// getRun reads a run document: (snapshot, nil run, nil) when it does not exist. The
+// snapshot's ReadTime is the server's "now" of a decision made on it.
+func (l *Ledger) getRun(ctx context.Context, ref *firestore.DocumentRef) (*firestore.DocumentSnapshot, *ledger.Run, error) {
+	sent := l.clock.Local()
+	snap, err := ref.Get(ctx)
+	if snap != nil {
+		l.clock.Observe(sent, l.clock.Local(), snap.ReadTime)
+	}
+	if err = mapErr(rpcRead, err, "read run %s", ref.ID); err != nil {
+		if errors.Is(err, ledger.ErrNotFound) && snap != nil {
+			return snap, nil, nil
+		}
+		return nil, nil, err
+	}
+	r, err := decodeRun(snap)
+	return snap, r, err
+}
+
+// Claim implements ledger.Ledger. A new run costs one RPC: a Create (exists=false
+// precondition). Only when the run exists does it read it (the duplicate path).
+func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
+	if err := nowUnsupported("claim", p.Now); err != nil {
+		return nil, err
+	}
+	est, err := l.serverNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	next, res, err := driver.ApplyClaim(nil, p, est)
+	if err != nil {
+		return nil, err
+	}
+	ref := l.runs.Doc(p.RunID)
+	// created_at and updated_at are the estimate of the server's time the claim
+	// decided at: stored, so that the listing's index sees the new run at once.
+	data := encodeRun(next)
+	for range maxAttempts {
+		sent := l.clock.Local()
+		wr, err := ref.Create(ctx, data)
+		if err == nil {
+			l.clock.Observe(sent, l.clock.Local(), wr.UpdateTime)
+			return res, nil
+		}
+		if err = mapErr(rpcCreate, err, "claim run %s", p.RunID); !errors.Is(err, errExists) {
+			return nil, err
+		}
+		// The duplicate path: read the run that is there.
+		snap, cur, err := l.getRun(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		if cur == nil {
+			continue // deleted (swept) since: create it again
+		}
+		_, dup, err := driver.ApplyClaim(cur, p, snap.ReadTime)
+		if err != nil {
+			return nil, err
+		}
+		// The transport may have retried our own Create after it had landed.
+		dup.Created = cur.Attempt == 0 && cur.AttemptID == p.AttemptID
+		return dup, nil
+	}
+	return nil, fmt.Errorf("%w: firestoreledger: claim run %s: created and deleted %d times under us", ledger.ErrContended, p.RunID, maxAttempts)
+}
+
+// change is what a read-decide-write round writes: a run, or nothing.
+type change struct {
+	put *ledger.Run
+}
+
+// retryStale runs round until it does not report errStale (the documents it read
+// changed before its write), at most maxAttempts times with a short jittered backoff;
+// then it returns ledger.ErrContended.
+func retryStale(ctx context.Context, what string, round func(ctx context.Context) error) error {
+	backoff := retry.WithMaxRetries(maxAttempts-1, retry.WithJitterPercent(50, retry.NewExponential(10*time.Millisecond)))
+	err := retry.Do(ctx, backoff, func(ctx context.Context) error {
+		err := round(ctx)
+		if errors.Is(err, errStale) {
+			return retry.RetryableError(err)
+		}
+		return err
+	})
+	if errors.Is(err, errStale) {
+		return fmt.Errorf("%w: firestoreledger: %s: the record changed under each of %d attempts", ledger.ErrContended, what, maxAttempts)
+	}
+	return err
+}
+
+// update reads run id, lets decide choose a change at the server's read time, and
+// writes it only if the document is still the one read (an update-time precondition,
+// or exists=false for a new document): two RPCs, no transaction, no locks. When the
+// document changed in between, it reads and decides again (retryStale).
+func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *ledger.Run, now time.Time) (change, error)) error {
+	ref := l.runs.Doc(id)
+	return retryStale(ctx, op+" run "+id, func(ctx context.Context) error {
+		snap, cur, err := l.getRun(ctx, ref)
+		if err != nil {
+			return err
+		}
+		if snap.ReadTime.IsZero() {
+			return fmt.Errorf("firestoreledger: %s run %s: the read carried no server time", op, id)
+		}
+		c, err := decide(cur, driver.Micros(snap.ReadTime))
+		if err != nil {
+			return err
+		}
+		switch {
+		case c.put != nil && cur == nil:
+			_, err = ref.Create(ctx, encodeRun(c.put))
+			if err = mapErr(rpcCreate, err, "%s run %s", op, id); errors.Is(err, errExists) {
+				return fmt.Errorf("%w: %w", errStale, err)
+			}
+			return err
+		case c.put != nil:
+			_, err = ref.Update(ctx, updates(encodeRun(c.put)), firestore.LastUpdateTime(snap.UpdateTime))
+			return mapErr(rpcWrite, err, "%s run %s", op, id)
+		}
+		return nil
+	})
+}
+
+// store is the driver.Store of the ledger: a run's transition is update's read and
+// update-time-fenced write, an effect's is effect's.
+type store struct{ l *Ledger }
+
+// UpdateRun implements driver.Store.
+func (s store) UpdateRun(ctx context.Context, op, id string, override time.Time, decide func(cur *ledger.Run, now time.Time) (*ledger.Run, error)) error {
+	if err := nowUnsupported(op, override); err != nil {
+		return err
+	}
+	return s.l.update(ctx, op, id, func(cur *ledger.Run, now time.Time) (change, error) {
+		next, err := decide(cur, now)
+		return change{put: next}, err
+	})
+}
+
+// UpdateEffect implements driver.Store.
+func (s store) UpdateEffect(ctx context.Context, op, runID, name string, override time.Time, decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
+	if err := nowUnsupported(op, override); err != nil {
+		return err
+	}
+	return s.l.effect(ctx, op, runID, name, decide)
+}
+
+// Acquire implements ledger.Ledger: a read, then an update-time-fenced write.
+func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
+	if err := nowUnsupported("acquire", p.Now); err != nil {
+		return nil, err
+	}
+	if err := driver.ValidateIdentity(&p.Identity); err != nil {
+		return nil, err
+	}
+	var res *ledger.AcquireResult
+	err := l.update(ctx, "acquire", p.RunID, func(cur *ledger.Run, now time.Time) (change, error) {
+		if cur != nil && cur.Status == ledger.StatusRunning && cur.AttemptID == p.AttemptID {
+			// Our own write landed on an earlier round whose answer was lost.
+			res = &ledger.AcquireResult{Outcome: ledger.OutcomeAcquired, Run: cur}
+			return change{}, nil
+		}
+		next, r, err := driver.ApplyAcquire(cur, p, now)
+		res = r
+		return change{put: next}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// Get implements ledger.Ledger.
+func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
+	if !ledger.ValidRunID(p.RunID) {
+		return nil, fmt.Errorf("%w: run %q (not a run ID)", ledger.ErrNotFound, p.RunID)
+	}
+	_, r, err := l.getRun(ctx, l.runs.Doc(p.RunID))
+	if err != nil {
+		return nil, err
+	}
+	if r == nil {
+		return nil, fmt.Errorf("%w: run %s", ledger.ErrNotFound, p.RunID)
+	}
+	return r, nil
+}
+
+// effect runs an effect write. The effect lives in another document than the run, so
+// it reads both (one BatchGetDocuments, no locks), decides at the read's time, and
+// commits both writes atomically, each with a precondition: the effect's (exists=false,
+// or its update time as read) and the run's update time as read, checked by a write
+// that only bumps the run's effect_seq counter. So the effect is written only while the
+// run still carries the caller's fence, and the holder's renewals never wait on a lock.
+// A transaction is the client's only atomic multi-document write (WriteBatch is
+// deprecated); it holds no read, so it costs BeginTransaction and Commit.
+func (l *Ledger) effect(ctx context.Context, op, runID, name string, apply func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
+	runRef := l.runs.Doc(runID)
+	effRef := l.effects.Doc(ledger.EffectKey(runID, name))
+	what := fmt.Sprintf("%s %q of run %s", op, name, runID)
+	return retryStale(ctx, what, func(ctx context.Context) error {
+		sent := l.clock.Local()
+		snaps, err := l.client.GetAll(ctx, []*firestore.DocumentRef{runRef, effRef})
+		if err = mapErr(rpcRead, err, "%s: read", what); err != nil {
+			return err
+		}
+		runSnap, effSnap := snaps[0], snaps[1]
+		if runSnap.ReadTime.IsZero() {
+			return fmt.Errorf("firestoreledger: %s: the read carried no server time", what)
+		}
+		l.clock.Observe(sent, l.clock.Local(), runSnap.ReadTime)
+		run, err := decodeRun(runSnap)
+		if err != nil {
+			return err
+		}
+		cur, err := decodeEffect(effSnap)
+		if err != nil {
+			return err
+		}
+		next, err := apply(run, cur, driver.Micros(runSnap.ReadTime))
+		if err != nil || next == nil {
+			return err
+		}
+		// run != nil here: the state machine refuses an effect of an absent run.
+		err = l.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+			fence := []firestore.Update{{Path: fieldEffectSeq, Value: firestore.Increment(1)}}
+			if err := tx.Update(runRef, fence, firestore.LastUpdateTime(runSnap.UpdateTime)); err != nil {
+				return err
+			}
+			if cur == nil {
+				return tx.Create(effRef, encodeEffect(next))
+			}
+			return tx.Update(effRef, updates(encodeEffect(next)), firestore.LastUpdateTime(effSnap.UpdateTime))
+		}, firestore.MaxAttempts(maxAttempts))
+		if err = mapErr(rpcWrite, err, "%s: write", what); errors.Is(err, errExists) {
+			return fmt.Errorf("%w: %w", errStale, err)
+		}
+		return err
+	})
+}
+
+// GetEffect implements ledger.Ledger.
+func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
+	ref := l.effects.Doc(ledger.EffectKey(p.RunID, p.Name))
+	snap, err := ref.Get(ctx)
+	if err = mapErr(rpcRead, err, "read effect %q of run %s", p.Name, p.RunID); err != nil {
+		return nil, err
+	}
+	return decodeEffect(snap)
+}
+
+// RescueQuery is the query ListRescue runs: live runs past their deadline, oldest
+// deadline first. It needs the composite index (status ASC, deadline ASC) on the runs
+// collection.
+func (l *Ledger) RescueQuery(before time.Time, limit int) firestore.Query {
+	return l.runs.
+		Where(fieldStatus, "in", []string{string(ledger.StatusQueued), string(ledger.StatusRunning)}).
+		Where(fieldDeadline, "<", before).
+		OrderBy(fieldDeadline, firestore.Asc).
+		Limit(limit)
+}
+
+// ListRescue implements ledger.Ledger. The query's bound is the estimated server time
+// plus a margin; the answer is then filtered by the query's read time, the server's
+// clock, so that a run is listed only if it is past its deadline by Firestore's clock.
+func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
+	if err := nowUnsupported("list rescue", p.Now); err != nil {
+		return nil, err
+	}
+	est, err := l.serverNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*ledger.Run
+	it := l.RescueQuery(est.Add(queryMargin), cmp.Or(p.Limit, 100)).Documents(ctx)
+	defer it.Stop()
+	for {
+		snap, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return out, nil
+		}
+		if err = mapErr(rpcQuery, err, "list runs to rescue"); err != nil {
+			return nil, err
+		}
+		r, err := decodeRun(snap)
+		if err != nil {
+			return nil, err
+		}
+		if driver.NeedsRescue(r, driver.Micros(snap.ReadTime)) {
+			out = append(out, r)
+		}
+	}
+}
+
+// Sweep implements ledger.Ledger: runs, then effects whose run is gone, past expire_at
+// by the server's clock, each deleted only if unchanged since it was read. A listed
+// effect whose run still exists is kept and its expire_at moved to the run's, so that
+// the next sweeps do not list it again until then: an effect must outlive its run, or a
+// later attempt would redo it. With a TTL policy on the runs' expire_at, Firestore
+// deletes runs too (within about a day of expiry); the effects need this sweep, and so
+// must have no TTL policy of their own.
+func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
+	if err := nowUnsupported("sweep", p.Now); err != nil {
+		return 0, err
+	}
+	est, err := l.serverNow(ctx)
+	if err != nil {
+		return 0, err
+	}
+	limit := cmp.Or(p.Limit, 500)
+	n, err := l.sweep(ctx, l.runs, est.Add(queryMargin), limit, nil)
+	if err != nil || n >= limit {
+		return n, err
+	}
+	m, err := l.sweep(ctx, l.effects, est.Add(queryMargin), limit-n, l.keepEffectsOfLiveRuns)
+	return n + m, err
+}
+
+// keepEffectsOfLiveRuns reads the runs of the listed effects and, for each effect whose
+// run exists, moves its expire_at to the run's (unless the effect changed since it was
+// listed); it returns the effects whose run is gone.
+func (l *Ledger) keepEffectsOfLiveRuns(ctx context.Context, snaps []*firestore.DocumentSnapshot) ([]*firestore.DocumentSnapshot, error) {
+	refs := make([]*firestore.DocumentRef, len(snaps))
+	for i, s := range snaps {
+		runID, _ := s.Data()["run_id"].(string)
+		if !ledger.ValidRunID(runID) {
+			return nil, fmt.Errorf("firestoreledger: sweep: effect %s has no valid run_id", s.Ref.ID)
+		}
+		refs[i] = l.runs.Doc(runID)
+	}
+	runs, err := l.client.GetAll(ctx, refs)
+	if err = mapErr(rpcRead, err, "sweep: read the runs of %d expired effects", len(snaps)); err != nil {
+		return nil, err
+	}
+	var orphans []*firestore.DocumentSnapshot
+	for i, s := range snaps {
+		if !runs[i].Exists() {
+			orphans = append(orphans, s)
+			continue
+		}
+		exp, _ := runs[i].Data()[fieldExpireAt].(time.Time)
+		if !exp.After(s.ReadTime) {
+			continue // the run is due for deletion itself: keep the effect for now
+		}
+		_, err := s.Ref.Update(ctx, []firestore.Update{{Path: fieldExpireAt, Value: exp}}, firestore.LastUpdateTime(s.UpdateTime))
+		if err = mapErr(rpcWrite, err, "sweep: keep effect %s of live run %s", s.Ref.ID, runs[i].Ref.ID); err != nil && !errors.Is(err, errStale) {
+			return nil, err
+		}
+	}
+	return orphans, nil
+}
+
+// sweep deletes up to limit documents of coll past before; keep, when set, filters the
+// listed documents down to those that may go.
+func (l *Ledger) sweep(ctx context.Context, coll *firestore.CollectionRef, before time.Time, limit int,
+	keep func(context.Context, []*firestore.DocumentSnapshot) ([]*firestore.DocumentSnapshot, error),
+) (int, error) {
+	snaps, err := coll.Where(fieldExpireAt, "<", before).OrderBy(fieldExpireAt, firestore.Asc).Limit(limit).Documents(ctx).GetAll()
+	if err = mapErr(rpcQuery, err, "list expired %s", coll.ID); err != nil {
+		return 0, err
+	}
+	var expired []*firestore.DocumentSnapshot
+	for _, s := range snaps {
+		if exp, ok := s.Data()[fieldExpireAt].(time.Time); ok && exp.Before(s.ReadTime) {
+			expired = append(expired, s)
+		}
+	}
+	if keep != nil && len(expired) > 0 {
+		if expired, err = keep(ctx, expired); err != nil {
+			return 0, err
+		}
+	}
+	var deleted atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for _, s := range expired {
+		g.Go(func() error {
+			_, err := s.Ref.Delete(gctx, firestore.LastUpdateTime(s.UpdateTime))
+			switch err = mapErr(rpcWrite, err, "delete expired %s/%s", coll.ID, s.Ref.ID); {
+			case err == nil:
+				deleted.Add(1)
+			case errors.Is(err, errStale):
+				// Rewritten (its expiry moved) or deleted since it was listed.
+			default:
+				return err
+			}
+			return nil
+		})
+	}
+	err = g.Wait()
+	return int(deleted.Load()), err
+}
+
+// Ping implements ledger.Ledger: it reads a document that does not exist, which also
+// tells the ledger the server's time.
+func (l *Ledger) Ping(ctx context.Context) error {
+	_, _, err := l.getRun(ctx, l.runs.Doc(clockProbeID))
+	if err != nil {
+		return fmt.Errorf("firestoreledger: ping: %w", err)
+	}
+	return nil
+}
+
+// Close implements ledger.Ledger. It closes the client only when the ledger opened it
+// (Open by URL).
+func (l *Ledger) Close() error {
+	if !l.ownsClient || l.closed.Swap(true) {
+		return nil
+	}
+	if err := l.client.Close(); err != nil {
+		return fmt.Errorf("firestoreledger: close: %w", err)
+	}
+	return nil
+}

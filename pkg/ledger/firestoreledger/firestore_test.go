@@ -1,0 +1,564 @@
+package firestoreledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"github.com/google/uuid"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/runonce/runonce/internal/benchloop"
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/ledgertest"
+	"github.com/runonce/runonce/pkg/worker/workertest"
+)
+
+const testProject = "runonce-test"
+
+// emulator returns FIRESTORE_EMULATOR_HOST, skipping the test when it is unset, or
+// failing it when CI=true (a broken CI setup must not turn into skipped tests).
+func emulator(tb testing.TB) string {
+	tb.Helper()
+	host := os.Getenv("FIRESTORE_EMULATOR_HOST")
+	if host == "" {
+		if os.Getenv("CI") == "true" {
+			tb.Fatal("FIRESTORE_EMULATOR_HOST is not set, and CI=true: the Firestore emulator must run in CI (scripts/test.sh starts it)")
+		}
+		tb.Skip("set FIRESTORE_EMULATOR_HOST to run against the Firestore emulator (scripts/services.sh start DIR)")
+	}
+	return host
+}
+
+var shared struct {
+	once   sync.Once
+	client *firestore.Client
+	err    error
+}
+
+// sharedClient is one client for the tests' ledgers; TestMain closes it.
+func sharedClient(tb testing.TB) *firestore.Client {
+	tb.Helper()
+	emulator(tb)
+	shared.once.Do(func() {
+		shared.client, shared.err = firestore.NewClient(context.Background(), testProject)
+	})
+	if shared.err != nil {
+		tb.Fatal(shared.err)
+	}
+	return shared.client
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.client != nil {
+		_ = shared.client.Close()
+	}
+	os.Exit(code)
+}
+
+// uniquePrefix isolates one test's ledger in the shared emulator.
+func uniquePrefix() string { return "t" + strings.ReplaceAll(uuid.NewString(), "-", "") + "_" }
+
+func openLedger(tb testing.TB, client *firestore.Client, opts *Options) *Ledger {
+	tb.Helper()
+	l, err := New(context.Background(), client, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func newClient(tb testing.TB, opts ...option.ClientOption) *firestore.Client {
+	tb.Helper()
+	emulator(tb)
+	c, err := firestore.NewClient(context.Background(), testProject, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+var harness = ledgertest.Harness{
+	Open: func(tb testing.TB) ledger.Ledger {
+		return openLedger(tb, sharedClient(tb), &Options{Prefix: uniquePrefix()})
+	},
+	// A second process on the same collections: its own client, its clock skewed.
+	SkewedClient: func(tb testing.TB, l ledger.Ledger, skew time.Duration) ledger.Ledger {
+		return openLedger(tb, newClient(tb), &Options{
+			Prefix: l.(*Ledger).Prefix(),
+			Clock:  func() time.Time { return time.Now().Add(skew) },
+		})
+	},
+	SupportsNow: false,
+	Operations:  true,
+}
+
+func TestConformance(t *testing.T) {
+	emulator(t)
+	ledgertest.Run(t, harness)
+}
+
+// rpcCounter counts the gRPC calls a client makes, by method.
+type rpcCounter struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *rpcCounter) add(method string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, method[strings.LastIndex(method, "/")+1:])
+}
+
+// take returns the calls counted since the last take.
+func (c *rpcCounter) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.calls
+	c.calls = nil
+	return out
+}
+
+// emulatorCreds is what the client sends the emulator: the "owner" token bypasses
+// security rules.
+type emulatorCreds struct{}
+
+func (emulatorCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer owner"}, nil
+}
+func (emulatorCreds) RequireTransportSecurity() bool { return false }
+
+// countingClient returns a client whose every unary and streaming RPC is counted. With
+// FIRESTORE_EMULATOR_HOST set the client dials its own connection and ignores dial
+// options, so the test dials one with the interceptors and hands it over.
+func countingClient(t *testing.T) (*firestore.Client, *rpcCounter) {
+	t.Helper()
+	host := emulator(t)
+	counter := &rpcCounter{}
+	conn, err := grpc.NewClient("passthrough:///"+host,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(emulatorCreds{}),
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			counter.add(method)
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			counter.add(method)
+			return streamer(ctx, desc, cc, method, opts...)
+		}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return newClient(t, option.WithGRPCConn(conn)), counter
+}
+
+func TestRoundTrips(t *testing.T) {
+	t.Parallel()
+	client, counter := countingClient(t)
+	l := openLedger(t, client, &Options{Prefix: uniquePrefix()})
+	if got := counter.take(); len(got) != 1 || got[0] != "BatchGetDocuments" {
+		t.Fatalf("New made %v, want one read (the clock probe)", got)
+	}
+	ctx := t.Context()
+	id := ledger.KeyedRunID("ns", "job", uuid.NewString())
+	ident := ledger.Identity{RunID: id, Namespace: "ns", Job: "job", Key: "k", PayloadHash: ledger.PayloadHash(nil)}
+
+	check := func(what string, want ...string) {
+		t.Helper()
+		got := counter.take()
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("%s made the RPCs %v, want exactly %v", what, got, want)
+		}
+		t.Logf("%s: %d RPC(s) %v", what, len(got), got)
+	}
+
+	res, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ident, AttemptID: uuid.NewString()})
+	if err != nil || !res.Created {
+		t.Fatalf("Claim = %+v, %v", res, err)
+	}
+	check("the ingress claim of a new run", "Commit")
+
+	dup, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ident, AttemptID: uuid.NewString()})
+	if err != nil || dup.Created || dup.Run.AttemptID != res.Run.AttemptID {
+		t.Fatalf("duplicate Claim = %+v, %v", dup, err)
+	}
+	check("a duplicate claim", "Commit", "BatchGetDocuments")
+
+	a, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: uuid.NewString(), Lease: time.Minute})
+	if err != nil || a.Outcome != ledger.OutcomeAcquired {
+		t.Fatalf("Acquire = %+v, %v", a, err)
+	}
+	check("a worker claim", "BatchGetDocuments", "Commit")
+
+	held, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: uuid.NewString(), Lease: time.Minute})
+	if err != nil || held.Outcome != ledger.OutcomeHeld {
+		t.Fatalf("second Acquire = %+v, %v", held, err)
+	}
+	check("a worker claim of a held run", "BatchGetDocuments")
+
+	f := ledger.Fence{RunID: id, Attempt: a.Run.Attempt, AttemptID: a.Run.AttemptID}
+	if _, err := l.Renew(ctx, &ledger.RenewParams{Fence: f, Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	check("a renewal", "BatchGetDocuments", "Commit")
+
+	e, err := l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: "charge"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The transaction's read time is the effect's clock: the server's, after the claim.
+	if d := e.Effect.UpdatedAt.Sub(a.Run.UpdatedAt); d < 0 || d > time.Minute {
+		t.Fatalf("effect stamped %v, %v after the worker claim", e.Effect.UpdatedAt, d)
+	}
+	check("an effect write (a read, then a transaction of two fenced writes)", "BatchGetDocuments", "BeginTransaction", "Commit")
+
+	if _, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f}); err != nil {
+		t.Fatal(err)
+	}
+	check("a completion", "BatchGetDocuments", "Commit")
+}
+
+// TestConcurrentTakeover races 64 worker claims, through two clients, on a run whose
+// lease expired: exactly one takes it over; the others find it held or are told to
+// retry (ledger.ErrContended), never another error.
+func TestConcurrentTakeover(t *testing.T) {
+	t.Parallel()
+	a := openLedger(t, sharedClient(t), &Options{Prefix: uniquePrefix()})
+	b := openLedger(t, newClient(t), &Options{Prefix: a.Prefix()})
+	ctx := t.Context()
+	id := ledger.KeyedRunID("ns", "job", uuid.NewString())
+	ident := ledger.Identity{RunID: id, Namespace: "ns", Job: "job", Key: "k"}
+	first, err := a.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: uuid.NewString(), Lease: time.Second})
+	if err != nil || first.Outcome != ledger.OutcomeAcquired {
+		t.Fatalf("Acquire = %+v, %v", first, err)
+	}
+	// Wait until the lease expired by the server's clock (a read's ReadTime).
+	for {
+		snap, err := a.runs.Doc(clockProbeID).Get(ctx)
+		if status.Code(err) != codes.NotFound {
+			t.Fatal(err)
+		}
+		if snap.ReadTime.After(first.Run.Deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	const n = 64
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		results = make([]*ledger.AcquireResult, n)
+		errs    = make([]error, n)
+	)
+	for i := range n {
+		l := a
+		if i%2 == 1 {
+			l = b
+		}
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = l.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: uuid.NewString(), Lease: time.Minute})
+		})
+	}
+	close(start)
+	wg.Wait()
+	var winner *ledger.Run
+	contended := 0
+	for i, r := range results {
+		switch {
+		case errors.Is(errs[i], ledger.ErrContended):
+			contended++
+		case errs[i] != nil:
+			t.Fatalf("worker claim %d: %v; want a result or ledger.ErrContended", i, errs[i])
+		case r.Outcome == ledger.OutcomeAcquired:
+			if winner != nil {
+				t.Fatalf("two worker claims took the run over: attempts %q and %q", winner.AttemptID, r.Run.AttemptID)
+			}
+			winner = r.Run
+		case r.Outcome != ledger.OutcomeHeld:
+			t.Fatalf("worker claim %d = %v, want acquired or held", i, r.Outcome)
+		}
+	}
+	if winner == nil {
+		t.Fatalf("none of %d worker claims took the expired lease over (%d contended)", n, contended)
+	}
+	got, err := a.Get(ctx, &ledger.GetParams{RunID: id})
+	if err != nil || got.Attempt != 2 || got.AttemptID != winner.AttemptID || got.AttemptsMade != 1 {
+		t.Fatalf("stored run = %+v, %v; want attempt 2 held by the winner %q", got, err, winner.AttemptID)
+	}
+	t.Logf("one winner, %d held, %d contended", n-1-contended, contended)
+}
+
+// TestConcurrentEffects races effect writes of one run with its holder's renewals, all
+// fenced on the run document's update time: every answer is a result or
+// ledger.ErrContended, and the holder keeps its run and its effect. (With the effect written in a transaction that read the run,
+// the emulator made every renewal wait for its lock and fail after 2 s.)
+func TestConcurrentEffects(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, sharedClient(t), &Options{Prefix: uniquePrefix()})
+	ctx := t.Context()
+	id := ledger.KeyedRunID("ns", "job", uuid.NewString())
+	a, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id}, AttemptID: uuid.NewString(), Lease: time.Minute})
+	if err != nil || a.Outcome != ledger.OutcomeAcquired {
+		t.Fatalf("Acquire = %+v, %v", a, err)
+	}
+	f := ledger.Fence{RunID: id, Attempt: a.Run.Attempt, AttemptID: a.Run.AttemptID}
+	const n = 8
+	errs := make([]error, 2*n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: "charge"})
+		})
+		wg.Go(func() {
+			_, errs[n+i] = l.Renew(ctx, &ledger.RenewParams{Fence: f, Lease: time.Minute})
+		})
+	}
+	wg.Wait()
+	var ok [2]int
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			ok[i/n]++
+		case !errors.Is(err, ledger.ErrContended):
+			t.Fatalf("call %d: %v; want a result or ledger.ErrContended", i, err)
+		}
+	}
+	// Whatever the race left, the holder still holds the run and records its effect.
+	if _, err := l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: "charge"}); err != nil {
+		t.Fatalf("BeginEffect after the race: %v", err)
+	}
+	e, err := l.GetEffect(ctx, &ledger.GetEffectParams{RunID: id, Name: "charge"})
+	if err != nil || e.Status != ledger.EffectPending || e.Attempt != f.Attempt {
+		t.Fatalf("effect = %+v, %v; want pending at attempt %d", e, err, f.Attempt)
+	}
+	t.Logf("%d of %d effect writes and %d of %d renewals succeeded, the rest contended", ok[0], n, ok[1], n)
+}
+
+func TestOpenURL(t *testing.T) {
+	t.Parallel()
+	emulator(t)
+	ctx := t.Context()
+	l, err := ledger.Open(ctx, "firestore://"+testProject+"?prefix="+uniquePrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, ok := l.(*Ledger); !ok {
+		t.Fatalf("Open returned a %T", l)
+	}
+	if err := l.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]string{
+		"firestore://proj":                 "proj (default) ",
+		"firestore://proj/":                "proj (default) ",
+		"firestore://proj/other-db":        "proj other-db ",
+		"firestore://proj?prefix=staging_": "proj (default) staging_",
+		"firestore://proj/db?prefix=p":     "proj db p",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		project, database, prefix, err := parseURL(u)
+		if got := fmt.Sprintf("%s %s %s", project, database, prefix); err != nil || got != want {
+			t.Errorf("parseURL(%s) = %q, %v; want %q", raw, got, err, want)
+		}
+	}
+	for raw, wantErr := range map[string]string{
+		"firestore://proj?collection=runs":     `unknown query parameter "collection"`,
+		"firestore://proj?prefix=a&prefix=b":   "prefix given 2 times",
+		"firestore://user:secret@proj":         "credentials come from the environment",
+		"firestore:///db":                      "want a project ID",
+		"firestore://proj/a/b":                 "not a database ID",
+		"firestore://proj:8080":                "want a project ID",
+		"firestore://proj?prefix=x&timeout=1s": `unknown query parameter "timeout"`,
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, err := parseURL(u); err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("parseURL(%s) error = %v, want one containing %q", raw, err, wantErr)
+		}
+	}
+	// The opener refuses an unknown parameter before dialling anything.
+	_, err := ledger.Open(t.Context(), "firestore://proj?colection=x")
+	if err == nil || !strings.Contains(err.Error(), `"colection"`) {
+		t.Errorf("Open with an unknown parameter: %v, want an error naming it", err)
+	}
+}
+
+func TestNewRefusesBadPrefix(t *testing.T) {
+	t.Parallel()
+	client := sharedClient(t)
+	for _, p := range []string{"a/b", "__x", strings.Repeat("p", 101)} {
+		if _, err := New(t.Context(), client, &Options{Prefix: p}); err == nil {
+			t.Errorf("New with prefix %q succeeded", p)
+		}
+	}
+}
+
+func TestMapErr(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		kind rpc
+		code codes.Code
+		want error
+	}{
+		{rpcRead, codes.NotFound, ledger.ErrNotFound},
+		{rpcWrite, codes.NotFound, errStale},
+		{rpcCreate, codes.AlreadyExists, errExists},
+		{rpcWrite, codes.FailedPrecondition, errStale},
+		{rpcWrite, codes.FailedPrecondition, ledger.ErrConflict},
+		{rpcWrite, codes.Aborted, ledger.ErrContended},
+		{rpcRead, codes.Unavailable, ledger.ErrUnavailable},
+		{rpcWrite, codes.DeadlineExceeded, ledger.ErrUnavailable},
+		{rpcQuery, codes.ResourceExhausted, ledger.ErrUnavailable},
+	} {
+		native := status.Error(c.code, "native")
+		err := mapErr(c.kind, native, "op %d", 1)
+		if !errors.Is(err, c.want) || status.Code(err) != c.code || !strings.Contains(err.Error(), "op 1") {
+			t.Errorf("mapErr(%v, %v) = %v; want it to wrap %v and the native error, with the operation", c.kind, c.code, err, c.want)
+		}
+		if ledger.Retryable(err) != (errors.Is(c.want, ledger.ErrContended) || errors.Is(c.want, ledger.ErrUnavailable)) {
+			t.Errorf("mapErr(%v, %v) = %v: retryable %v", c.kind, c.code, err, ledger.Retryable(err))
+		}
+	}
+	err := mapErr(rpcQuery, status.Error(codes.FailedPrecondition, "The query requires an index"), "list")
+	if errors.Is(err, ledger.ErrConflict) || !strings.Contains(err.Error(), "index") {
+		t.Errorf("a query's FailedPrecondition = %v; want a missing index named, not a conflict", err)
+	}
+	if mapErr(rpcRead, nil, "x") != nil {
+		t.Error("mapErr(nil) != nil")
+	}
+}
+
+// BenchmarkFirestore runs, in one go test -bench, the limit (a raw Create of a fresh
+// document, the same fields the ingress claim writes) beside the conformance suite's
+// benchmarks of this backend.
+func BenchmarkFirestore(b *testing.B) {
+	emulator(b)
+	client := sharedClient(b)
+	for _, n := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("RawCreate/goroutines=%d", n), func(b *testing.B) {
+			coll := client.Collection(uniquePrefix() + "raw")
+			doc := encodeRun(&ledger.Run{
+				Namespace: "ledgertest/ns", Job: "job", Key: "sched-job", Status: ledger.StatusQueued,
+				ScheduleTime: time.Now(), PayloadHash: ledger.PayloadHash(nil), Payload: []byte(`{"n":1}`), AttemptID: uuid.NewString(),
+				Deadline: time.Now(), ExpireAt: time.Now(),
+			})
+			ids := make([]string, b.N)
+			for i := range ids {
+				ids[i] = ledger.KeyedRunID("bench", "raw", uuid.NewString())
+			}
+			benchloop.Run(b, n, func(ctx context.Context, i int) error {
+				_, err := coll.Doc(ids[i]).Create(ctx, doc)
+				return err
+			})
+		})
+	}
+	b.Run("Ledger", func(b *testing.B) { ledgertest.Benchmark(b, harness) })
+	// The ratio the issue asks for, measured so that background load (other tests on
+	// the machine, the emulator's garbage collector) hits both sides alike: the same
+	// goroutines alternate raw Creates and new-run claims, one operation each.
+	for _, n := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("ClaimNewVsRawCreate/goroutines=%d", n), func(b *testing.B) {
+			benchPaired(b, client, n)
+		})
+	}
+}
+
+// benchPaired runs b.N operations on n goroutines, alternately a raw Create and a
+// new-run claim, and reports each side's mean latency, the throughput n goroutines
+// would reach with it alone (Little's law: n / mean latency), and their ratio.
+func benchPaired(b *testing.B, client *firestore.Client, n int) {
+	l := openLedger(b, client, &Options{Prefix: uniquePrefix()})
+	raw := client.Collection(l.Prefix() + "raw")
+	payload := []byte(`{"n":1}`)
+	doc := encodeRun(&ledger.Run{Namespace: "ledgertest/ns", Job: "job", Key: "sched-job", Status: ledger.StatusQueued,
+		ScheduleTime: time.Now(), PayloadHash: ledger.PayloadHash(payload), Payload: payload, AttemptID: uuid.NewString(),
+		Deadline: time.Now(), ExpireAt: time.Now()})
+	ids := make([]ledger.Identity, b.N)
+	for i := range ids {
+		ids[i] = ledger.Identity{
+			RunID: ledger.KeyedRunID("bench", "job", uuid.NewString()), Namespace: "ledgertest/ns", Job: "job",
+			Key: "sched-job", ScheduleTime: time.Now(), PayloadHash: ledger.PayloadHash(payload), Payload: payload,
+		}
+	}
+	var spent, done [2]atomic.Int64
+	benchloop.Run(b, n, func(ctx context.Context, i int) error {
+		side := i % 2
+		start := time.Now()
+		var err error
+		if side == 0 {
+			_, err = raw.Doc(ids[i].RunID).Create(ctx, doc)
+		} else {
+			_, err = l.Claim(ctx, &ledger.ClaimParams{Identity: ids[i], AttemptID: uuid.NewString()})
+		}
+		spent[side].Add(int64(time.Since(start)))
+		done[side].Add(1)
+		return err
+	})
+	if done[0].Load() == 0 || done[1].Load() == 0 {
+		return
+	}
+	mean := func(side int) time.Duration { return time.Duration(spent[side].Load() / done[side].Load()) }
+	create := float64(n) / mean(0).Seconds()
+	claim := float64(n) / mean(1).Seconds()
+	b.ReportMetric(float64(mean(0).Microseconds()), "create-µs")
+	b.ReportMetric(float64(mean(1).Microseconds()), "claim-µs")
+	b.ReportMetric(create, "create-ops/s")
+	b.ReportMetric(claim, "claim-ops/s")
+	b.ReportMetric(claim/create, "claim/create")
+}
+
+// A payload that would take the run's document over Firestore's 1 MiB is refused with
+// ledger.ErrTooLarge, and nothing is written: the ingress answers 413 for it.
+func TestTooLargePayload(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, sharedClient(t), &Options{Prefix: uniquePrefix()})
+	payload := []byte(strings.Repeat("x", 1<<20+1))
+	id := ledger.KeyedRunID("ns", "job", "too-large")
+	_, err := l.Claim(t.Context(), &ledger.ClaimParams{
+		Identity:  ledger.Identity{RunID: id, Job: "job", PayloadHash: ledger.PayloadHash(payload), Payload: payload},
+		AttemptID: uuid.NewString(),
+	})
+	if !errors.Is(err, ledger.ErrTooLarge) {
+		t.Fatalf("Claim with a payload over 1 MiB: %v, want ledger.ErrTooLarge", err)
+	}
+	if _, err := l.Get(t.Context(), &ledger.GetParams{RunID: id}); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the refused claim left a record: %v", err)
+	}
+}
+
+// BenchmarkBatch measures a run of 10,000 items through worker.Batch beside the same
+// items as one worker.Effect each (the raw effect write), on this backend: items/s and
+// ledger writes per item (workertest.BenchmarkBatch).
+func BenchmarkBatch(b *testing.B) { workertest.BenchmarkBatch(b, harness.Open) }

@@ -1,0 +1,56 @@
+package memory
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
+)
+
+// List implements ledger.Ledger. The store is in process and small: it filters every
+// record.
+func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
+	size, pos, err := driver.ValidateList(p)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	var out []*ledger.Run
+	for _, r := range l.runs {
+		if driver.Matches(p, r, pos) {
+			c := copyRun(r)
+			c.Payload, c.History = nil, nil
+			out = append(out, c)
+		}
+	}
+	l.mu.Unlock()
+	slices.SortFunc(out, func(a, b *ledger.Run) int {
+		return driver.ComparePosition(driver.Position{At: p.SortTime(b), RunID: b.ID}, driver.Position{At: p.SortTime(a), RunID: a.ID})
+	})
+	if len(out) > size+1 {
+		out = out[:size+1]
+	}
+	return driver.Page(p, out, size), nil
+}
+
+// ListEffects implements ledger.Ledger.
+func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
+	if !ledger.ValidRunID(p.RunID) {
+		return nil, driver.Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	}
+	l.mu.Lock()
+	var out []*ledger.Effect
+	for _, e := range l.effects {
+		if e.RunID == p.RunID {
+			out = append(out, copyEffect(e))
+		}
+	}
+	l.mu.Unlock()
+	slices.SortFunc(out, func(a, b *ledger.Effect) int { return strings.Compare(a.Name, b.Name) })
+	if len(out) > ledger.MaxListedEffects {
+		out = out[:ledger.MaxListedEffects]
+	}
+	return out, nil
+}

@@ -1,0 +1,172 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
+)
+
+// operate runs an operator's transition in one transaction: it locks the run, decides
+// with the driver's rule at the database's time, writes the run and adds the
+// transition's events to its history. Operators act rarely; three statements in a
+// transaction are simpler than one that expresses the rule in SQL.
+func (l *Ledger) operate(ctx context.Context, op driver.Op, p *ledger.OperatorParams,
+	rule func(cur *ledger.Run, p *ledger.OperatorParams, now time.Time) (*ledger.Run, error),
+) (*ledger.Run, error) {
+	if err := driver.ValidateOperator(p); err != nil {
+		return nil, err
+	}
+	what := string(op) + " run " + p.RunID
+	var next *ledger.Run
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		var (
+			s   runScan
+			now time.Time
+		)
+		err := tx.QueryRow(ctx, l.q.lockForOperator, timeArg(p.Now), p.RunID).Scan(append(s.dest(), &now)...)
+		if err != nil && err != pgx.ErrNoRows {
+			return interpretError(what, err)
+		}
+		cur := s.run()
+		next, err = rule(cur, p, now.UTC())
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, l.q.writeRun, next.ID, string(next.Status), next.Attempt, next.AttemptID,
+			timeArg(next.Deadline), timeArg(next.NotBefore), next.AttemptsMade, next.LastError, next.UpdatedAt,
+			timeArg(next.CompletedAt), next.ExpireAt)
+		if err != nil {
+			return interpretError(what, err)
+		}
+		for _, e := range driver.Record(op, cur, next, now, driver.Note{Actor: p.Actor, Reason: p.Reason}) {
+			if _, err := tx.Exec(ctx, l.q.addEvent, next.ID, e.At, string(e.Kind), e.Attempt, e.Worker, e.Actor, e.Text); err != nil {
+				return interpretError(what, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	next.History = nil // Get reads it
+	return next, nil
+}
+
+// Retry implements ledger.Ledger.
+func (l *Ledger) Retry(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	return l.operate(ctx, driver.OpRetry, p, driver.ApplyRetry)
+}
+
+// Cancel implements ledger.Ledger.
+func (l *Ledger) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	return l.operate(ctx, driver.OpCancel, p, driver.ApplyCancel)
+}
+
+// OperatorRelease implements ledger.Ledger.
+func (l *Ledger) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	return l.operate(ctx, driver.OpOperatorRelease, p, driver.ApplyOperatorRelease)
+}
+
+// List implements ledger.Ledger with one statement over migration 00003's runs_*_idx
+// indexes, newest first, keyset-paginated on (time, run ID); the payload is not read.
+func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
+	size, pos, err := driver.ValidateList(p)
+	if err != nil {
+		return nil, err
+	}
+	col, after, before := "created_at", p.CreatedAfter, p.CreatedBefore
+	if p.ByUpdated() {
+		col, after, before = "updated_at", p.UpdatedAfter, p.UpdatedBefore
+	}
+	var (
+		where []string
+		args  []any
+	)
+	add := func(cond string, v ...any) {
+		for _, x := range v {
+			args = append(args, x)
+			cond = strings.Replace(cond, "?", fmt.Sprintf("$%d", len(args)), 1)
+		}
+		where = append(where, cond)
+	}
+	if p.Status != "" {
+		add("status = ?", string(p.Status))
+	}
+	if p.Job != "" {
+		add("job = ?", p.Job)
+	}
+	if p.Namespace != "" {
+		add("namespace = ?", p.Namespace)
+	}
+	if !after.IsZero() {
+		add(col+" >= ?", driver.Micros(after))
+	}
+	if !before.IsZero() {
+		add(col+" < ?", driver.Micros(before))
+	}
+	if pos.RunID != "" {
+		add("("+col+", run_id) < (?, ?)", pos.At, pos.RunID)
+	}
+	q := "SELECT " + strings.Replace(runCols, "payload,", "NULL::bytea,", 1) + " FROM " + l.table("runs")
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	args = append(args, size+1)
+	q += fmt.Sprintf(" ORDER BY %s DESC, run_id DESC LIMIT $%d", col, len(args))
+	rows, err := l.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, interpretError("list runs", err)
+	}
+	defer rows.Close()
+	var out []*ledger.Run
+	for rows.Next() {
+		var s runScan
+		if err := rows.Scan(s.dest()...); err != nil {
+			return nil, interpretError("list runs", err)
+		}
+		out = append(out, s.run())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpretError("list runs", err)
+	}
+	return driver.Page(p, out, size), nil
+}
+
+// ListEffects implements ledger.Ledger over the index effects_run_idx.
+func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
+	if !ledger.ValidRunID(p.RunID) {
+		return nil, driver.Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	}
+	rows, err := l.pool.Query(ctx, "SELECT "+effectCols+" FROM "+l.table("effects")+" WHERE run_id = $1 ORDER BY name LIMIT $2",
+		p.RunID, ledger.MaxListedEffects)
+	if err != nil {
+		return nil, interpretError("list effects of run "+p.RunID, err)
+	}
+	defer rows.Close()
+	var out []*ledger.Effect
+	for rows.Next() {
+		var s effectScan
+		if err := rows.Scan(s.dest()...); err != nil {
+			return nil, interpretError("list effects of run "+p.RunID, err)
+		}
+		out = append(out, s.effect())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpretError("list effects of run "+p.RunID, err)
+	}
+	return out, nil
+}
+
+// table is a table's name qualified by the ledger's schema.
+func (l *Ledger) table(name string) string {
+	if l.schema == "" {
+		return name
+	}
+	return pgx.Identifier{l.schema}.Sanitize() + "." + name
+}

@@ -1,0 +1,236 @@
+package redisledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
+)
+
+// operatorTries bounds how often an operator's transition reads the run again after a
+// write came between its read and its compare-and-set.
+const operatorTries = 16
+
+// casFields are the fields the operate script compares with the run as read: together
+// they change with every transition of the run.
+var casFields = []string{"status", "attempt", "attempt_id", "deadline", "not_before", "attempts_made", "updated_at", "expire_at"}
+
+// operate runs an operator's transition: it reads the run and the server's time in one
+// script, decides with the driver's rule, and writes the record the rule returns, its
+// indexes and its events with a compare-and-set script that writes only when the run is
+// still as read; when it is not, it reads and decides again. Operators act rarely, and a
+// rule applied in Go cannot disagree with the other backends'.
+func (l *Ledger) operate(ctx context.Context, op driver.Op, p *ledger.OperatorParams,
+	rule func(cur *ledger.Run, p *ledger.OperatorParams, now time.Time) (*ledger.Run, error),
+) (*ledger.Run, error) {
+	if err := driver.ValidateOperator(p); err != nil {
+		return nil, err
+	}
+	what := string(op) + " run " + p.RunID
+	for range operatorTries {
+		cur, stored, now, err := l.read(ctx, what, p.RunID, p.Now)
+		if err != nil {
+			return nil, err
+		}
+		next, err := rule(cur, p, now)
+		if err != nil {
+			return nil, err
+		}
+		events := driver.Record(op, cur, next, now, driver.Note{Actor: p.Actor, Reason: p.Reason})
+		args := make([]any, 0, 1+len(casFields)+11+len(events))
+		args = append(args, p.RunID)
+		for _, f := range casFields {
+			args = append(args, stored[f])
+		}
+		args = append(args, string(next.Status), next.AttemptID, timeArg(next.Deadline), timeArg(next.NotBefore),
+			strconv.FormatInt(next.AttemptsMade, 10), next.LastError, timeArg(next.UpdatedAt), timeArg(next.CompletedAt),
+			timeArg(next.ExpireAt), l.grace(), len(events))
+		for _, e := range events {
+			b, err := json.Marshal(e)
+			if err != nil {
+				return nil, fmt.Errorf("redisledger: %s: encode its event: %w", what, err)
+			}
+			args = append(args, string(b))
+		}
+		args = append(args, l.o.Prefix)
+		v, err := l.run(ctx, what, operateScript, l.runKeys(p.RunID), args...)
+		if err != nil {
+			return nil, err
+		}
+		if items, _ := v.([]any); len(items) == 1 && items[0] == int64(1) {
+			next.History = nil // Get reads it
+			return next, nil
+		}
+	}
+	return nil, fmt.Errorf("redisledger: %s: %w: the run changed between each of %d reads and its write; the run is as the last write left it, try again",
+		what, ledger.ErrContended, operatorTries)
+}
+
+// Retry implements ledger.Ledger with driver.ApplyRetry (see operate).
+func (l *Ledger) Retry(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	return l.operate(ctx, driver.OpRetry, p, driver.ApplyRetry)
+}
+
+// Cancel implements ledger.Ledger with driver.ApplyCancel (see operate).
+func (l *Ledger) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	return l.operate(ctx, driver.OpCancel, p, driver.ApplyCancel)
+}
+
+// OperatorRelease implements ledger.Ledger with driver.ApplyOperatorRelease (see operate).
+func (l *Ledger) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	return l.operate(ctx, driver.OpOperatorRelease, p, driver.ApplyOperatorRelease)
+}
+
+// The listing's bounds (Ledger.listBudget, listCalls): a list script reads at most
+// listBudget index entries, and List calls it at most listCalls times for one page; a
+// page whose filters the index does not serve and that found too few runs in that many
+// entries ends short, with a cursor after the last entry read.
+const (
+	listBudget = 500
+	listCalls  = 10
+)
+
+// listedFields are the fields List reads: every field of a run but its payload (and
+// effects).
+var listedFields = []string{"id", "namespace", "job", "key", "schedule_time", "payload_hash", "status", "attempt",
+	"attempt_id", "deadline", "not_before", "attempts_made", "last_error", "created_at", "updated_at", "completed_at",
+	"expire_at"}
+
+// listIndex is the listing index a listing walks (see the scripts' keys): the one of its
+// order (created or updated) led by its equality filter when there is one (the same set
+// as the other backends'), with the filter's slot in the list script's (status, job,
+// namespace) and its value.
+func listIndex(p *ledger.ListParams) (name, slot, value string) {
+	col := "created"
+	if p.ByUpdated() {
+		col = "updated"
+	}
+	switch {
+	case p.Status != "":
+		return col + ":status:" + string(p.Status), "1", string(p.Status)
+	case p.Job != "" && col == "created":
+		return "created:job:" + p.Job, "2", p.Job
+	case p.Namespace != "" && col == "created":
+		return "created:ns:" + p.Namespace, "3", p.Namespace
+	}
+	return col, "", ""
+}
+
+func scoreArg(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
+
+// List implements ledger.Ledger over the listing indexes (listIndex), newest first,
+// keyset-paginated on (time, run ID): a sorted set answers equal scores in descending
+// member order, which is the listing's. The payload is not read.
+func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
+	size, pos, err := driver.ValidateList(p)
+	if err != nil {
+		return nil, err
+	}
+	index, slot, value := listIndex(p)
+	field, after, before := "created_at", driver.Micros(p.CreatedAfter), driver.Micros(p.CreatedBefore)
+	if p.ByUpdated() {
+		field, after, before = "updated_at", driver.Micros(p.UpdatedAfter), driver.Micros(p.UpdatedBefore)
+	}
+	lo := "-inf"
+	if !after.IsZero() {
+		lo = scoreArg(after)
+	}
+	hi := func(at driver.Position) string {
+		switch {
+		case at.RunID != "" && (before.IsZero() || at.At.Before(before)):
+			return scoreArg(at.At)
+		case !before.IsZero():
+			return "(" + scoreArg(before)
+		}
+		return "+inf"
+	}
+	var runs []*ledger.Run
+	at := pos
+	for range l.listCalls {
+		posScore := ""
+		if at.RunID != "" {
+			posScore = scoreArg(at.At)
+		}
+		args := []any{hi(at), lo, posScore, at.RunID, size + 1 - len(runs), l.listBudget, slot, value, field,
+			string(p.Status), p.Job, p.Namespace, l.o.Prefix + "run:"}
+		for _, f := range listedFields {
+			args = append(args, f)
+		}
+		v, err := listScript.Run(ctx, l.rdb, []string{l.o.Prefix + "list:" + index}, args...).Result()
+		if err != nil {
+			return nil, interpretError("list runs", err)
+		}
+		items, ok := v.([]any)
+		if !ok || len(items) != 4 {
+			return nil, fmt.Errorf("redisledger: list runs: unexpected answer %v", v)
+		}
+		recs, _ := items[0].([]any)
+		for _, rec := range recs {
+			vals, _ := rec.([]any)
+			m := make(map[string]string, len(listedFields))
+			for i, f := range listedFields {
+				if i < len(vals) {
+					m[f], _ = vals[i].(string)
+				}
+			}
+			r, err := decodeRun(m)
+			if err != nil {
+				return nil, err
+			}
+			if r != nil && driver.Matches(p, r, pos) {
+				runs = append(runs, r)
+			}
+		}
+		done, _ := items[1].(int64)
+		lastScore, _ := items[2].(string)
+		lastID, _ := items[3].(string)
+		if len(runs) > size || done == 1 || lastID == "" {
+			return driver.Page(p, runs, size), nil
+		}
+		f, err := strconv.ParseFloat(lastScore, 64)
+		if err != nil {
+			return nil, fmt.Errorf("redisledger: list runs: index score %q: %w", lastScore, err)
+		}
+		at = driver.Position{At: time.UnixMicro(int64(f)).UTC(), RunID: lastID}
+	}
+	return &ledger.ListResult{Runs: runs, Next: driver.EncodeCursor(at)}, nil
+}
+
+// ListEffects implements ledger.Ledger with one script that reads the effects the run's
+// effects field lists, ordered by name here.
+func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
+	if !ledger.ValidRunID(p.RunID) {
+		return nil, driver.Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	}
+	what := "list effects of run " + p.RunID
+	v, err := listEffectsScript.Run(ctx, l.rdb, []string{l.runKey(p.RunID)}, l.effectPrefix()).Result()
+	if err != nil {
+		return nil, interpretError(what, err)
+	}
+	items, _ := v.([]any)
+	out := make([]*ledger.Effect, 0, len(items))
+	for _, it := range items {
+		m, err := fields(it)
+		if err != nil {
+			return nil, fmt.Errorf("redisledger: %s: %w", what, err)
+		}
+		e, err := decodeEffect(m)
+		if err != nil {
+			return nil, err
+		}
+		if e != nil {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b *ledger.Effect) int { return strings.Compare(a.Name, b.Name) })
+	if len(out) > ledger.MaxListedEffects {
+		out = out[:ledger.MaxListedEffects]
+	}
+	return out, nil
+}

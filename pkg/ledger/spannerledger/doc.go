@@ -1,0 +1,114 @@
+// Package spannerledger is the ledger backend on Cloud Spanner, for teams whose load or
+// reach is more than one Firestore region or one PostgreSQL primary holds (multi-region,
+// external consistency, tens of thousands of writes a second). It passes the ledgertest
+// conformance suite against the official Cloud Spanner emulator.
+//
+// # Opening
+//
+// Open it by URL with
+// ledger.Open("spanner://projects/PROJECT/instances/INSTANCE/databases/DATABASE") (the
+// package registers the scheme in init; link it in with a blank import), with Open, or
+// over a client of your own with New. The database must exist (deploy/terraform creates
+// it); Open creates the tables when they are missing, through the database admin client
+// (Migrate, the DDL in Schema); migrate=false (Options.NoMigrate) opens without, for
+// teams that apply Schema in a pipeline. Credentials come from the environment
+// (Application Default Credentials): the ingress's and the worker's service accounts need
+// roles/spanner.databaseUser on the database (the creating identity needs
+// roles/spanner.databaseAdmin once, for the DDL). SPANNER_EMULATOR_HOST points every
+// client at the emulator.
+//
+// # Schema
+//
+//	runs(run_id STRING(64) PRIMARY KEY, namespace, job, run_key, schedule_time,
+//	     payload_hash, payload, status, attempt, attempt_id, deadline, not_before,
+//	     attempts_made, last_error, created_at, updated_at, completed_at, expire_at,
+//	     history, result, progress)                 history: the run's latest events, JSON
+//	  (result and progress added by ALTER TABLE, appended to Schema)
+//	  ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))
+//	  runs_by_deadline   NULL_FILTERED INDEX ON runs (deadline)   live runs only
+//	  runs_by_expire_at  INDEX ON runs (expire_at)
+//	  runs_by_created, runs_by_{status,job,namespace}_created     the operators' listing,
+//	  runs_by_updated, runs_by_status_updated                     newest first (List)
+//	effects(run_id, name) PRIMARY KEY, INTERLEAVE IN PARENT runs ON DELETE CASCADE
+//	     effect_key, status, attempt, created_at, updated_at, done_at, expire_at, ref
+//
+// The row deletion policy is the retention: Spanner deletes a run past expire_at (the
+// retention after the latest of its last write, its deadline and its not-before,
+// driver.ExpiryOf) by itself, typically within three days, so no sweeper is needed;
+// Sweep deletes expired runs sooner (at most Limit in one transaction). Effects are
+// interleaved in their run: they sit beside it in storage, are read with it in one query,
+// and go when it goes (ON DELETE CASCADE, by the policy or by Sweep) and never sooner:
+// they have no deletion policy of their own, so a done effect never expires before the
+// run whose retry it makes skip the effect. An effect's expire_at only records its own
+// retention; ref is the execution a start effect made (empty for none). The
+// two timestamp indexes take every write at the current time; at very high write rates
+// they are the hot spot to shard (prefix the key with a hash bucket).
+//
+// # What each operation costs, and how it is fenced
+//
+//	Claim, new run        1 RPC: a Commit of one insert mutation without a read
+//	                      (client.Apply with ApplyAtLeastOnce, no BeginTransaction)
+//	Claim, duplicate      the insert fails with AlreadyExists, then 1 strong read
+//	Acquire, Renew, Complete, Release, Fail, Rescue, Expedite, BeginEffect,
+//	CompleteEffect        one read-write transaction: 1 query (Spanner's time and the
+//	                      record, and the effect, in one LEFT JOIN), then a Commit of the
+//	                      mutations: 2 RPCs (the begin is inlined in the query)
+//	Get, GetEffect, ListRescue, Ping   1 strong read
+//
+// A duplicate is decided by a strong read, never a stale one: a stale read (at a
+// timestamp in the past) may not see the very run whose insert just failed, and would
+// then have nothing to answer, or answer an old version of a run a worker already moved
+// on. A strong read sees every write committed before it started.
+//
+// An insert applied at least once may be replayed by the client after its first try
+// committed; the replay fails with AlreadyExists, the read finds the claim's own attempt
+// ID, and the claim is answered as created.
+//
+// Every later transition reads the run in a read-write transaction, which locks what it
+// reads until it commits, takes the verdict with the pure rules of package ledger
+// (driver.ApplyComplete and friends) over that record and Spanner's time, and buffers the
+// writes: the fence (status, attempt number and attempt ID) holds when they land. The
+// read locks an absent run's key too, so a worker claim with MustExist that finds no run,
+// or one that leaves a run of another payload untouched, answers over a record no
+// concurrent sweep or claim can change before the transaction ends. The
+// client retries a transaction Spanner aborted; a transaction that still loses is
+// answered ledger.ErrContended.
+//
+// # Spanner's clock
+//
+// Leases, deadlines and expiry are judged by Spanner's clock: every transaction reads
+// CURRENT_TIMESTAMP() in the query that reads the record, and a params' Now replaces it
+// (for tests). The ingress claim's single commit cannot read that clock first: its
+// created_at, updated_at, pickup deadline and expire_at are Spanner's time as estimated
+// by the ledger from the times its transactions read, bounded by each round trip (the
+// estimate is off by at most half the best round trip, and a constant skew of the local
+// clock cancels out). The pickup deadline only tells the rescuer when to republish a run
+// nobody picked up; no lease is judged by the estimate. (Commit timestamps are not used:
+// the emulator places them tens of milliseconds ahead of its transactions' clock.)
+//
+// # The emulator
+//
+// The emulator is a single process that runs one read-write transaction at a time and
+// answers the losers of concurrent ones with a vanished transaction (Transaction not
+// found, an invalid transaction ID); the ledger retries those for a while. Its strong
+// reads' CURRENT_TIMESTAMP() is their read timestamp, which it places after its latest
+// commit timestamp: ListRescue may list a run some milliseconds before its deadline by
+// the transactions' clock, and the Rescue that follows refuses it (ErrConflict) until the
+// deadline has passed.
+// Its figures say what the client and the schema cost, not what Spanner's commit latency
+// (a Paxos round across replicas, 5 to 10 ms in one region) or throughput will be.
+//
+// On the project's 2-core machine, with
+//
+//	go test -run '^$' -bench 'BenchmarkClaimVsRaw|BenchmarkLedger' -benchtime=400x ./pkg/ledger/spannerledger
+//
+// a new run's claim ran at 2,154 and 2,430 claims/s at 1 and 8 goroutines, 0.98 and 1.05
+// times the raw insert mutation applied the same way in alternating rounds of the same
+// run (2,193 and 2,318/s; earlier runs: 1.06 and 1.65, 1.12 and 1.02): the claim is that
+// insert and nothing more, and the spread is the shared machine's noise. Claim p50
+// 0.30 to 0.37 ms at one goroutine. A duplicate's strong read took p50 15 to 53 ms: the
+// emulator holds a strong read until its commit timestamps, placed tens of milliseconds
+// ahead, have passed; on Spanner a strong read in one region takes a few milliseconds.
+// Acquire, renew and complete (one read-write transaction each) took p50 2.7 to 5.2 ms,
+// the emulator running one transaction at a time.
+package spannerledger

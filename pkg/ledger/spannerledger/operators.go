@@ -1,0 +1,107 @@
+package spannerledger
+
+import (
+	"context"
+	"strings"
+
+	"cloud.google.com/go/spanner"
+
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
+)
+
+// listIndex is the index a listing walks: the one of its order (created_at or
+// updated_at) led by its equality filter when there is one (Schema's runs_by_*), so a
+// page reads at most a page of index entries past the filters it cannot serve.
+func listIndex(p *ledger.ListParams) string {
+	col := "created"
+	if p.ByUpdated() {
+		col = "updated"
+	}
+	switch {
+	case p.Status != "":
+		return "runs_by_status_" + col
+	case p.Job != "" && col == "created":
+		return "runs_by_job_created"
+	case p.Namespace != "" && col == "created":
+		return "runs_by_namespace_created"
+	}
+	return "runs_by_" + col
+}
+
+// List implements ledger.Ledger with one strong read over a listing index (listIndex),
+// newest first, keyset-paginated on (time, run ID).
+func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
+	size, pos, err := driver.ValidateList(p)
+	if err != nil {
+		return nil, err
+	}
+	col, after, before := "created_at", p.CreatedAfter, p.CreatedBefore
+	if p.ByUpdated() {
+		col, after, before = "updated_at", p.UpdatedAfter, p.UpdatedBefore
+	}
+	var where []string
+	params := map[string]any{"limit": int64(size + 1)}
+	add := func(cond, name string, v any) { where = append(where, cond); params[name] = v }
+	if p.Status != "" {
+		add("r.status = @status", "status", string(p.Status))
+	}
+	if p.Job != "" {
+		add("r.job = @job", "job", p.Job)
+	}
+	if p.Namespace != "" {
+		add("r.namespace = @namespace", "namespace", p.Namespace)
+	}
+	if !after.IsZero() {
+		add("r."+col+" >= @after", "after", driver.Micros(after))
+	}
+	if !before.IsZero() {
+		add("r."+col+" < @before", "before", driver.Micros(before))
+	}
+	if pos.RunID != "" {
+		add("(r."+col+" < @at OR (r."+col+" = @at AND r.run_id < @id))", "at", pos.At)
+		params["id"] = pos.RunID
+	}
+	sql := `SELECT ` + selectListed + ` FROM runs@{FORCE_INDEX=` + listIndex(p) + `} AS r`
+	if len(where) > 0 {
+		sql += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	sql += ` ORDER BY r.` + col + ` DESC, r.run_id DESC LIMIT @limit`
+	var out []*ledger.Run
+	err = l.client.Single().Query(ctx, spanner.Statement{SQL: sql, Params: params}).Do(func(r *spanner.Row) error {
+		var rr runRow
+		if err := r.ToStructLenient(&rr); err != nil {
+			return err
+		}
+		out = append(out, rr.run())
+		return nil
+	})
+	if err != nil {
+		return nil, interpretError("list runs", err)
+	}
+	return driver.Page(p, out, size), nil
+}
+
+// ListEffects implements ledger.Ledger with one strong read of the run's interleaved
+// effects, in primary-key (name) order.
+func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
+	if !ledger.ValidRunID(p.RunID) {
+		return nil, driver.Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	}
+	var out []*ledger.Effect
+	err := l.client.Single().Query(ctx, spanner.Statement{
+		SQL:    `SELECT ` + selectEffect + ` FROM effects AS e WHERE e.run_id = @id ORDER BY e.name LIMIT @limit`,
+		Params: map[string]any{"id": p.RunID, "limit": int64(ledger.MaxListedEffects)},
+	}).Do(func(r *spanner.Row) error {
+		var er effectRow
+		if err := r.ToStructLenient(&er); err != nil {
+			return err
+		}
+		out = append(out, er.effect())
+		return nil
+	})
+	if err != nil {
+		return nil, interpretError("list effects of run "+p.RunID, err)
+	}
+	return out, nil
+}

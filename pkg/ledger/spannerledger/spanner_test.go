@@ -1,0 +1,486 @@
+package spannerledger
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/spanner"
+	database "cloud.google.com/go/spanner/admin/database/apiv1"
+	"cloud.google.com/go/spanner/admin/database/apiv1/databasepb"
+	instance "cloud.google.com/go/spanner/admin/instance/apiv1"
+	"cloud.google.com/go/spanner/admin/instance/apiv1/instancepb"
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/runonce/runonce/internal/benchloop"
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/ledgertest"
+	"github.com/runonce/runonce/pkg/worker/workertest"
+)
+
+const (
+	testProject  = "runonce-test"
+	testInstance = "projects/" + testProject + "/instances/ledgertest"
+)
+
+// emulator returns SPANNER_EMULATOR_HOST, skipping the test when it is unset, or failing
+// it when CI=true.
+func emulator(tb testing.TB) string {
+	tb.Helper()
+	host := os.Getenv("SPANNER_EMULATOR_HOST")
+	if host == "" {
+		if os.Getenv("CI") == "true" {
+			tb.Fatal("SPANNER_EMULATOR_HOST is not set, and CI=true: scripts/services.sh must start the Spanner emulator")
+		}
+		tb.Skip("set SPANNER_EMULATOR_HOST to run against the Spanner emulator (scripts/services.sh start DIR)")
+	}
+	return host
+}
+
+var shared struct {
+	once  sync.Once
+	admin *database.DatabaseAdminClient
+	err   error
+}
+
+// adminClient is the tests' database admin client; the first call creates the instance.
+func adminClient(tb testing.TB) *database.DatabaseAdminClient {
+	tb.Helper()
+	emulator(tb)
+	shared.once.Do(func() {
+		ctx := context.Background()
+		ic, err := instance.NewInstanceAdminClient(ctx)
+		if err != nil {
+			shared.err = err
+			return
+		}
+		defer ic.Close()
+		op, err := ic.CreateInstance(ctx, &instancepb.CreateInstanceRequest{
+			Parent: "projects/" + testProject, InstanceId: "ledgertest",
+			Instance: &instancepb.Instance{Config: "projects/" + testProject + "/instanceConfigs/emulator-config",
+				DisplayName: "ledgertest", NodeCount: 1},
+		})
+		if err == nil {
+			_, err = op.Wait(ctx)
+		}
+		if err != nil && status.Code(err) != codes.AlreadyExists {
+			shared.err = fmt.Errorf("create the test instance: %w", err)
+			return
+		}
+		shared.admin, shared.err = database.NewDatabaseAdminClient(ctx)
+	})
+	if shared.err != nil {
+		tb.Fatal(shared.err)
+	}
+	return shared.admin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.admin != nil {
+		_ = shared.admin.Close()
+	}
+	os.Exit(code)
+}
+
+// newDatabase creates an empty database (with the schema unless bare) and drops it in
+// tb.Cleanup.
+func newDatabase(tb testing.TB, bare bool) string {
+	tb.Helper()
+	admin := adminClient(tb)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	id := "t" + hex.EncodeToString(b[:])
+	req := &databasepb.CreateDatabaseRequest{Parent: testInstance, CreateStatement: "CREATE DATABASE `" + id + "`"}
+	if !bare {
+		req.ExtraStatements = Schema
+	}
+	ctx := context.Background()
+	op, err := admin.CreateDatabase(ctx, req)
+	if err == nil {
+		_, err = op.Wait(ctx)
+	}
+	if err != nil {
+		tb.Fatalf("create database %s: %v", id, err)
+	}
+	name := testInstance + "/databases/" + id
+	tb.Cleanup(func() {
+		if err := admin.DropDatabase(context.Background(), &databasepb.DropDatabaseRequest{Database: name}); err != nil {
+			tb.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// openTest opens a ledger on a fresh database, closed in tb.Cleanup.
+func openTest(tb testing.TB, opts *Options) *Ledger {
+	tb.Helper()
+	db := newDatabase(tb, false)
+	o := Options{NoMigrate: true}
+	if opts != nil {
+		o = *opts
+		o.NoMigrate = true
+	}
+	l, err := Open(context.Background(), db, &o)
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	tb.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func harness() ledgertest.Harness {
+	return ledgertest.Harness{
+		Operations: true,
+		Open:       func(tb testing.TB) ledger.Ledger { return openTest(tb, nil) },
+		// A second client of the same database whose process clock is skewed: every
+		// decision is Spanner's, and the claim's estimate of Spanner's clock cancels a
+		// constant skew.
+		SkewedClient: func(tb testing.TB, l ledger.Ledger, skew time.Duration) ledger.Ledger {
+			tb.Helper()
+			skewed, err := Open(context.Background(), l.(*Ledger).Database(), &Options{
+				NoMigrate: true,
+				Clock:     func() time.Time { return time.Now().Add(skew) },
+			})
+			if err != nil {
+				tb.Fatalf("Open skewed client: %v", err)
+			}
+			tb.Cleanup(func() { _ = skewed.Close() })
+			return skewed
+		},
+		SupportsNow: true,
+	}
+}
+
+func TestConformance(t *testing.T) { ledgertest.Run(t, harness()) }
+
+func BenchmarkLedger(b *testing.B) { ledgertest.Benchmark(b, harness()) }
+
+func TestURL(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	t.Run("MigratesAnEmptyDatabase", func(t *testing.T) {
+		db := newDatabase(t, true)
+		l, err := ledger.Open(ctx, "spanner://"+db)
+		if err != nil {
+			t.Fatalf("ledger.Open: %v", err)
+		}
+		defer l.Close()
+		if got := l.(*Ledger).Database(); got != db {
+			t.Fatalf("database = %q, want %q", got, db)
+		}
+		if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: ledger.KeyedRunID("u", "j", "k")}, AttemptID: "a"}); err != nil {
+			t.Fatalf("Claim through a URL-opened ledger: %v", err)
+		}
+		again, err := ledger.Open(ctx, "spanner://"+db)
+		if err != nil {
+			t.Fatalf("a second Open of a migrated database: %v", err)
+		}
+		_ = again.Close()
+	})
+	t.Run("NoMigrate", func(t *testing.T) {
+		db := newDatabase(t, true)
+		l, err := ledger.Open(ctx, "spanner://"+db+"?migrate=false")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		_, err = l.Get(ctx, &ledger.GetParams{RunID: ledger.KeyedRunID("u", "j", "k")})
+		if err == nil || errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("Get on a database never migrated = %v, want an error about the missing table", err)
+		}
+		created, err := Migrate(ctx, adminClient(t), db)
+		if err != nil || !created {
+			t.Fatalf("Migrate = %v, %v; want the tables created", created, err)
+		}
+		_, err = l.Get(ctx, &ledger.GetParams{RunID: ledger.KeyedRunID("u", "j", "k")})
+		if !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("Get after Migrate = %v, want ErrNotFound", err)
+		}
+	})
+	t.Run("AddsTheColumnsAnEarlierSchemaLacks", func(t *testing.T) {
+		db := newDatabase(t, true)
+		admin := adminClient(t)
+		var earlier []string // Schema before its ADD COLUMN statements
+		for _, stmt := range Schema {
+			if !strings.HasPrefix(stmt, "ALTER TABLE") {
+				earlier = append(earlier, stmt)
+			}
+		}
+		op, err := admin.UpdateDatabaseDdl(ctx, &databasepb.UpdateDatabaseDdlRequest{Database: db, Statements: earlier})
+		if err == nil {
+			err = op.Wait(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // the second finds nothing to add
+			if created, err := Migrate(ctx, admin, db); err != nil || created {
+				t.Fatalf("Migrate of a database with the tables = %v, %v; want the columns added, no tables created", created, err)
+			}
+		}
+		l, err := ledger.Open(ctx, "spanner://"+db+"?migrate=false")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		id := ledger.KeyedRunID("u", "j", "k")
+		res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, PayloadHash: ledger.PayloadHash(nil)}, AttemptID: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := ledger.Fence{RunID: id, Attempt: res.Run.Attempt, AttemptID: "a"}
+		if r, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f, Result: []byte(`1`), Progress: []byte(`2`)}); err != nil || string(r.Result) != "1" || string(r.Progress) != "2" {
+			t.Fatalf("Complete with a result and progress on the upgraded database = %v, %v", r, err)
+		}
+	})
+	for _, bad := range []struct{ url, want string }{
+		{"spanner://projects/p/instances/i", "names no database"},
+		{"spanner://projects/p/instances/i/databases/d?migrate=perhaps", "migrate"},
+		{"spanner://projects/p/instances/i/databases/d?pool=3", `"pool"`},
+		{"spanner://user:pw@projects/p/instances/i/databases/d", "credentials"},
+	} {
+		t.Run(bad.url, func(t *testing.T) {
+			_, err := ledger.Open(ctx, bad.url)
+			if err == nil || !strings.Contains(err.Error(), bad.want) {
+				t.Fatalf("Open(%s): error = %v, want one containing %s", bad.url, err, bad.want)
+			}
+		})
+	}
+}
+
+// TestRowDeletionPolicies: the schema Spanner holds declares the row deletion policy on
+// the runs' expire_at, which deletes expired runs with no sweeper, and none on effects,
+// which go only with their run (interleaved, ON DELETE CASCADE): a policy of their own
+// would delete a live run's done effect, and a later attempt would redo it.
+func TestRowDeletionPolicies(t *testing.T) {
+	t.Parallel()
+	db := newDatabase(t, false)
+	ddl, err := adminClient(t).GetDatabaseDdl(t.Context(), &databasepb.GetDatabaseDdlRequest{Database: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(ddl.Statements, "\n")
+	if n := strings.Count(all, "ROW DELETION POLICY"); n != 1 {
+		t.Fatalf("the schema has %d row deletion policies, want 1 (runs):\n%s", n, all)
+	}
+	for _, s := range ddl.Statements {
+		switch {
+		case hasTable(s, "runs") && !strings.Contains(s, "ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))"):
+			t.Errorf("runs has no row deletion policy on expire_at:\n%s", s)
+		case hasTable(s, "effects") && (strings.Contains(s, "ROW DELETION POLICY") || !strings.Contains(s, "INTERLEAVE IN PARENT runs ON DELETE CASCADE")):
+			t.Errorf("effects must go with their run only (interleaved, ON DELETE CASCADE, no policy of their own):\n%s", s)
+		}
+	}
+}
+
+// rawInsert is the limit the new-run claim is compared with: the same insert mutation of
+// the same row, applied the same way (one Commit), without the ledger.
+func rawInsert(ctx context.Context, l *Ledger, id ledger.Identity) error {
+	now := time.Now()
+	_, err := l.client.Apply(ctx, []*spanner.Mutation{spanner.Insert("runs", runColumns, []any{
+		id.RunID, id.Namespace, id.Job, id.Key, id.ScheduleTime, id.PayloadHash, id.Payload, "queued", int64(0),
+		uuid.NewString(), now.Add(5 * time.Minute), nil, int64(0), "", now, now, nil, now.Add(ledger.DefaultRetention), []byte(nil), []byte(nil),
+	})}, spanner.ApplyAtLeastOnce())
+	return err
+}
+
+func benchIdentity() ledger.Identity {
+	return ledger.Identity{
+		RunID: ledger.KeyedRunID("bench", "job", uuid.NewString()), Namespace: "ledgertest/ns", Job: "job",
+		Key: "sched-job", ScheduleTime: time.Date(2026, 10, 16, 12, 0, 0, 0, time.UTC),
+		PayloadHash: ledger.PayloadHash([]byte(`{"n":1}`)), Payload: []byte(`{"n":1}`),
+	}
+}
+
+// BenchmarkClaimVsRaw alternates rounds of the raw insert and of the new-run claim on one
+// client, so that both see the same load, and reports each rate and their ratio.
+func BenchmarkClaimVsRaw(b *testing.B) {
+	const round = 100
+	for _, n := range []int{1, 8} {
+		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
+			l := openTest(b, nil)
+			ctx := b.Context()
+			var rawTime, claimTime time.Duration
+			var rawOps, claimOps int
+			spread := func(ops int, op func(context.Context) error) time.Duration {
+				var next atomic.Int64
+				var failed atomic.Value
+				var wg sync.WaitGroup
+				start := time.Now()
+				for range n {
+					wg.Go(func() {
+						for next.Add(1) <= int64(ops) {
+							if err := op(ctx); err != nil {
+								failed.Store(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				if err, _ := failed.Load().(error); err != nil {
+					b.Fatal(err)
+				}
+				return time.Since(start)
+			}
+			b.ResetTimer()
+			for done := 0; done < b.N; done += round {
+				ops := min(round, b.N-done)
+				rawTime += spread(ops, func(ctx context.Context) error { return rawInsert(ctx, l, benchIdentity()) })
+				rawOps += ops
+				claimTime += spread(ops, func(ctx context.Context) error {
+					_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: benchIdentity(), AttemptID: uuid.NewString()})
+					return err
+				})
+				claimOps += ops
+			}
+			b.StopTimer()
+			raw := float64(rawOps) / rawTime.Seconds()
+			claim := float64(claimOps) / claimTime.Seconds()
+			b.ReportMetric(raw, "raw-ops/s")
+			b.ReportMetric(claim, "claim-ops/s")
+			b.ReportMetric(claim/raw, "claim/raw")
+		})
+	}
+}
+
+// BenchmarkRawInsert measures the raw insert alone, beside the suite's ClaimNew.
+func BenchmarkRawInsert(b *testing.B) {
+	l := openTest(b, nil)
+	ids := make([]ledger.Identity, b.N)
+	for i := range ids {
+		ids[i] = benchIdentity()
+	}
+	benchloop.Run(b, 1, func(ctx context.Context, i int) error { return rawInsert(ctx, l, ids[i]) })
+}
+
+func TestInterpretError(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want error
+	}{
+		{status.Error(codes.Unavailable, "down"), ledger.ErrUnavailable},
+		{status.Error(codes.DeadlineExceeded, "slow"), ledger.ErrUnavailable},
+		{status.Error(codes.Aborted, "conflict"), ledger.ErrContended},
+		{context.DeadlineExceeded, ledger.ErrUnavailable},
+	} {
+		got := interpretError("op", tc.err)
+		if !errors.Is(got, tc.want) {
+			t.Errorf("interpretError(%v) = %v, want it to wrap %v", tc.err, got, tc.want)
+		}
+	}
+	if got := interpretError("op", status.Error(codes.InvalidArgument, "bad")); ledger.Retryable(got) {
+		t.Errorf("interpretError(InvalidArgument) = %v, want no retryable sentinel", got)
+	}
+}
+
+// TestReplayedClaimFindsItsOwnRecord: an insert applied at least once that the client
+// replays after its first try committed fails with AlreadyExists; the read finds the
+// claim's own attempt ID, and the claim is answered as created, not as a duplicate.
+func TestReplayedClaimFindsItsOwnRecord(t *testing.T) {
+	t.Parallel()
+	l := openTest(t, nil)
+	p := &ledger.ClaimParams{Identity: benchIdentity(), AttemptID: uuid.NewString()}
+	first, err := l.Claim(t.Context(), p)
+	if err != nil || !first.Created {
+		t.Fatalf("first claim = %+v, %v", first, err)
+	}
+	again, err := l.Claim(t.Context(), p)
+	if err != nil || !again.Created || again.PayloadMismatch || !again.Run.CreatedAt.Equal(first.Run.CreatedAt) {
+		t.Fatalf("the replayed claim = %+v, %v; want created, the first try's record", again, err)
+	}
+	other, err := l.Claim(t.Context(), &ledger.ClaimParams{Identity: p.Identity, AttemptID: uuid.NewString()})
+	if err != nil || other.Created {
+		t.Fatalf("another claim of the run = %+v, %v; want a duplicate", other, err)
+	}
+}
+
+// TestConcurrentOpenMigrates opens one empty database from several ledgers at once: one
+// creates the tables, the others find them, and all of them open.
+func TestConcurrentOpenMigrates(t *testing.T) {
+	t.Parallel()
+	db := newDatabase(t, true)
+	const n = 4
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			l, err := Open(t.Context(), db, nil)
+			if err == nil {
+				_, err = l.Claim(t.Context(), &ledger.ClaimParams{Identity: benchIdentity(), AttemptID: "a"})
+				_ = l.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("open %d of %d: %v", i, n, err)
+		}
+	}
+}
+
+// TestMustExistAgainstSweep races a worker claim that must not create its run with a
+// sweep of that run, expired: exactly one of them wins. Either the sweep deleted the run
+// and the claim answers ErrNotFound, or the claim took the run (renewing its expiry) and
+// the sweep left it; never both, which would mean the claim wrote a run the sweep had
+// deleted between the claim's check and its write.
+func TestMustExistAgainstSweep(t *testing.T) {
+	t.Parallel()
+	l := openTest(t, nil)
+	ctx := t.Context()
+	t0 := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+	t1 := t0.Add(time.Second)
+	for round := range 20 {
+		id := benchIdentity()
+		if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: uuid.NewString(),
+			Retention: time.Millisecond, PickupTimeout: time.Millisecond, Now: t0}); err != nil {
+			t.Fatal(err)
+		}
+		var (
+			wg       sync.WaitGroup
+			swept    int
+			sweepErr error
+			res      *ledger.AcquireResult
+			acqErr   error
+		)
+		wg.Go(func() { swept, sweepErr = l.Sweep(ctx, &ledger.SweepParams{Now: t1}) })
+		wg.Go(func() {
+			res, acqErr = l.Acquire(ctx, &ledger.AcquireParams{Identity: id, AttemptID: uuid.NewString(),
+				Lease: time.Minute, MustExist: true, Now: t1})
+		})
+		wg.Wait()
+		if sweepErr != nil {
+			t.Fatalf("round %d: Sweep: %v", round, sweepErr)
+		}
+		acquired := acqErr == nil && res.Outcome == ledger.OutcomeAcquired
+		if !acquired && !errors.Is(acqErr, ledger.ErrNotFound) {
+			t.Fatalf("round %d: Acquire = %+v, %v; want acquired or ErrNotFound", round, res, acqErr)
+		}
+		if acquired == (swept == 1) {
+			t.Fatalf("round %d: the sweep deleted %d runs and the claim acquired = %v: want exactly one of them", round, swept, acquired)
+		}
+		_, err := l.Get(ctx, &ledger.GetParams{RunID: id.RunID})
+		if exists := err == nil; exists != acquired {
+			t.Fatalf("round %d: after the race the run exists = %v (%v), the claim acquired = %v", round, exists, err, acquired)
+		}
+	}
+}
+
+// BenchmarkBatch measures a run of 10,000 items through worker.Batch beside the same
+// items as one worker.Effect each (the raw effect write), on this backend: items/s and
+// ledger writes per item (workertest.BenchmarkBatch).
+func BenchmarkBatch(b *testing.B) { workertest.BenchmarkBatch(b, harness().Open) }
