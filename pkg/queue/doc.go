@@ -23,9 +23,10 @@
 //
 // # In process
 //
-// A MemTopic's Publisher and Subscriber are the same types as Pub/Sub's, so the ingress
-// and the worker have one code path: at-least-once delivery, redelivery after a nack or
-// once a delivery outlives MaxExtension, a late ack ignored, no ordering, a retention.
+// A MemTopic's MemPublisher is a RunPublisher and its MemSubscriber yields the same
+// *Delivery as a Subscriber, so the ingress and the worker have one code path: at-least-
+// once delivery, redelivery after a nack or once a delivery outlives MaxExtension, a late
+// ack ignored, no ordering, a retention.
 // It has no network and no gRPC: pstest delivers a few hundred messages a second in
 // process, a MemTopic as many as the ledger can take. Its messages are lost on exit.
 package queue
