@@ -440,6 +440,19 @@ func getRun(ctx context.Context, q querier, id string) (*ledger.Run, error) {
 	return r, err
 }
 
+// upsertRun writes a run: a new one is inserted; an existing one is updated in place,
+// every column but its identity's namespace and job and its creation time, which never
+// change for a run ID. An update in place leaves the row and the indexes on those
+// columns (runs_created, runs_job_created, runs_namespace_created) alone; INSERT OR
+// REPLACE deleted and reinserted the row and every index entry on each transition.
+var upsertRun = "INSERT INTO runs (" + runColumns + ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) " +
+	"ON CONFLICT (run_id) DO UPDATE SET key = excluded.key, schedule_time = excluded.schedule_time, " +
+	"status = excluded.status, attempt = excluded.attempt, attempt_id = excluded.attempt_id, deadline = excluded.deadline, " +
+	"not_before = excluded.not_before, payload_hash = excluded.payload_hash, payload = excluded.payload, " +
+	"attempts_made = excluded.attempts_made, last_error = excluded.last_error, updated_at = excluded.updated_at, " +
+	"completed_at = excluded.completed_at, expire_at = excluded.expire_at, history = excluded.history, " +
+	"result = excluded.result, progress = excluded.progress"
+
 func putRun(ctx context.Context, tx querier, r *ledger.Run) error {
 	if r == nil {
 		return nil
@@ -452,7 +465,7 @@ func putRun(ctx context.Context, tx querier, r *ledger.Run) error {
 		}
 		history = string(b)
 	}
-	_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO runs ("+runColumns+") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+	_, err := tx.ExecContext(ctx, upsertRun,
 		r.ID, r.Namespace, r.Job, r.Key, micros(r.ScheduleTime), string(r.Status), r.Attempt, r.AttemptID, micros(r.Deadline),
 		micros(r.NotBefore), r.PayloadHash, nonNil(r.Payload), r.AttemptsMade, r.LastError, micros(r.CreatedAt), micros(r.UpdatedAt),
 		micros(r.CompletedAt), micros(r.ExpireAt), history, nullBytes(r.Result), nullBytes(r.Progress))
