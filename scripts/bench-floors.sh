@@ -24,4 +24,6 @@ bench -bench BenchmarkPostgresIngressVsBare -benchtime 2000x "$@" ./pkg/ingress/
 bench -bench BenchmarkDuplicateVsNew -benchtime 4000x "$@" ./pkg/ledger/postgres/
 bench -bench BenchmarkDuplicateVsNew -benchtime 2000x "$@" ./pkg/ledger/sqlite/
 bench -bench BenchmarkPostgresNoopJobsVsChain -benchtime 2000x "$@" ./pkg/worker/
+# The embedded default end to end: the built binary with -dev over HTTP (no services).
+bench -bench BenchmarkDevEndToEnd -benchtime 6000x "$@" ./cmd/ingress/
 echo "bench: load after: $(uptime)"

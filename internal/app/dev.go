@@ -54,8 +54,9 @@ func devAddr(f *IngressFlags, addrSource, port string) string {
 	return DevAddr
 }
 
-// runDev runs the embedded all-in-one: the embedded ledger, an in-process Pub/Sub, an
-// in-process worker pool with the demo jobs, and the ingress, with auth off.
+// runDev runs the embedded all-in-one: the embedded ledger, an in-process worker pool
+// with the demo jobs fed through an in-process MemTopic, an in-process Pub/Sub (pstest)
+// for the jobs of workers that join from other processes, and the ingress, with auth off.
 func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *slog.Logger, stdout io.Writer) error {
 	f.Addr = devAddr(f, addrSource, port)
 	ledgerURL := f.Ledger
@@ -86,8 +87,12 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 	if _, err := queue.EnsureTopic(ctx, ps.Client, DevTopic); err != nil {
 		return err
 	}
-	pub := queue.NewPublisher(ps.Client, DevTopic, nil)
-	defer pub.Close()
+	psPub := queue.NewPublisher(ps.Client, DevTopic, nil)
+	defer psPub.Close()
+	// The in-process worker's runs go through a MemTopic: pstest's gRPC delivery caps a
+	// worker at a few hundred runs a second, whatever the ledger.
+	mem := queue.NewMemTopic(DevTopic)
+	defer mem.Close()
 
 	ln, err := net.Listen("tcp", f.Addr)
 	if err != nil {
@@ -121,12 +126,13 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 		accepted = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(here), jobs.Names(fileJobs)...))))
 	}
 	elsewhere := &pubsubpb.Subscription{AckDeadlineSeconds: 30}
+	var pub queue.RunPublisher = psPub
 	if inProcess {
 		elsewhere.Filter = jobFilter(here, false)
-		if _, err := queue.EnsureSubscription(ctx, ps.Client, DevTopic, DevInProcessSubscription,
-			&pubsubpb.Subscription{AckDeadlineSeconds: 30, Filter: jobFilter(here, true)}); err != nil {
+		if err := mem.CreateSubscription(DevInProcessSubscription, nil); err != nil {
 			return err
 		}
+		pub = queue.Route(func(m *queue.Message) bool { return slices.Contains(here, m.Identity.Job) }, mem.Publisher(), psPub)
 	}
 	if _, err := queue.EnsureSubscription(ctx, ps.Client, DevTopic, DevSubscription, elsewhere); err != nil {
 		return err
@@ -165,6 +171,10 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 			return err
 		}
 		workerAddr = workerLn.Addr().String()
+		sub, err := mem.Subscriber(DevInProcessSubscription, nil)
+		if err != nil {
+			return err
+		}
 		// The worker command's defaults, from its own flag set, with what -dev sets.
 		var wf WorkerFlags
 		if err := WorkerFlagSet(&wf).Parse(nil); err != nil {
@@ -172,10 +182,10 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 		}
 		wf.Addr, wf.Retention = workerAddr, f.Retention
 		wf.Concurrency, wf.RescueInterval = f.DevConcurrency, 10*time.Second
-		wf.Subscription, wf.Topic = ps.URL(DevInProcessSubscription), ps.URL(DevTopic)
+		wf.Subscription, wf.Topic = sub.Name(), mem.Name()
 		setup = &WorkerSetup{
 			Flags: wf, Ledger: led, Handler: mux, Auth: auth.None{}, Log: log, Listener: workerLn,
-			Subscriber: queue.NewSubscriber(ps.Client, DevInProcessSubscription, nil),
+			Subscriber: sub,
 			Republish:  pub,
 			NackDelay:  time.Second,
 		}
@@ -215,7 +225,7 @@ func jobFilter(names []string, in bool) string {
 // claimed while no worker ran) lost its message with it. A duplicate message is
 // harmless (the worker's claim deduplicates it); without this the run would wait for
 // the rescuer, after its pickup deadline. It returns how many it republished.
-func republishQueued(ctx context.Context, led ledger.Ledger, pub *queue.Publisher, namespace string, retention time.Duration) (int, error) {
+func republishQueued(ctx context.Context, led ledger.Ledger, pub queue.RunPublisher, namespace string, retention time.Duration) (int, error) {
 	// Every queued run's deadline lies within the retention: list them all (no write).
 	runs, err := led.ListRescue(ctx, &ledger.ListRescueParams{Limit: 1000, Now: time.Now().Add(retention)})
 	if err != nil {

@@ -50,7 +50,7 @@ func IngressFlagSet(f *IngressFlags) *flag.FlagSet {
 	fs.StringVar(&f.Jobs, "jobs", "", "optional jobs file: a job it does not name gets 404 (-dev: its targets run in-process too, a job without a target waits for a worker that joins)")
 	fs.BoolVar(&f.Dev, "dev", false, "the embedded all-in-one: embedded ledger, in-process Pub/Sub and workers, demo jobs, auth off")
 	fs.DurationVar(&f.DemoDelay, "demo-delay", 2*time.Second, "how long the -dev demo job works before its effect")
-	fs.IntVar(&f.DevConcurrency, "dev-concurrency", 8, "jobs the -dev in-process worker runs at once; 0 runs none (a worker joins from another process: the banner prints the command)")
+	fs.IntVar(&f.DevConcurrency, "dev-concurrency", 32, "jobs the -dev in-process worker runs at once; 0 runs none (a worker joins from another process: the banner prints the command)")
 	return fs
 }
 

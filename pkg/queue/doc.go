@@ -1,7 +1,9 @@
 // Package queue carries runs from the ingress to the workers over Google Cloud Pub/Sub
 // (cloud.google.com/go/pubsub/v2): the publisher the ingress waits on before it answers,
 // the subscriber and push handler the workers receive from, the message format both
-// share, and an in-process Pub/Sub server (pstest) for the embedded mode and fast tests.
+// share, an in-process Pub/Sub server (pstest) for fast tests and for workers that join
+// the embedded mode from another process, and MemTopic, an in-process transport with
+// Pub/Sub's delivery contract for the embedded mode's own worker.
 //
 // Delivery is at least once. A message carries the run's identity (its data the payload,
 // its attributes the rest); the ledger decides whether the run still needs work, so
@@ -18,4 +20,13 @@
 // client honours PUBSUB_EMULATOR_HOST. InProcess runs the client library's pstest server
 // in the process, with EnsureTopic and EnsureSubscription working against it, the
 // emulator and Pub/Sub alike.
+//
+// # In process
+//
+// A MemTopic's MemPublisher is a RunPublisher and its MemSubscriber yields the same
+// *Delivery as a Subscriber, so the ingress and the worker have one code path: at-least-
+// once delivery, redelivery after a nack or once a delivery outlives MaxExtension, a late
+// ack ignored, no ordering, a retention.
+// It has no network and no gRPC: pstest delivers a few hundred messages a second in
+// process, a MemTopic as many as the ledger can take. Its messages are lost on exit.
 package queue

@@ -26,3 +26,13 @@ func LockWrites(l *Ledger) (unlock func()) {
 	var once sync.Once
 	return func() { once.Do(l.wmu.Unlock) }
 }
+
+// Commits returns how many write transactions the ledger has run.
+func Commits(l *Ledger) int64 { return l.commits.Load() }
+
+// Queued returns how many writes wait for the write lock.
+func Queued(l *Ledger) int {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	return len(l.queued)
+}

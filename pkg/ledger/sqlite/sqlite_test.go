@@ -354,6 +354,73 @@ func TestDuplicateClaimTakesNoWriteLock(t *testing.T) {
 	}
 }
 
+// TestGroupCommit: the writes that queue while the write lock is held run in one
+// transaction once it is free, each with its own answer: new claims are created, an
+// Acquire of a run that does not exist fails alone (its savepoint rolled back, the
+// others kept), and a write whose context ended while it waited is not run.
+func TestGroupCommit(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	l := open(t, filepath.Join(t.TempDir(), "ledger.db"))
+	identity := func(k string) ledger.Identity {
+		return ledger.Identity{RunID: ledger.KeyedRunID("ns", "job", k), Namespace: "ns", Job: "job", Key: k, PayloadHash: "h"}
+	}
+	unlock := sqlite.LockWrites(l)
+	defer unlock()
+	before := sqlite.Commits(l)
+	const claims = 10
+	errs := make(chan error, claims+2)
+	for i := range claims {
+		go func() {
+			res, err := l.Claim(ctx, &ledger.ClaimParams{Identity: identity(fmt.Sprint("k", i)), AttemptID: "a"})
+			if err == nil && !res.Created {
+				err = fmt.Errorf("claim k%d not created: %+v", i, res)
+			}
+			errs <- err
+		}()
+	}
+	go func() {
+		_, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: identity("missing"), AttemptID: "w", MustExist: true})
+		if !errors.Is(err, ledger.ErrNotFound) {
+			errs <- fmt.Errorf("Acquire of a missing run in a batch: %v, want ErrNotFound", err)
+			return
+		}
+		errs <- nil
+	}()
+	gone, cancel := context.WithCancel(ctx)
+	go func() {
+		_, err := l.Claim(gone, &ledger.ClaimParams{Identity: identity("cancelled"), AttemptID: "a"})
+		if !errors.Is(err, context.Canceled) {
+			errs <- fmt.Errorf("Claim whose context ended while it waited: %v, want context.Canceled", err)
+			return
+		}
+		errs <- nil
+	}()
+	for deadline := time.Now().Add(10 * time.Second); sqlite.Queued(l) < claims+2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d writes queued behind the write lock, want %d", sqlite.Queued(l), claims+2)
+		}
+	}
+	cancel()
+	unlock()
+	for range claims + 2 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if n := sqlite.Commits(l) - before; n != 1 {
+		t.Errorf("%d transactions for %d queued writes, want 1 (group commit)", n, claims+2)
+	}
+	for i := range claims {
+		if _, err := l.Get(ctx, &ledger.GetParams{RunID: identity(fmt.Sprint("k", i)).RunID}); err != nil {
+			t.Errorf("claim k%d answered created but not stored: %v", i, err)
+		}
+	}
+	if _, err := l.Get(ctx, &ledger.GetParams{RunID: identity("cancelled").RunID}); !errors.Is(err, ledger.ErrNotFound) {
+		t.Errorf("the cancelled claim was stored: %v", err)
+	}
+}
+
 // BenchmarkBatch measures a run of 10,000 items through worker.Batch beside the same
 // items as one worker.Effect each (the raw effect write), on this backend: items/s and
 // ledger writes per item (workertest.BenchmarkBatch).
