@@ -21,8 +21,16 @@
 // The clock is the ledger's (every call's Now), the ingress's and the workers' own
 // (worker.Config.Now: when a claim was sent, how old a message is); leases and pickup
 // deadlines expire when the driver moves it, so a worker paused at a point may find its
-// lease taken over. The worker's own lease keeper runs on real time with a lease far
-// longer than a schedule, so it never renews: a pause past the lease is a pause past it.
+// lease taken over. It is the workers' timers too (worker.Config.AfterFunc): a job's
+// MaxRunTime, and the lease keeper's renewals and self-fence, fire in the order of their
+// deadlines as the driver moves the clock past them, on the driver's goroutine, so they
+// follow the schedule. A keeper's renewal is no scheduling point and draws no fault; the
+// keeper of a crashed worker does not renew, nor that of a paused one (half the
+// deliveries) while it is parked at a call: a pause past the lease is a pause past it, and
+// its keeper self-fences the job.
+//
+// In a quarter of the schedules a job may hang: it blocks until its context ends (its
+// MaxRunTime, a self-fence or a lost lease), and then returns its cause.
 //
 // Schedules reach the retention, which is short (three hours): the clock sometimes
 // jumps by up to half of it, jobs ask for retries as late as the workers allow (the
@@ -41,7 +49,7 @@
 // hold it at once, as the job itself observes it; no run is answered "new" twice, and
 // no job runs with a payload other than the one accepted; and no call waits unbounded.
 //
-// Mutants (mutants.go) reintroduce holes that were closed, as broken ledgers or as a
-// switch of the workers' wrappers; TestMutantsAreCaught checks that the schedules CI
+// Mutants (mutants.go) reintroduce holes that were closed, as broken ledgers, as a
+// switch of the workers' wrappers, or as a worker option (ignores-max-run-time); TestMutantsAreCaught checks that the schedules CI
 // runs catch each.
 package sim

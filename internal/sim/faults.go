@@ -14,10 +14,24 @@ import (
 	"github.com/runonce/runonce/pkg/queue"
 )
 
-// clock is the simulation's time: it moves only when the driver moves it.
+// clock is the simulation's time: it moves only when the driver moves it. It is the
+// workers' worker.Config.AfterFunc too: its timers (a job's MaxRunTime, the lease
+// keeper's renewals and self-fence) fire as the driver moves it past them, in the order
+// of their deadlines, on the driver's goroutine, with the clock at each deadline in
+// turn; so they follow the schedule.
 type clock struct {
-	mu  sync.Mutex
-	now time.Time
+	mu     sync.Mutex
+	now    time.Time
+	seq    int
+	timers []*timer
+	// inTimer is set while a timer's function runs.
+	inTimer bool
+}
+
+type timer struct {
+	at  time.Time
+	seq int
+	f   func()
 }
 
 func (c *clock) Now() time.Time {
@@ -26,10 +40,70 @@ func (c *clock) Now() time.Time {
 	return c.now
 }
 
+// AfterFunc arms a timer that calls f once the clock has moved d on.
+func (c *clock) AfterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	t := &timer{at: c.now.Add(d), seq: c.seq, f: f}
+	c.timers = append(c.timers, t)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		i := slices.Index(c.timers, t)
+		if i < 0 {
+			return false
+		}
+		c.timers = slices.Delete(c.timers, i, i+1)
+		return true
+	}
+}
+
+// firing reports whether a timer's function is running (the caller is a worker's lease
+// keeper or its MaxRunTime, not an actor).
+func (c *clock) firing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inTimer
+}
+
+// advance moves the clock by d, firing every timer due on the way at its deadline.
 func (c *clock) advance(d time.Duration) {
 	c.mu.Lock()
-	c.now = c.now.Add(d)
+	target := c.now.Add(d)
 	c.mu.Unlock()
+	c.fire(target)
+	c.mu.Lock()
+	c.now = target
+	c.mu.Unlock()
+}
+
+// fire calls, in the order of their deadlines, the timers due by until (those the
+// fired ones arm too), each with the clock at its deadline.
+func (c *clock) fire(until time.Time) {
+	for {
+		c.mu.Lock()
+		var next *timer
+		for _, t := range c.timers {
+			if !t.at.After(until) && (next == nil || t.at.Before(next.at) || t.at.Equal(next.at) && t.seq < next.seq) {
+				next = t
+			}
+		}
+		if next == nil {
+			c.mu.Unlock()
+			return
+		}
+		c.timers = slices.Delete(c.timers, slices.Index(c.timers, next), slices.Index(c.timers, next)+1)
+		if next.at.After(c.now) {
+			c.now = next.at
+		}
+		c.inTimer = true
+		c.mu.Unlock()
+		next.f()
+		c.mu.Lock()
+		c.inTimer = false
+		c.mu.Unlock()
+	}
 }
 
 // fault is what the wrappers do to one call.
@@ -102,7 +176,7 @@ type faultLedger struct {
 	s     *sched
 	f     *faults
 	clock *clock
-	// acquired notes every lease a worker claim granted, for the checks.
+	// acquired notes every lease a worker claim or a renewal granted, for the checks.
 	acquired func(r *ledger.Run)
 	// sweeping runs as a sweep applies, before it deletes anything.
 	sweeping func(ctx context.Context)
@@ -130,6 +204,9 @@ func hang(ctx context.Context, s *sched, what string, hung func(context.Context,
 // call runs one ledger call through the point and the fault drawn for it.
 func call[T any](ctx context.Context, l *faultLedger, what string, fn func(now time.Time) (T, error)) (T, error) {
 	var zero T
+	if l.clock.firing() {
+		return keeperCall(ctx, l, what, fn)
+	}
 	if err := l.s.point(ctx); err != nil {
 		return zero, err
 	}
@@ -156,6 +233,19 @@ func call[T any](ctx context.Context, l *faultLedger, what string, fn func(now t
 			return zero, perr
 		}
 		return v, err
+	}
+	return fn(l.clock.Now())
+}
+
+// keeperCall runs a call a worker's lease keeper makes from a timer, on the driver's
+// goroutine as the clock moves: it is no scheduling point. The keeper of a crashed
+// worker does not run, nor that of a paused one while the actor is parked at a call (its
+// whole process is paused); their renewals fail and the lease runs out. A hung job's
+// worker is not paused: its keeper renews on.
+func keeperCall[T any](ctx context.Context, l *faultLedger, what string, fn func(now time.Time) (T, error)) (T, error) {
+	var zero T
+	if a := actorFrom(ctx); a != nil && (a.crashed || a.paused && l.s.isParked(a)) {
+		return zero, fmt.Errorf("%w: sim: %s not sent: the worker is paused or crashed", ledger.ErrUnavailable, what)
 	}
 	return fn(l.clock.Now())
 }
@@ -199,7 +289,11 @@ func (l *faultLedger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger
 	return call(ctx, l, "renew", func(now time.Time) (*ledger.Run, error) {
 		q := *p
 		q.Now = or(q.Now, now)
-		return l.Ledger.Renew(ctx, &q)
+		r, err := l.Ledger.Renew(ctx, &q)
+		if err == nil {
+			l.acquired(r) // the lease now runs until r.Deadline
+		}
+		return r, err
 	})
 }
 

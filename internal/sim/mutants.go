@@ -47,9 +47,18 @@ var Mutants = map[string]func(ledger.Ledger) ledger.Ledger{
 // fault wrappers, not a ledger.
 const UnboundedCalls = "unbounded-calls"
 
+// IgnoresMaxRunTime names the mutant whose workers never stop a job at its maximum run
+// time, as before worker.Config.MaxRunTime: a hung Go handler's lease keeper renews its
+// lease for ever, and its run never ends. It is a worker option (a MaxRunTime of a
+// century), not a ledger.
+const IgnoresMaxRunTime = "ignores-max-run-time"
+
+// forever is the mutant ignores-max-run-time's MaxRunTime.
+const forever = 100 * 365 * 24 * time.Hour
+
 // MutantNames returns the names of every mutant, sorted.
 func MutantNames() []string {
-	names := []string{UnboundedCalls}
+	names := []string{UnboundedCalls, IgnoresMaxRunTime}
 	for name := range Mutants {
 		names = append(names, name)
 	}

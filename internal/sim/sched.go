@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -21,6 +22,9 @@ type actor struct {
 	crashed bool
 	// onCrash runs in the driver when the actor crashes (e.g. redeliver its message).
 	onCrash func()
+	// paused is set for a delivery whose worker process pauses whenever the actor is
+	// parked at a call: its lease keeper does not renew meanwhile.
+	paused bool
 	// request is set for an ingress request, which started at started.
 	request bool
 	started time.Time
@@ -39,7 +43,9 @@ type sched struct {
 	mu     sync.Mutex
 	parked []*actor
 	hung   []*actor
-	nextID int
+	// blocked are the actors waiting for their context to end (a hung job), with it.
+	blocked []blocked
+	nextID  int
 	// idle receives when the running actor parks or ends.
 	idle chan struct{}
 	// stuck bounds how long the driver waits for an actor to park or end.
@@ -140,6 +146,63 @@ func (s *sched) hang(ctx context.Context) error {
 	return errCrashed
 }
 
+type blocked struct {
+	a   *actor
+	ctx context.Context
+}
+
+// block parks the calling actor until ctx ends, as a job that hangs does: once it has,
+// unblock makes the actor one the driver may let go on, and block returns ctx's cause.
+func (s *sched) block(ctx context.Context) error {
+	a := actorFrom(ctx)
+	if a == nil {
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}
+	s.mu.Lock()
+	if a.crashed || s.over {
+		s.mu.Unlock()
+		return errCrashed
+	}
+	if ctx.Err() != nil {
+		s.mu.Unlock()
+		return context.Cause(ctx)
+	}
+	s.blocked = append(s.blocked, blocked{a: a, ctx: ctx})
+	s.mu.Unlock()
+	s.idle <- struct{}{}
+	if !<-a.wake {
+		return errCrashed
+	}
+	return context.Cause(ctx)
+}
+
+// unblock parks, in the order they blocked, the blocked actors whose context ended, and
+// returns them.
+func (s *sched) unblock() []blocked {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []blocked
+	still := s.blocked[:0]
+	for _, b := range s.blocked {
+		if b.ctx.Err() != nil {
+			s.parked = append(s.parked, b.a)
+			out = append(out, b)
+			continue
+		}
+		still = append(still, b)
+	}
+	s.blocked = still
+	return out
+}
+
+// isParked reports whether a is parked at a call.
+func (s *sched) isParked(a *actor) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Contains(s.parked, a)
+}
+
 func (s *sched) nparked() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -162,7 +225,10 @@ func (s *sched) end(crashed []*actor) {
 	s.mu.Lock()
 	s.over = true
 	parked := append(s.parked, s.hung...)
-	s.parked, s.hung = nil, nil
+	for _, b := range s.blocked {
+		parked = append(parked, b.a)
+	}
+	s.parked, s.hung, s.blocked = nil, nil, nil
 	s.mu.Unlock()
 	go func() {
 		for range s.idle { // actors that end now signal; nobody waits for them

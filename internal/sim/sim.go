@@ -48,7 +48,10 @@ const (
 	pickupTimeout = 5 * time.Minute
 	ackDeadline   = time.Minute
 	nackBackoff   = 10 * time.Second
-	maxAttempts   = 4
+	// maxRunTime is the workers' worker.Config.MaxRunTime: a hung job is stopped then
+	// and its run released.
+	maxRunTime  = time.Hour
+	maxAttempts = 4
 	// retention is short, so that schedules reach it: records expire and the sweeper
 	// deletes them, messages grow older than it, and a job may ask for a retry as late
 	// as it (MaxRetryAfter), which puts a run's not-before a retention ahead.
@@ -106,8 +109,12 @@ type caller struct {
 }
 
 type simulation struct {
-	opts    Options
-	rng     *rand.Rand
+	opts Options
+	rng  *rand.Rand
+	// krng draws what the lease keepers and hung jobs brought in: which schedules have
+	// jobs that hang, and which workers pause at their calls.
+	krng    *rand.Rand
+	hangs   bool
 	clock   *clock
 	s       *sched
 	f       *faults
@@ -128,7 +135,9 @@ type simulation struct {
 
 // Run runs the schedule of opts.Seed and checks it.
 func Run(ctx context.Context, opts Options) (*Result, error) {
-	sm := &simulation{opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, 0x5eed))}
+	sm := &simulation{opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, 0x5eed)), krng: rand.New(rand.NewPCG(opts.Seed, 0x6b656570))}
+	// In a quarter of the schedules, jobs may hang until their context ends.
+	sm.hangs = sm.krng.IntN(4) == 0
 	sm.clock = &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	sm.s = newSched()
 	// Each schedule has its own fault intensity, from none to heavy.
@@ -142,7 +151,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	defer raw.Close()
 	sm.raw = raw
 	var l ledger.Ledger = raw
-	if opts.Mutant != "" && opts.Mutant != UnboundedCalls {
+	if opts.Mutant != "" && opts.Mutant != UnboundedCalls && opts.Mutant != IgnoresMaxRunTime {
 		m, ok := Mutants[opts.Mutant]
 		if !ok {
 			return nil, fmt.Errorf("sim: no mutant %q", opts.Mutant)
@@ -168,12 +177,16 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	sm.ingress = in
 	mux := worker.NewMux()
 	mux.HandleFunc(jobName, sm.job)
+	runTime := maxRunTime
+	if opts.Mutant == IgnoresMaxRunTime {
+		runTime = forever
+	}
 	for range 3 {
 		w, err := worker.New(&worker.Config{
 			Ledger: &wfl, Handler: mux, Lease: lease, MaxAttempts: maxAttempts, PickupTimeout: pickupTimeout,
-			FinishTimeout: 5 * time.Second, LedgerTimeout: time.Hour, MaxRunTime: time.Hour,
+			FinishTimeout: 5 * time.Second, LedgerTimeout: time.Hour, MaxRunTime: runTime,
 			Retention: retention, UnsafeRetention: true, MaxRetryAfter: retention,
-			Republish: &wpub, Logger: discard, Now: sm.clock.Now,
+			Republish: &wpub, Logger: discard, Now: sm.clock.Now, AfterFunc: sm.clock.AfterFunc,
 		})
 		if err != nil {
 			return nil, err
@@ -291,6 +304,10 @@ type choice struct {
 
 // step makes one decision.
 func (sm *simulation) step(ctx context.Context, quiet bool) error {
+	sm.clock.fire(sm.clock.Now()) // timers armed with no time left
+	for _, b := range sm.s.unblock() {
+		sm.log("unblock: actor %d (%s): its hung job's context ended: %v", b.a.id, b.a.name, context.Cause(b.ctx))
+	}
 	var cs []choice
 	if n := sm.s.nparked(); n > 0 {
 		cs = append(cs, choice{60, func() error {
@@ -495,6 +512,7 @@ func (sm *simulation) deliver(ctx context.Context, i int) error {
 	})
 	if a != nil {
 		a.onCrash = func() { sm.q.back(e, sm.clock.Now().Add(ackDeadline)) }
+		a.paused = sm.krng.IntN(2) == 0
 	}
 	return err
 }
@@ -593,6 +611,10 @@ func (sm *simulation) job(ctx context.Context, j *worker.Job) error {
 	}
 	if a.crashed {
 		return errCrashed
+	}
+	if sm.hangs && !sm.quiet && sm.krng.IntN(3) == 0 {
+		sm.log("job: attempt %d of run %s hangs until its context ends", j.Attempt, short(j.RunID))
+		return sm.s.block(ctx)
 	}
 	switch x := sm.rng.IntN(20); {
 	case x < 1:

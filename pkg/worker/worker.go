@@ -112,11 +112,21 @@ type Config struct {
 	Instance string
 	// RescueInterval is how often the rescuer looks for runs to republish. Defaults to 30s.
 	RescueInterval time.Duration
-	// Now is the clock the worker times its own hold of a lease by (when a claim was
-	// sent, and whether its answer came too late to start the job) and a message's age
-	// against the Retention. Defaults to time.Now;
-	// a simulation drives it with the ledger's clock.
+	// Now is the clock the worker judges its own deadlines by: its hold of a lease (when
+	// a claim or a renewal was sent, whether a claim's answer came too late to start the
+	// job, when the lease keeper self-fences), a job's MaxRunTime, and a message's age
+	// against the Retention. Defaults to time.Now; a simulation drives it with the
+	// ledger's clock.
 	Now func() time.Time
+	// AfterFunc calls f once d has passed by Now's clock, unless the returned stop is
+	// called first (stop reports whether it prevented the call); f must not run within
+	// AfterFunc itself. The worker waits through it for a job's MaxRunTime and for the
+	// lease keeper's renewals and self-fence; each of those checks Now again when it
+	// fires, so a timer that fires early does no harm. Defaults to time.AfterFunc. A Now
+	// other than the machine's clock needs an AfterFunc that fires as that clock moves
+	// (a simulation's clock fires its timers as it advances), or deadlines past a jump
+	// of the clock are noticed only on real time.
+	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 	// Logger receives JSON logs. Defaults to discarding them.
 	Logger *slog.Logger
 	// Meter records metrics. Defaults to a no-op meter.
@@ -172,6 +182,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.AfterFunc == nil {
+		c.AfterFunc = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
 	}
 	if c.Meter == nil {
 		c.Meter = noop.NewMeterProvider().Meter("runonce/worker")
@@ -480,23 +493,17 @@ func (w *Worker) run(dctx context.Context, d *queue.Delivery, run *ledger.Run, c
 	stopOnShutdown := context.AfterFunc(w.jobs, func() { cancel(context.Cause(w.jobs)) })
 	defer stopOnShutdown()
 	maxRun := policy.MaxRunTime
-	overrun := time.AfterFunc(maxRun, func() { cancel(fmt.Errorf("%w (%s)", ErrMaxRunTime, maxRun)) })
-	defer overrun.Stop()
+	stopOverrun := w.at(w.cfg.Now().Add(maxRun), func() { cancel(fmt.Errorf("%w (%s)", ErrMaxRunTime, maxRun)) })
+	defer stopOverrun()
 	a := &attempt{w: w, job: job, fence: fence, cancel: cancel, log: log}
 	ctx = withAttempt(ctx, a)
 
-	keeperDone := make(chan struct{})
-	stopKeeper := make(chan struct{})
-	go func() {
-		defer close(keeperDone)
-		w.keepLease(ctx, a, claimStart, stopKeeper)
-	}()
+	k := w.keepLease(ctx, a, claimStart)
 
 	start := time.Now()
 	log.InfoContext(ctx, "job started")
 	herr := w.call(ctx, job)
-	close(stopKeeper)
-	<-keeperDone
+	k.stop()
 	w.metrics.jobDuration.Record(ctx, time.Since(start).Seconds(), w.metrics.job(job.Name))
 
 	cause := context.Cause(ctx)
@@ -545,49 +552,148 @@ func (w *Worker) call(ctx context.Context, j *Job) (err error) {
 	return w.cfg.Handler.HandleJob(ctx, j)
 }
 
-// keepLease renews the lease every third of it until stop is closed. A renewal that
-// finds the lease lost cancels the job with ledger.ErrLeaseLost; renewals that keep
-// failing cancel it with ErrSelfFenced before the lease can run out.
-func (w *Worker) keepLease(ctx context.Context, a *attempt, held time.Time, stop <-chan struct{}) {
-	every := w.cfg.Lease / 3
-	// The lease runs out no sooner than held+Lease by the ledger's clock (it started
-	// after held); stop the job a sixth of a lease before that unless a renewal succeeds.
-	fenceAt := func() time.Time { return held.Add(w.cfg.Lease - w.cfg.Lease/6) }
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	selfFence := time.NewTimer(time.Until(fenceAt()))
-	defer selfFence.Stop()
-	var lastErr error
-	for {
-		select {
-		case <-stop:
+// at calls f once Config.Now reaches t, waiting through Config.AfterFunc: a timer that
+// fires before t by Now (a clock behind the machine's, or a timer that fires early) is
+// armed again for what is left. f runs on the timer's call, never within at, so a
+// caller may hold a lock f takes. The returned stop prevents the call.
+func (w *Worker) at(t time.Time, f func()) (stop func()) {
+	var (
+		mu      sync.Mutex
+		stopped bool
+		cur     func() bool
+	)
+	var fire func()
+	fire = func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
 			return
-		case <-ctx.Done():
-			return
-		case <-selfFence.C:
-			a.log.ErrorContext(ctx, "lease renewals failed until the lease would run out; job cancelled (self-fenced)", slog.Any("error", lastErr))
-			a.cancel(fmt.Errorf("%w: %w", ErrSelfFenced, lastErr))
-			return
-		case <-tick.C:
 		}
-		callStart := time.Now()
-		rctx, cancel := context.WithDeadline(ctx, fenceAt())
-		_, err := w.cfg.Ledger.Renew(rctx, &ledger.RenewParams{Fence: a.fence, Lease: w.cfg.Lease, Retention: w.cfg.Retention, Progress: a.progress()})
-		cancel()
-		switch {
-		case err == nil:
-			held = callStart
-			selfFence.Reset(time.Until(fenceAt()))
-			w.metrics.renewals.Add(ctx, 1)
-		case errors.Is(err, ledger.ErrLeaseLost):
-			w.metrics.fencedRefused.Add(ctx, 1)
-			a.cancel(err)
+		if left := t.Sub(w.cfg.Now()); left > 0 {
+			cur = w.cfg.AfterFunc(left, fire)
+			mu.Unlock()
 			return
-		default:
-			lastErr = err
-			a.log.WarnContext(ctx, "lease renewal failed; retrying before the lease runs out", slog.Any("error", err), slog.Time("self_fence_at", fenceAt()))
 		}
+		stopped = true
+		mu.Unlock()
+		f()
 	}
+	mu.Lock()
+	cur = w.cfg.AfterFunc(max(t.Sub(w.cfg.Now()), 0), fire)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		cur()
+	}
+}
+
+// keeper renews an attempt's lease every third of it, by Config.Now, until stopped. A
+// renewal that finds the lease lost cancels the job with ledger.ErrLeaseLost; renewals
+// that keep failing cancel it with ErrSelfFenced before the lease can run out.
+type keeper struct {
+	w   *Worker
+	ctx context.Context
+	a   *attempt
+	// renewing counts the renewal in flight, which stop waits for.
+	renewing sync.WaitGroup
+	mu       sync.Mutex
+	stopped  bool
+	// held is when the latest successful claim or renewal was sent, by Config.Now: the
+	// lease runs out no sooner than held+Lease by the ledger's clock.
+	held    time.Time
+	lastErr error
+	// stopTick and stopFence stop the next renewal and the self-fence.
+	stopTick, stopFence func()
+}
+
+// keepLease starts the keeper of a's lease, held since held (when the claim was sent).
+func (w *Worker) keepLease(ctx context.Context, a *attempt, held time.Time) *keeper {
+	k := &keeper{w: w, ctx: ctx, a: a, held: held}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.stopFence = w.at(k.fenceAt(), k.selfFence)
+	k.stopTick = w.at(w.cfg.Now().Add(w.cfg.Lease/3), k.renew)
+	return k
+}
+
+// fenceAt is a sixth of a lease before the lease can run out: the job is stopped then
+// unless a renewal succeeds. k.mu must be held.
+func (k *keeper) fenceAt() time.Time { return k.held.Add(k.w.cfg.Lease - k.w.cfg.Lease/6) }
+
+// done reports whether the keeper has nothing more to do: stopped, or the job's
+// context ended (the job is winding down; its run is finished or released after it).
+// k.mu must be held.
+func (k *keeper) done() bool { return k.stopped || k.ctx.Err() != nil }
+
+// stop ends the keeper and waits for a renewal in flight.
+func (k *keeper) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	k.stopTick()
+	k.stopFence()
+	k.mu.Unlock()
+	k.renewing.Wait()
+}
+
+func (k *keeper) selfFence() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.done() {
+		return
+	}
+	if k.w.cfg.Now().Before(k.fenceAt()) { // a renewal succeeded meanwhile
+		k.stopFence = k.w.at(k.fenceAt(), k.selfFence)
+		return
+	}
+	k.stopped = true
+	k.stopTick()
+	k.a.log.ErrorContext(k.ctx, "lease renewals failed until the lease would run out; job cancelled (self-fenced)", slog.Any("error", k.lastErr))
+	k.a.cancel(fmt.Errorf("%w: %w", ErrSelfFenced, cmp.Or(k.lastErr, errors.New("no renewal was answered"))))
+}
+
+func (k *keeper) renew() {
+	w := k.w
+	k.mu.Lock()
+	if k.done() {
+		k.mu.Unlock()
+		return
+	}
+	k.renewing.Add(1)
+	defer k.renewing.Done()
+	fenceAt := k.fenceAt()
+	k.mu.Unlock()
+
+	callStart := w.cfg.Now()
+	// The renewal is bounded by the self-fence point, by Now; the self-fence also
+	// cancels the job's context, and with it the call.
+	rctx, cancel := context.WithTimeout(k.ctx, fenceAt.Sub(callStart))
+	_, err := w.cfg.Ledger.Renew(rctx, &ledger.RenewParams{Fence: k.a.fence, Lease: w.cfg.Lease, Retention: w.cfg.Retention, Progress: k.a.progress()})
+	cancel()
+
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.done() {
+		return
+	}
+	switch {
+	case err == nil:
+		k.held = callStart
+		k.stopFence()
+		k.stopFence = w.at(k.fenceAt(), k.selfFence)
+		w.metrics.renewals.Add(k.ctx, 1)
+	case errors.Is(err, ledger.ErrLeaseLost):
+		w.metrics.fencedRefused.Add(k.ctx, 1)
+		k.stopped = true
+		k.stopFence()
+		k.a.cancel(err)
+		return
+	default:
+		k.lastErr = err
+		k.a.log.WarnContext(k.ctx, "lease renewal failed; retrying before the lease runs out", slog.Any("error", err), slog.Time("self_fence_at", k.fenceAt()))
+	}
+	k.stopTick = w.at(w.cfg.Now().Add(w.cfg.Lease/3), k.renew)
 }
 
 // finish retries a finishing write while the backend is unavailable, within
