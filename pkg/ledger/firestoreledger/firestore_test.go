@@ -199,7 +199,35 @@ func TestRoundTrips(t *testing.T) {
 	if err != nil || dup.Created || dup.Run.AttemptID != res.Run.AttemptID {
 		t.Fatalf("duplicate Claim = %+v, %v", dup, err)
 	}
-	check("a duplicate claim", "Commit", "BatchGetDocuments")
+	check("a duplicate claim of a run this ledger created (one read)", "BatchGetDocuments")
+
+	// Another process's ledger has not seen the run: its first duplicate is a rejected
+	// Create and a read, then the run is known and its duplicates are one read each.
+	other := openLedger(t, client, &Options{Prefix: l.Prefix()})
+	counter.take()
+	for i, want := range [][]string{{"Commit", "BatchGetDocuments"}, {"BatchGetDocuments"}} {
+		dup, err := other.Claim(ctx, &ledger.ClaimParams{Identity: ident, AttemptID: uuid.NewString()})
+		if err != nil || dup.Created || dup.Run.AttemptID != res.Run.AttemptID {
+			t.Fatalf("duplicate Claim %d through another ledger = %+v, %v", i, dup, err)
+		}
+		check(fmt.Sprintf("duplicate claim %d through a ledger that had not seen the run", i), want...)
+	}
+
+	// A known run swept since: the read finds nothing, and the claim creates it.
+	gone := ledger.KeyedRunID("ns", "job", uuid.NewString())
+	goneIdent := ledger.Identity{RunID: gone, Namespace: "ns", Job: "job", Key: "k2", PayloadHash: ledger.PayloadHash(nil)}
+	if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: goneIdent, AttemptID: uuid.NewString()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Collection(l.Prefix() + RunsCollection).Doc(gone).Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	counter.take()
+	again, err := l.Claim(ctx, &ledger.ClaimParams{Identity: goneIdent, AttemptID: uuid.NewString()})
+	if err != nil || !again.Created {
+		t.Fatalf("Claim of a known run deleted since = %+v, %v; want it created", again, err)
+	}
+	check("the claim of a known run deleted since (a read finds nothing, a Create)", "BatchGetDocuments", "Commit")
 
 	a, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: uuid.NewString(), Lease: time.Minute})
 	if err != nil || a.Outcome != ledger.OutcomeAcquired {
