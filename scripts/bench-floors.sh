@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the paired floor benchmarks (BENCHMARKS.md): starts the services with a durable
-# PostgreSQL (fsync on), runs each benchmark three times (-count 3), each of which
+# PostgreSQL (fsync on) and the other services, runs each benchmark three times (-count 3), each of which
 # alternates rounds of runonce and of its floor in one process, prints the machine's load
 # before and after, and stops what it started. Extra arguments go to every `go test`.
 set -euo pipefail
@@ -23,7 +23,14 @@ echo "bench: load before: $(uptime)"
 bench -bench BenchmarkPostgresIngressVsBare -benchtime 2000x "$@" ./pkg/ingress/
 bench -bench BenchmarkDuplicateVsNew -benchtime 4000x "$@" ./pkg/ledger/postgres/
 bench -bench BenchmarkDuplicateVsNew -benchtime 2000x "$@" ./pkg/ledger/sqlite/
+bench -bench BenchmarkDuplicateVsNew -benchtime 4000x "$@" ./pkg/ledger/redisledger/
+bench -bench BenchmarkDuplicateVsNew -benchtime 1000x "$@" ./pkg/ledger/firestoreledger/
+bench -bench BenchmarkDuplicateVsNew -benchtime 1000x "$@" ./pkg/ledger/spannerledger/
 bench -bench BenchmarkPostgresNoopJobsVsChain -benchtime 2000x "$@" ./pkg/worker/
+# The real stack's binaries over PostgreSQL and the Pub/Sub emulator: the ingress's peak
+# RSS at 1,000 requests/s, and 1, 2 and 4 worker processes on one subscription.
+bench -bench BenchmarkIngressPeakRSS -benchtime 10000x "$@" ./cmd/ingress/
+bench -bench BenchmarkWorkerProcesses -benchtime 3000x "$@" ./cmd/ingress/
 # The embedded default end to end: the built binary with -dev over HTTP (no services).
 bench -bench BenchmarkDevEndToEnd -benchtime 6000x "$@" ./cmd/ingress/
 echo "bench: load after: $(uptime)"

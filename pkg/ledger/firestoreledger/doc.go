@@ -78,7 +78,10 @@
 // # What each operation costs, and how it is fenced
 //
 //	Claim, new run             1 RPC: Commit of a Create (exists=false precondition)
-//	Claim, duplicate           2 RPCs: the failed Create, then one read
+//	Claim, duplicate           1 read of a run this ledger created or found before
+//	                             (driver.KnownRuns, the latest 4,096); otherwise
+//	                             2 RPCs: the failed Create, then one read. Neither
+//	                             writes nor opens a transaction.
 //	Acquire, Renew, Complete,  2 RPCs: a read, then a Commit of an Update with an
 //	Release, Fail, Rescue,       update-time precondition (the document's UpdateTime
 //	Expedite                     as read); Acquire of an absent run writes a Create.

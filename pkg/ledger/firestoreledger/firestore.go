@@ -61,6 +61,8 @@ type Ledger struct {
 	clock              *serverclock.Clock
 	driver.Transitions // the fenced transitions, over store (Acquire is this package's)
 	closed             atomic.Bool
+	// known are the runs seen to exist: their claims read first.
+	known *driver.KnownRuns
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -90,6 +92,7 @@ func New(ctx context.Context, client *firestore.Client, opts *Options) (*Ledger,
 		runs:    client.Collection(opts.Prefix + RunsCollection),
 		effects: client.Collection(opts.Prefix + EffectsCollection),
 		clock:   serverclock.New(local),
+		known:   driver.NewKnownRuns(0),
 	}
 	l.Transitions = driver.Transitions{Store: store{l}}
 	if err := l.Ping(ctx); err != nil {
@@ -140,10 +143,24 @@ func (l *Ledger) getRun(ctx context.Context, ref *firestore.DocumentRef) (*fires
 }
 
 // Claim implements ledger.Ledger. A new run costs one RPC: a Create (exists=false
-// precondition). Only when the run exists does it read it (the duplicate path).
+// precondition). When the Create finds the run there, it reads it (the duplicate path:
+// nothing is written). A run this ledger has seen exist (driver.KnownRuns: it created it,
+// or a claim found it) is read first, so that a duplicate of it costs one read, no
+// write and no transaction; when that read finds it gone (swept), the claim creates it.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	if err := nowUnsupported("claim", p.Now); err != nil {
 		return nil, err
+	}
+	ref := l.runs.Doc(p.RunID)
+	if l.known.Has(p.RunID) {
+		if err := driver.ValidateClaim(p); err != nil {
+			return nil, err
+		}
+		dup, err := l.readClaim(ctx, ref, p)
+		if dup != nil || err != nil {
+			return dup, err
+		}
+		l.known.Forget(p.RunID)
 	}
 	est, err := l.serverNow(ctx)
 	if err != nil {
@@ -153,7 +170,6 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	if err != nil {
 		return nil, err
 	}
-	ref := l.runs.Doc(p.RunID)
 	// created_at and updated_at are the estimate of the server's time the claim
 	// decided at: stored, so that the listing's index sees the new run at once.
 	data := encodeRun(next)
@@ -162,28 +178,40 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 		wr, err := ref.Create(ctx, data)
 		if err == nil {
 			l.clock.Observe(sent, l.clock.Local(), wr.UpdateTime)
+			l.known.Add(p.RunID)
 			return res, nil
 		}
 		if err = mapErr(rpcCreate, err, "claim run %s", p.RunID); !errors.Is(err, errExists) {
 			return nil, err
 		}
 		// The duplicate path: read the run that is there.
-		snap, cur, err := l.getRun(ctx, ref)
+		dup, err := l.readClaim(ctx, ref, p)
 		if err != nil {
 			return nil, err
 		}
-		if cur == nil {
-			continue // deleted (swept) since: create it again
+		if dup != nil {
+			l.known.Add(p.RunID)
+			return dup, nil
 		}
-		_, dup, err := driver.ApplyClaim(cur, p, snap.ReadTime)
-		if err != nil {
-			return nil, err
-		}
-		// The transport may have retried our own Create after it had landed.
-		dup.Created = cur.Attempt == 0 && cur.AttemptID == p.AttemptID
-		return dup, nil
+		// deleted (swept) since: create it again
 	}
 	return nil, fmt.Errorf("%w: firestoreledger: claim run %s: created and deleted %d times under us", ledger.ErrContended, p.RunID, maxAttempts)
+}
+
+// readClaim answers a claim of run ref from the record that is there, with one read:
+// nil, nil when there is none.
+func (l *Ledger) readClaim(ctx context.Context, ref *firestore.DocumentRef, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
+	snap, cur, err := l.getRun(ctx, ref)
+	if err != nil || cur == nil {
+		return nil, err
+	}
+	_, dup, err := driver.ApplyClaim(cur, p, snap.ReadTime)
+	if err != nil {
+		return nil, err
+	}
+	// The transport may have retried our own Create after it had landed.
+	dup.Created = cur.Attempt == 0 && cur.AttemptID == p.AttemptID
+	return dup, nil
 }
 
 // change is what a read-decide-write round writes: a run, or nothing.

@@ -199,7 +199,35 @@ func TestRoundTrips(t *testing.T) {
 	if err != nil || dup.Created || dup.Run.AttemptID != res.Run.AttemptID {
 		t.Fatalf("duplicate Claim = %+v, %v", dup, err)
 	}
-	check("a duplicate claim", "Commit", "BatchGetDocuments")
+	check("a duplicate claim of a run this ledger created (one read)", "BatchGetDocuments")
+
+	// Another process's ledger has not seen the run: its first duplicate is a rejected
+	// Create and a read, then the run is known and its duplicates are one read each.
+	other := openLedger(t, client, &Options{Prefix: l.Prefix()})
+	counter.take()
+	for i, want := range [][]string{{"Commit", "BatchGetDocuments"}, {"BatchGetDocuments"}} {
+		dup, err := other.Claim(ctx, &ledger.ClaimParams{Identity: ident, AttemptID: uuid.NewString()})
+		if err != nil || dup.Created || dup.Run.AttemptID != res.Run.AttemptID {
+			t.Fatalf("duplicate Claim %d through another ledger = %+v, %v", i, dup, err)
+		}
+		check(fmt.Sprintf("duplicate claim %d through a ledger that had not seen the run", i), want...)
+	}
+
+	// A known run swept since: the read finds nothing, and the claim creates it.
+	gone := ledger.KeyedRunID("ns", "job", uuid.NewString())
+	goneIdent := ledger.Identity{RunID: gone, Namespace: "ns", Job: "job", Key: "k2", PayloadHash: ledger.PayloadHash(nil)}
+	if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: goneIdent, AttemptID: uuid.NewString()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Collection(l.Prefix() + RunsCollection).Doc(gone).Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	counter.take()
+	again, err := l.Claim(ctx, &ledger.ClaimParams{Identity: goneIdent, AttemptID: uuid.NewString()})
+	if err != nil || !again.Created {
+		t.Fatalf("Claim of a known run deleted since = %+v, %v; want it created", again, err)
+	}
+	check("the claim of a known run deleted since (a read finds nothing, a Create)", "BatchGetDocuments", "Commit")
 
 	a, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: uuid.NewString(), Lease: time.Minute})
 	if err != nil || a.Outcome != ledger.OutcomeAcquired {
@@ -562,3 +590,52 @@ func TestTooLargePayload(t *testing.T) {
 // items as one worker.Effect each (the raw effect write), on this backend: items/s and
 // ledger writes per item (workertest.BenchmarkBatch).
 func BenchmarkBatch(b *testing.B) { workertest.BenchmarkBatch(b, harness.Open) }
+
+// BenchmarkDuplicateVsNew alternates, in one run, rounds of a raw Create of a fresh
+// document, the claim of a new run, duplicates of one hot queued run this ledger created
+// (one read each), and the same duplicates taken as a ledger that has not seen the run
+// does (the rejected Create and a read: the former path), and reports each rate and the
+// ratios.
+func BenchmarkDuplicateVsNew(b *testing.B) {
+	emulator(b)
+	client := sharedClient(b)
+	for _, n := range []int{8, 32} {
+		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
+			l := openLedger(b, client, &Options{Prefix: uniquePrefix()})
+			raw := client.Collection(l.Prefix() + "raw")
+			payload := []byte(`{"n":1}`)
+			doc := encodeRun(&ledger.Run{Namespace: "ledgertest/ns", Job: "job", Key: "sched-job", Status: ledger.StatusQueued,
+				ScheduleTime: time.Now(), PayloadHash: ledger.PayloadHash(payload), Payload: payload, AttemptID: uuid.NewString(),
+				Deadline: time.Now(), ExpireAt: time.Now()})
+			ident := func() ledger.Identity {
+				return ledger.Identity{RunID: ledger.KeyedRunID("bench", "job", uuid.NewString()), Namespace: "ledgertest/ns",
+					Job: "job", Key: "sched-job", ScheduleTime: time.Now(), PayloadHash: ledger.PayloadHash(payload), Payload: payload}
+			}
+			ctx := b.Context()
+			hot := ident()
+			if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: hot, AttemptID: uuid.NewString()}); err != nil {
+				b.Fatal(err)
+			}
+			claim := func(ctx context.Context, id ledger.Identity) error {
+				_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: uuid.NewString()})
+				return err
+			}
+			rates := benchloop.Interleaved(b, n, 200, []benchloop.Kind{
+				{Name: "raw", Op: func(ctx context.Context) error { _, err := raw.Doc(ident().RunID).Create(ctx, doc); return err }},
+				{Name: "new", Op: func(ctx context.Context) error { return claim(ctx, ident()) }},
+				{Name: "dup", Op: func(ctx context.Context) error { return claim(ctx, hot) }},
+				{Name: "dup-create-first", Op: func(ctx context.Context) error {
+					ref := l.runs.Doc(hot.RunID)
+					if _, err := ref.Create(ctx, doc); status.Code(err) != codes.AlreadyExists {
+						return fmt.Errorf("create of the hot run: %v, want AlreadyExists", err)
+					}
+					_, err := l.readClaim(ctx, ref, &ledger.ClaimParams{Identity: hot, AttemptID: uuid.NewString()})
+					return err
+				}},
+			})
+			b.ReportMetric(rates["new"]/rates["raw"], "new/raw")
+			b.ReportMetric(rates["dup"]/rates["new"], "dup/new")
+			b.ReportMetric(rates["dup-create-first"]/rates["new"], "dup-create-first/new")
+		})
+	}
+}

@@ -682,3 +682,150 @@ func TestMustExistAgainstSweep(t *testing.T) {
 // items as one worker.Effect each (the raw effect write), on this backend: items/s and
 // ledger writes per item (workertest.BenchmarkBatch).
 func BenchmarkBatch(b *testing.B) { workertest.BenchmarkBatch(b, harness().Open) }
+
+// roundTrips is a go-redis hook that counts a client's round trips (a command, or a
+// pipeline of them) and names each by its commands.
+type roundTrips struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (h *roundTrips) add(cmds []redis.Cmder) {
+	names := make([]string, len(cmds))
+	for i, c := range cmds {
+		names[i] = c.Name()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, strings.Join(names, "+"))
+}
+
+// take returns the round trips counted since the last take.
+func (h *roundTrips) take() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.calls
+	h.calls = nil
+	return out
+}
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.add([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.add(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+// TestClaimRoundTrips pins the ingress claim's cost: a new run and a duplicate are each
+// one round trip (one EVALSHA once the script is loaded), and a duplicate writes nothing:
+// the run's hash and every key of the ledger's prefix are as they were.
+func TestClaimRoundTrips(t *testing.T) {
+	t.Parallel()
+	o, err := redis.ParseURL(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(o)
+	t.Cleanup(func() { _ = rdb.Close() })
+	hook := &roundTrips{}
+	rdb.AddHook(hook)
+	prefix := newPrefix(t, rdb)
+	l, err := New(t.Context(), rdb, &Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	check := func(what string, want ...string) {
+		t.Helper()
+		got := hook.take()
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("%s made the round trips %v, want exactly %v", what, got, want)
+		}
+		t.Logf("%s: %d round trip(s) %v", what, len(got), got)
+	}
+	// Load the claim script on the server (a first EVALSHA may answer NOSCRIPT and send
+	// EVAL), so that what follows is the warm path.
+	if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: benchIdentity(), AttemptID: uuid.NewString()}); err != nil {
+		t.Fatal(err)
+	}
+	hook.take()
+
+	ident := benchIdentity()
+	res, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ident, AttemptID: uuid.NewString()})
+	if err != nil || !res.Created {
+		t.Fatalf("Claim = %+v, %v", res, err)
+	}
+	check("the ingress claim of a new run", "evalsha")
+
+	snapshot := func() map[string]string {
+		t.Helper()
+		keys, err := rdb.Keys(ctx, prefix+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, k := range keys {
+			dump, err := rdb.Dump(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[k] = dump
+		}
+		hook.take()
+		return out
+	}
+	before := snapshot()
+	for i := range 3 {
+		dup, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ident, AttemptID: uuid.NewString()})
+		if err != nil || dup.Created || dup.Run.AttemptID != res.Run.AttemptID {
+			t.Fatalf("duplicate Claim %d = %+v, %v", i, dup, err)
+		}
+		check(fmt.Sprintf("duplicate claim %d", i), "evalsha")
+	}
+	after := snapshot()
+	if len(after) != len(before) {
+		t.Fatalf("the duplicates changed the ledger's keys: %d before, %d after", len(before), len(after))
+	}
+	for k, v := range before {
+		if after[k] != v {
+			t.Errorf("the duplicates rewrote %s", k)
+		}
+	}
+}
+
+// BenchmarkDuplicateVsNew alternates, in one run, rounds of the raw claim (rawClaim: one
+// HSET, no script), the claim of a new run and duplicates of one hot queued run (one
+// script that reads and writes nothing), and reports each rate and the ratios.
+func BenchmarkDuplicateVsNew(b *testing.B) {
+	for _, n := range []int{8, 32} {
+		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
+			l := openTest(b, nil)
+			rdb := sharedClient(b)
+			ctx := b.Context()
+			hot := benchIdentity()
+			claim := func(ctx context.Context, id ledger.Identity) error {
+				_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: uuid.NewString()})
+				return err
+			}
+			if err := claim(ctx, hot); err != nil {
+				b.Fatal(err)
+			}
+			rates := benchloop.Interleaved(b, n, 400, []benchloop.Kind{
+				{Name: "raw", Op: func(ctx context.Context) error { return rawClaim(ctx, rdb, l.o.Prefix, benchIdentity()) }},
+				{Name: "new", Op: func(ctx context.Context) error { return claim(ctx, benchIdentity()) }},
+				{Name: "dup", Op: func(ctx context.Context) error { return claim(ctx, hot) }},
+			})
+			b.ReportMetric(rates["new"]/rates["raw"], "new/raw")
+			b.ReportMetric(rates["dup"]/rates["new"], "dup/new")
+		})
+	}
+}

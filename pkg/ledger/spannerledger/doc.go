@@ -48,7 +48,10 @@
 //
 //	Claim, new run        1 RPC: a Commit of one insert mutation without a read
 //	                      (client.Apply with ApplyAtLeastOnce, no BeginTransaction)
-//	Claim, duplicate      the insert fails with AlreadyExists, then 1 strong read
+//	Claim, duplicate      1 strong read of a run this ledger created or found before
+//	                      (driver.KnownRuns, the latest 4,096): no commit, so no lock;
+//	                      otherwise the insert fails with AlreadyExists (a Commit that
+//	                      takes the row's lock), then 1 strong read
 //	Acquire, Renew, Complete, Release, Fail, Rescue, Expedite, BeginEffect,
 //	CompleteEffect        one read-write transaction: 1 query (Spanner's time and the
 //	                      record, and the effect, in one LEFT JOIN), then a Commit of the

@@ -156,10 +156,23 @@ func writeRun(r *ledger.Run) []*spanner.Mutation {
 
 // Claim implements ledger.Ledger. A new run costs one RPC: a Commit of an insert mutation
 // without a read (ApplyAtLeastOnce); a duplicate's insert fails with AlreadyExists and
-// costs one strong read more.
+// costs one strong read more. A run this ledger has seen exist (driver.KnownRuns: it
+// created it, or a claim found it) is read first: its duplicate costs one strong read, no
+// commit and so no lock (a rejected insert takes the row's write lock, which serialises
+// the duplicates of a hot run); when that read finds it gone (swept), the claim inserts.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	if err := driver.ValidateClaim(p); err != nil {
 		return nil, err
+	}
+	if l.known.Has(p.RunID) {
+		cur, err := l.Get(ctx, &ledger.GetParams{RunID: p.RunID})
+		if err == nil {
+			return claimAnswer(cur, p), nil
+		}
+		if !errors.Is(err, ledger.ErrNotFound) {
+			return nil, err
+		}
+		l.known.Forget(p.RunID)
 	}
 	now := p.Now
 	if now.IsZero() {
@@ -180,6 +193,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	}
 	_, err = l.client.Apply(ctx, []*spanner.Mutation{spanner.Insert("runs", runColumns, runValues(res.Run))}, spanner.ApplyAtLeastOnce())
 	if err == nil {
+		l.known.Add(p.RunID)
 		return res, nil
 	}
 	if spanner.ErrCode(err) != codes.AlreadyExists {
@@ -192,9 +206,15 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	if err != nil {
 		return nil, err
 	}
+	l.known.Add(p.RunID)
+	return claimAnswer(cur, p), nil
+}
+
+// claimAnswer is a claim's answer from the record that is there.
+func claimAnswer(cur *ledger.Run, p *ledger.ClaimParams) *ledger.ClaimResult {
 	// An insert the client replayed after its first try committed finds its own record.
 	created := cur.Status == ledger.StatusQueued && cur.Attempt == 0 && cur.AttemptID == p.AttemptID
-	return &ledger.ClaimResult{Run: cur, Created: created, PayloadMismatch: !created && cur.PayloadHash != p.PayloadHash}, nil
+	return &ledger.ClaimResult{Run: cur, Created: created, PayloadMismatch: !created && cur.PayloadHash != p.PayloadHash}
 }
 
 // store is the driver.Store of the ledger: each update is one read-write transaction

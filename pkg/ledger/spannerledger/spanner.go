@@ -48,6 +48,8 @@ type Ledger struct {
 	db                 string
 	clock              *serverclock.Clock
 	driver.Transitions // the fenced transitions, over store
+	// known are the runs seen to exist: their claims read first.
+	known *driver.KnownRuns
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -69,7 +71,7 @@ func New(ctx context.Context, client *spanner.Client, opts *Options) (*Ledger, e
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	l := &Ledger{client: client, db: client.DatabaseName(), clock: serverclock.New(o.Clock)}
+	l := &Ledger{client: client, db: client.DatabaseName(), clock: serverclock.New(o.Clock), known: driver.NewKnownRuns(0)}
 	l.Transitions = driver.Transitions{Store: store{l}}
 	// The first read also opens a session; the later ones bound the clock's offset by a
 	// warm round trip.

@@ -19,6 +19,8 @@ import (
 	instance "cloud.google.com/go/spanner/admin/instance/apiv1"
 	"cloud.google.com/go/spanner/admin/instance/apiv1/instancepb"
 	"github.com/google/uuid"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -290,7 +292,7 @@ func rawInsert(ctx context.Context, l *Ledger, id ledger.Identity) error {
 	now := time.Now()
 	_, err := l.client.Apply(ctx, []*spanner.Mutation{spanner.Insert("runs", runColumns, []any{
 		id.RunID, id.Namespace, id.Job, id.Key, id.ScheduleTime, id.PayloadHash, id.Payload, "queued", int64(0),
-		uuid.NewString(), now.Add(5 * time.Minute), nil, int64(0), "", now, now, nil, now.Add(ledger.DefaultRetention), []byte(nil), []byte(nil),
+		uuid.NewString(), now.Add(5 * time.Minute), nil, int64(0), "", now, now, nil, now.Add(ledger.DefaultRetention), nil, []byte(nil), []byte(nil),
 	})}, spanner.ApplyAtLeastOnce())
 	return err
 }
@@ -484,3 +486,152 @@ func TestMustExistAgainstSweep(t *testing.T) {
 // items as one worker.Effect each (the raw effect write), on this backend: items/s and
 // ledger writes per item (workertest.BenchmarkBatch).
 func BenchmarkBatch(b *testing.B) { workertest.BenchmarkBatch(b, harness().Open) }
+
+// rpcCounter counts a client's gRPC calls on the data path, by method; the session pool's
+// own calls (creating and deleting sessions) are not counted.
+type rpcCounter struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *rpcCounter) add(method string) {
+	m := method[strings.LastIndex(method, "/")+1:]
+	if strings.Contains(m, "Session") {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, m)
+}
+
+// take returns the calls counted since the last take.
+func (c *rpcCounter) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.calls
+	c.calls = nil
+	return out
+}
+
+// countingLedger opens a ledger on db through a client whose every unary and streaming
+// RPC goes through counter.
+func countingLedger(t *testing.T, db string) (*Ledger, *rpcCounter) {
+	t.Helper()
+	counter := &rpcCounter{}
+	client, err := spanner.NewClient(context.Background(), db,
+		option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			counter.add(method)
+			return invoker(ctx, method, req, reply, cc, opts...)
+		})),
+		option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			counter.add(method)
+			return streamer(ctx, desc, cc, method, opts...)
+		})),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	l, err := New(context.Background(), client, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter.take()
+	return l, counter
+}
+
+// TestClaimRoundTrips pins the RPCs of the ingress claim's paths: a new run is one
+// Commit; a duplicate of a run the ledger has seen exist is one strong read (no commit,
+// so no lock); a ledger that has not seen it pays a rejected Commit and a read once.
+func TestClaimRoundTrips(t *testing.T) {
+	t.Parallel()
+	emulator(t)
+	db := newDatabase(t, false)
+	l, counter := countingLedger(t, db)
+	ctx := t.Context()
+	check := func(what string, want ...string) {
+		t.Helper()
+		got := counter.take()
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("%s made the RPCs %v, want exactly %v", what, got, want)
+		}
+		t.Logf("%s: %d RPC(s) %v", what, len(got), got)
+	}
+	ident := benchIdentity()
+	res, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ident, AttemptID: uuid.NewString()})
+	if err != nil || !res.Created {
+		t.Fatalf("Claim = %+v, %v", res, err)
+	}
+	check("the ingress claim of a new run", "Commit")
+
+	dup, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ident, AttemptID: uuid.NewString()})
+	if err != nil || dup.Created || dup.Run.AttemptID != res.Run.AttemptID {
+		t.Fatalf("duplicate Claim = %+v, %v", dup, err)
+	}
+	check("a duplicate claim of a run this ledger created (one read)", "ExecuteStreamingSql")
+
+	other, otherCounter := countingLedger(t, db)
+	for i, want := range [][]string{{"Commit", "ExecuteStreamingSql"}, {"ExecuteStreamingSql"}} {
+		dup, err := other.Claim(ctx, &ledger.ClaimParams{Identity: ident, AttemptID: uuid.NewString()})
+		if err != nil || dup.Created || dup.Run.AttemptID != res.Run.AttemptID {
+			t.Fatalf("duplicate Claim %d through another ledger = %+v, %v", i, dup, err)
+		}
+		got := otherCounter.take()
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("duplicate claim %d through a ledger that had not seen the run made %v, want exactly %v", i, got, want)
+		}
+		t.Logf("duplicate claim %d through a ledger that had not seen the run: %v", i, got)
+	}
+
+	// A known run deleted since: the read finds nothing, and the claim inserts it.
+	gone := benchIdentity()
+	if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: gone, AttemptID: uuid.NewString()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.client.Apply(ctx, []*spanner.Mutation{spanner.Delete("runs", spanner.Key{gone.RunID})}); err != nil {
+		t.Fatal(err)
+	}
+	counter.take()
+	again, err := l.Claim(ctx, &ledger.ClaimParams{Identity: gone, AttemptID: uuid.NewString()})
+	if err != nil || !again.Created {
+		t.Fatalf("Claim of a known run deleted since = %+v, %v; want it created", again, err)
+	}
+	check("the claim of a known run deleted since (a read finds nothing, a Commit)", "ExecuteStreamingSql", "Commit")
+}
+
+// BenchmarkDuplicateVsNew alternates, in one run, rounds of the raw insert, the claim of
+// a new run, duplicates of one hot queued run this ledger created (one strong read
+// each), and the same duplicates taken as a ledger that has not seen the run does (the
+// insert rejected with AlreadyExists, then a strong read: the former path), and reports
+// each rate and the ratios.
+func BenchmarkDuplicateVsNew(b *testing.B) {
+	for _, n := range []int{8, 32} {
+		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
+			l := openTest(b, nil)
+			ctx := b.Context()
+			hot := benchIdentity()
+			claim := func(ctx context.Context, id ledger.Identity) error {
+				_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: uuid.NewString()})
+				return err
+			}
+			if err := claim(ctx, hot); err != nil {
+				b.Fatal(err)
+			}
+			rates := benchloop.Interleaved(b, n, 200, []benchloop.Kind{
+				{Name: "raw", Op: func(ctx context.Context) error { return rawInsert(ctx, l, benchIdentity()) }},
+				{Name: "new", Op: func(ctx context.Context) error { return claim(ctx, benchIdentity()) }},
+				{Name: "dup", Op: func(ctx context.Context) error { return claim(ctx, hot) }},
+				{Name: "dup-insert-first", Op: func(ctx context.Context) error {
+					if err := rawInsert(ctx, l, hot); spanner.ErrCode(err) != codes.AlreadyExists {
+						return fmt.Errorf("insert of the hot run: %v, want AlreadyExists", err)
+					}
+					_, err := l.Get(ctx, &ledger.GetParams{RunID: hot.RunID})
+					return err
+				}},
+			})
+			b.ReportMetric(rates["new"]/rates["raw"], "new/raw")
+			b.ReportMetric(rates["dup"]/rates["new"], "dup/new")
+			b.ReportMetric(rates["dup-insert-first"]/rates["new"], "dup-insert-first/new")
+		})
+	}
+}
