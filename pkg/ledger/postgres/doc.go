@@ -58,9 +58,10 @@
 //	        created_at, updated_at, done_at, expire_at)
 //	  effects_expire_at_idx ON effects (expire_at)
 //	  effects_run_idx ON effects (run_id, name)
-//	run_events(run_id REFERENCES runs ON DELETE CASCADE, seq, at, kind, attempt, worker,
-//	           actor, text)   a run's history: each transition's statement adds its events
-//	                          in a data-modifying CTE; Get reads the latest 50
+//	run_events(run_id, seq, at, kind, attempt, worker, actor, text)   a run's history:
+//	           each transition's statement adds its events in a data-modifying CTE; Get
+//	           reads the latest 50; the sweep's statement deletes them with their run (no
+//	           foreign key: its check trigger ran in every transition)
 //
 // The operators' transitions (Retry, Cancel, OperatorRelease) are rare: each is one
 // transaction that locks the run, decides with the driver's rule and writes.

@@ -965,3 +965,42 @@ func TestPoolSize(t *testing.T) {
 // items as one worker.Effect each (the raw effect write), on this backend: items/s and
 // ledger writes per item (workertest.BenchmarkBatch).
 func BenchmarkBatch(b *testing.B) { workertest.BenchmarkBatch(b, harness().Open) }
+
+// TestSweepDeletesHistory checks that the sweep deletes a run's events with the run (no
+// foreign key cascades since migration 00006): none is left behind, and a run claimed
+// again under the same ID starts with its own history only.
+func TestSweepDeletesHistory(t *testing.T) {
+	t.Parallel()
+	l := openTest(t, nil)
+	ctx := t.Context()
+	id := ledger.KeyedRunID("sweep", "job", uuid.NewString())
+	ident := ledger.Identity{RunID: id, Job: "job", PayloadHash: "h"}
+	past := time.Now().Add(-48 * time.Hour)
+	if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ident, AttemptID: uuid.NewString(), Now: past, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: uuid.NewString(), Now: past, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := l.Sweep(ctx, &ledger.SweepParams{Limit: 10})
+	if err != nil || n != 1 {
+		t.Fatalf("Sweep: %d records, %v; want the one run", n, err)
+	}
+	var events int
+	if err := l.pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{l.schema, "run_events"}.Sanitize()+` WHERE run_id = $1`, id).Scan(&events); err != nil {
+		t.Fatal(err)
+	}
+	if events != 0 {
+		t.Errorf("%d events of the swept run left behind", events)
+	}
+	if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ident, AttemptID: uuid.NewString()}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.Get(ctx, &ledger.GetParams{RunID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.History) != 1 || r.History[0].Kind != ledger.EventClaimed {
+		t.Errorf("claimed again after the sweep, history %+v; want its one claim", r.History)
+	}
+}

@@ -291,8 +291,8 @@ WHERE status IN ('queued', 'running') AND deadline < {now}
 ORDER BY deadline
 LIMIT $2`
 
-// $2 limit. Runs first, then effects whose run is gone (deleted by this statement or
-// earlier), at most $2 records in all: a live run's effects are kept whatever their own
+// $2 limit. Runs first, with their histories, then effects whose run is gone (deleted
+// by this statement or earlier), at most $2 records in all (events not counted): a live run's effects are kept whatever their own
 // expire_at says, or a later attempt would redo them. Rows that other statements hold
 // locked are left for the next sweep.
 const sweepSQL = `
@@ -303,6 +303,9 @@ WITH r AS (
 		FOR UPDATE SKIP LOCKED))
 	AND expire_at < {now}
 	RETURNING run_id
+), ev AS (
+	-- The deleted runs' histories (no foreign key cascades: see migration 00006).
+	DELETE FROM {events} WHERE run_id IN (SELECT run_id FROM r)
 ), e AS (
 	DELETE FROM {effects}
 	WHERE ctid = ANY(ARRAY(
