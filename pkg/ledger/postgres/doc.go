@@ -17,8 +17,11 @@
 // # Guarantees
 //
 // Every transition is one SQL statement, so one round trip to the database, with no
-// client-side transaction: the ingress claim, the worker claim, renew, complete, release,
-// fail, expedite, rescue and both effect writes. The ingress claim is an INSERT … ON
+// client-side transaction: the ingress claim, the worker claim of a queued run, renew,
+// complete, release, fail, expedite, rescue and both effect writes. A worker claim tries
+// a conditional UPDATE of a queued run first (the usual case, cheaper than an upsert) and,
+// when it updated nothing (a new run, a held or finished one, a takeover), runs the upsert
+// that decides every case: two statements. The ingress claim is an INSERT … ON
 // CONFLICT DO NOTHING that reads the existing run in the same statement, so a duplicate
 // is a read: no row version, no WAL record, no row lock (duplicates of one hot run do not
 // queue behind each other). In the one race it cannot see — the conflicting run was
