@@ -26,12 +26,16 @@ import (
 type countingLedger struct {
 	ledger.Ledger
 	calls, completes atomic.Int64
-	done             chan struct{}
-	want             int64
+	// acquireNanos and completeNanos sum the time spent in Acquire and Complete.
+	acquireNanos, completeNanos atomic.Int64
+	done                        chan struct{}
+	want                        int64
 }
 
 func (c *countingLedger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	c.calls.Add(1)
+	t0 := time.Now()
+	defer func() { c.acquireNanos.Add(int64(time.Since(t0))) }()
 	return c.Ledger.Acquire(ctx, p)
 }
 
@@ -42,7 +46,9 @@ func (c *countingLedger) Renew(ctx context.Context, p *ledger.RenewParams) (*led
 
 func (c *countingLedger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	c.calls.Add(1)
+	t0 := time.Now()
 	r, err := c.Ledger.Complete(ctx, p)
+	c.completeNanos.Add(int64(time.Since(t0)))
 	if err == nil && c.completes.Add(1) == c.want {
 		close(c.done)
 	}

@@ -17,8 +17,11 @@
 // # Guarantees
 //
 // Every transition is one SQL statement, so one round trip to the database, with no
-// client-side transaction: the ingress claim, the worker claim, renew, complete, release,
-// fail, expedite, rescue and both effect writes. The ingress claim is an INSERT … ON
+// client-side transaction: the ingress claim, the worker claim of a queued run, renew,
+// complete, release, fail, expedite, rescue and both effect writes. A worker claim tries
+// a conditional UPDATE of a queued run first (the usual case, cheaper than an upsert) and,
+// when it updated nothing (a new run, a held or finished one, a takeover), runs the upsert
+// that decides every case: two statements. The ingress claim is an INSERT … ON
 // CONFLICT DO NOTHING that reads the existing run in the same statement, so a duplicate
 // is a read: no row version, no WAL record, no row lock (duplicates of one hot run do not
 // queue behind each other). In the one race it cannot see — the conflicting run was
@@ -58,9 +61,10 @@
 //	        created_at, updated_at, done_at, expire_at)
 //	  effects_expire_at_idx ON effects (expire_at)
 //	  effects_run_idx ON effects (run_id, name)
-//	run_events(run_id REFERENCES runs ON DELETE CASCADE, seq, at, kind, attempt, worker,
-//	           actor, text)   a run's history: each transition's statement adds its events
-//	                          in a data-modifying CTE; Get reads the latest 50
+//	run_events(run_id, seq, at, kind, attempt, worker, actor, text)   a run's history:
+//	           each transition's statement adds its events in a data-modifying CTE; Get
+//	           reads the latest 50; the sweep's statement deletes them with their run (no
+//	           foreign key: its check trigger ran in every transition)
 //
 // The operators' transitions (Retry, Cancel, OperatorRelease) are rare: each is one
 // transaction that locks the run, decides with the driver's rule and writes.

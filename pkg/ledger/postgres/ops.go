@@ -71,7 +71,9 @@ func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledge
 		})
 }
 
-// Acquire implements ledger.Ledger with one INSERT … ON CONFLICT DO UPDATE statement.
+// Acquire implements ledger.Ledger: a queued run that exists and may be taken now, the
+// usual case, with one conditional UPDATE; anything else with one INSERT … ON CONFLICT DO
+// UPDATE statement after it (see acquireQueuedSQL).
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	if err := driver.ValidateAcquire(p); err != nil {
 		return nil, err
@@ -84,6 +86,16 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 			QueryRow(context.Context, string, ...any) pgx.Row
 		} = l.pool
 	)
+	lease := micros(cmp.Or(p.Lease, ledger.DefaultLease))
+	err := l.pool.QueryRow(ctx, l.q.acquireQueued, timeArg(p.Now), p.RunID, p.PayloadHash, p.AttemptID,
+		lease, micros(retention(p.Retention)), driver.ClipText(p.Worker),
+	).Scan(append(append([]any{&written}, s.dest()...), &now)...)
+	switch {
+	case err == nil:
+		return &ledger.AcquireResult{Outcome: ledger.OutcomeAcquired, Run: s.run()}, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, interpretError("acquire run "+p.RunID, err)
+	}
 	if p.MustExist {
 		// Lock the run first, in a transaction, so that no sweep deletes it between the
 		// check and the claim (which would then create it).
@@ -98,9 +110,9 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 		}
 		q = tx
 	}
-	err := q.QueryRow(ctx, l.q.acquire, timeArg(p.Now),
+	err = q.QueryRow(ctx, l.q.acquire, timeArg(p.Now),
 		p.RunID, p.Namespace, p.Job, p.Key, timeArg(p.ScheduleTime), p.PayloadHash, p.AttemptID,
-		micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), p.Payload,
+		lease, micros(retention(p.Retention)), p.Payload,
 		driver.ClipText(p.Worker),
 	).Scan(append(append([]any{&written}, s.dest()...), &now)...)
 	if err != nil {

@@ -129,6 +129,26 @@ SELECT true, {up.runCols}, {now} FROM up
 UNION ALL
 SELECT false, {s.runCols}, {now} FROM {runs} s WHERE s.run_id = $2 AND NOT EXISTS (SELECT 1 FROM up)`
 
+// acquireQueuedSQL is the worker claim's usual case, a queued run that exists and may be
+// taken now (the ingress created it): a conditional UPDATE, its claimable arm for a queued
+// run, with the started event. Under READ COMMITTED the WHERE is checked again on the
+// latest version of a row updated concurrently, so a run another claim took in between is
+// not taken twice. When it updates nothing (no such run yet, held, finished, a takeover, a
+// payload mismatch, or a run committed after the statement's snapshot), Acquire runs
+// acquireSQL, which decides every case. It costs less than the upsert (1.3–1.45× its rate
+// on queued runs at 32 goroutines, measured side by side).
+// $2 run, $3 payload hash, $4 attempt ID, $5 lease, $6 retention, $7 worker.
+const acquireQueuedSQL = `
+WITH up AS (
+	UPDATE {runs} r SET status = 'running', attempt = r.attempt + 1, attempt_id = $4, deadline = {now} + {us5},
+		not_before = NULL, updated_at = {now}, expire_at = {now} + {us5} + {us6}, took_over = false
+	WHERE r.run_id = $2 AND r.payload_hash = $3 AND r.status = 'queued' AND (r.not_before IS NULL OR r.not_before <= {now})
+	RETURNING true, {r.runCols}
+), ev AS (
+	INSERT INTO {events} (run_id, at, kind, attempt, worker) SELECT run_id, {now}, 'started', attempt, $7::text FROM up
+)
+SELECT *, {now} FROM up`
+
 // fencedSQL is a fenced UPDATE of one run: set is its SET list, $2..$4 the fence; event,
 // when not empty, is the kind of the event it adds to the run's history, with the text
 // textSQL.
@@ -291,8 +311,8 @@ WHERE status IN ('queued', 'running') AND deadline < {now}
 ORDER BY deadline
 LIMIT $2`
 
-// $2 limit. Runs first, then effects whose run is gone (deleted by this statement or
-// earlier), at most $2 records in all: a live run's effects are kept whatever their own
+// $2 limit. Runs first, with their histories, then effects whose run is gone (deleted
+// by this statement or earlier), at most $2 records in all (events not counted): a live run's effects are kept whatever their own
 // expire_at says, or a later attempt would redo them. Rows that other statements hold
 // locked are left for the next sweep.
 const sweepSQL = `
@@ -303,6 +323,9 @@ WITH r AS (
 		FOR UPDATE SKIP LOCKED))
 	AND expire_at < {now}
 	RETURNING run_id
+), ev AS (
+	-- The deleted runs' histories (no foreign key cascades: see migration 00006).
+	DELETE FROM {events} WHERE run_id IN (SELECT run_id FROM r)
 ), e AS (
 	DELETE FROM {effects}
 	WHERE ctid = ANY(ARRAY(
@@ -319,9 +342,10 @@ SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM e)`
 
 // queries are the statements with the schema's table names filled in.
 type queries struct {
-	claim, claimLatest, acquire, renew, complete, fail, release, rescue, expedite string
-	get, lockRun, getEffect, beginEffect, completeEffect, listRescue, sweep       string
-	getWithHistory, lockForOperator, writeRun, addEvent                           string
+	claim, claimLatest, acquire, acquireQueued, renew, complete, fail, release string
+	rescue, expedite                                                           string
+	get, lockRun, getEffect, beginEffect, completeEffect, listRescue, sweep    string
+	getWithHistory, lockForOperator, writeRun, addEvent                        string
 }
 
 func buildQueries(schema string) queries {
@@ -357,6 +381,7 @@ func buildQueries(schema string) queries {
 		claim:           fill(claimSQL),
 		claimLatest:     fill(claimLatestSQL),
 		acquire:         fill(acquireSQL),
+		acquireQueued:   fill(acquireQueuedSQL),
 		renew:           fill(renewSQL),
 		complete:        fill(finishSQL("completed")),
 		fail:            fill(finishSQL("failed")),
