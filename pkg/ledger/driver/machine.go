@@ -27,18 +27,21 @@ func Micros(t time.Time) time.Time {
 
 func retention(d time.Duration) time.Duration { return cmp.Or(d, ledger.DefaultRetention) }
 
-// ValidateIdentity checks the fields a claim needs.
-func ValidateIdentity(id *ledger.Identity) error {
-	if !ledger.ValidRunID(id.RunID) {
-		return Invalidf("run ID %q is not 64 lower-case hex digits", id.RunID)
+// ValidateRunID refuses an ID that is not a run ID, naming it.
+func ValidateRunID(id string) error {
+	if !ledger.ValidRunID(id) {
+		return Invalidf("run ID %q is not 64 lower-case hex digits", id)
 	}
 	return nil
 }
 
+// ValidateIdentity checks the fields a claim needs.
+func ValidateIdentity(id *ledger.Identity) error { return ValidateRunID(id.RunID) }
+
 // ValidateFence checks the fields a fenced transition needs.
 func ValidateFence(f *ledger.Fence) error {
-	if !ledger.ValidRunID(f.RunID) {
-		return Invalidf("run ID %q is not 64 lower-case hex digits", f.RunID)
+	if err := ValidateRunID(f.RunID); err != nil {
+		return err
 	}
 	if f.Attempt <= 0 || f.AttemptID == "" {
 		return Invalidf("run %s: a fenced write needs the attempt number and attempt ID of a worker claim (got %d, %q)", f.RunID, f.Attempt, f.AttemptID)
@@ -80,12 +83,7 @@ func ValidateEffect(f *ledger.Fence, name string) error {
 }
 
 // ValidateRescue checks the parameters of a rescue.
-func ValidateRescue(p *ledger.RescueParams) error {
-	if !ledger.ValidRunID(p.RunID) {
-		return Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
-	}
-	return nil
-}
+func ValidateRescue(p *ledger.RescueParams) error { return ValidateRunID(p.RunID) }
 
 // Holds reports whether r is running under fence f.
 func Holds(r *ledger.Run, f *ledger.Fence) bool {

@@ -124,8 +124,8 @@ func ClipText(s string) string {
 
 // ValidateOperator checks an operator action's parameters.
 func ValidateOperator(p *ledger.OperatorParams) error {
-	if !ledger.ValidRunID(p.RunID) {
-		return Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	if err := ValidateRunID(p.RunID); err != nil {
+		return err
 	}
 	if strings.TrimSpace(p.Actor) == "" {
 		return Invalidf("run %s: an operator's action needs the actor", p.RunID)

@@ -86,8 +86,8 @@ func (l *Ledger) EffectsQuery(runID string) firestore.Query {
 
 // ListEffects implements ledger.Ledger with one query (EffectsQuery).
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
-	if !ledger.ValidRunID(p.RunID) {
-		return nil, driver.Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	if err := driver.ValidateRunID(p.RunID); err != nil {
+		return nil, err
 	}
 	it := l.EffectsQuery(p.RunID).Documents(ctx)
 	defer it.Stop()

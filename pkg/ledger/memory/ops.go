@@ -37,8 +37,8 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 
 // ListEffects implements ledger.Ledger.
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
-	if !ledger.ValidRunID(p.RunID) {
-		return nil, driver.Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	if err := driver.ValidateRunID(p.RunID); err != nil {
+		return nil, err
 	}
 	l.mu.Lock()
 	var out []*ledger.Effect

@@ -140,8 +140,8 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 
 // ListEffects implements ledger.Ledger over the index effects_run_idx.
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
-	if !ledger.ValidRunID(p.RunID) {
-		return nil, driver.Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	if err := driver.ValidateRunID(p.RunID); err != nil {
+		return nil, err
 	}
 	rows, err := l.pool.Query(ctx, "SELECT "+effectCols+" FROM "+l.table("effects")+" WHERE run_id = $1 ORDER BY name LIMIT $2",
 		p.RunID, ledger.MaxListedEffects)

@@ -213,8 +213,8 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 // ListEffects implements ledger.Ledger with one script that reads the effects the run's
 // effects field lists, ordered by name here.
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
-	if !ledger.ValidRunID(p.RunID) {
-		return nil, driver.Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	if err := driver.ValidateRunID(p.RunID); err != nil {
+		return nil, err
 	}
 	what := "list effects of run " + p.RunID
 	v, err := listEffectsScript.Run(ctx, l.rdb, []string{l.runKey(p.RunID)}, l.effectPrefix()).Result()

@@ -85,8 +85,8 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 // ListEffects implements ledger.Ledger with one strong read of the run's interleaved
 // effects, in primary-key (name) order.
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
-	if !ledger.ValidRunID(p.RunID) {
-		return nil, driver.Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	if err := driver.ValidateRunID(p.RunID); err != nil {
+		return nil, err
 	}
 	var out []*ledger.Effect
 	err := l.client.Single().Query(ctx, spanner.Statement{

@@ -70,8 +70,8 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 
 // ListEffects implements ledger.Ledger (index effects_run).
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
-	if !ledger.ValidRunID(p.RunID) {
-		return nil, driver.Invalidf("run ID %q is not 64 lower-case hex digits", p.RunID)
+	if err := driver.ValidateRunID(p.RunID); err != nil {
+		return nil, err
 	}
 	rows, err := l.db.QueryContext(ctx, "SELECT effect_key FROM effects WHERE run_id = ? ORDER BY name LIMIT ?", p.RunID, ledger.MaxListedEffects)
 	if err != nil {
