@@ -157,6 +157,16 @@ func (p *ListParams) ByUpdated() bool {
 	return !p.UpdatedAfter.IsZero() || !p.UpdatedBefore.IsZero()
 }
 
+// TimeRange is the time a listing with p filters and orders by, as the field every
+// backend stores it under ("created_at" or "updated_at"), and that filter's bounds
+// (zero: unbounded).
+func (p *ListParams) TimeRange() (field string, after, before time.Time) {
+	if p.ByUpdated() {
+		return "updated_at", p.UpdatedAfter, p.UpdatedBefore
+	}
+	return "created_at", p.CreatedAfter, p.CreatedBefore
+}
+
 // SortTime is the time a listing with p orders r by.
 func (p *ListParams) SortTime(r *Run) time.Time {
 	if p.ByUpdated() {

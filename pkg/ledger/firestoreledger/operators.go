@@ -36,10 +36,7 @@ func (l *Ledger) ListQuery(p *ledger.ListParams, pos driver.Position, limit int)
 	if p.Namespace != "" {
 		q = q.Where(fieldNamespace, "==", p.Namespace)
 	}
-	field, after, before := fieldCreatedAt, p.CreatedAfter, p.CreatedBefore
-	if p.ByUpdated() {
-		field, after, before = fieldUpdatedAt, p.UpdatedAfter, p.UpdatedBefore
-	}
+	field, after, before := p.TimeRange()
 	if !after.IsZero() {
 		q = q.Where(field, ">=", driver.Micros(after))
 	}

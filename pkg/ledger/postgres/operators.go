@@ -80,10 +80,7 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 	if err != nil {
 		return nil, err
 	}
-	col, after, before := "created_at", p.CreatedAfter, p.CreatedBefore
-	if p.ByUpdated() {
-		col, after, before = "updated_at", p.UpdatedAfter, p.UpdatedBefore
-	}
+	col, after, before := p.TimeRange()
 	var (
 		where []string
 		args  []any

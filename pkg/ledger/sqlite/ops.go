@@ -16,11 +16,7 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 	if err != nil {
 		return nil, err
 	}
-	col := "created_at"
-	after, before := p.CreatedAfter, p.CreatedBefore
-	if p.ByUpdated() {
-		col, after, before = "updated_at", p.UpdatedAfter, p.UpdatedBefore
-	}
+	col, after, before := p.TimeRange()
 	var where []string
 	var args []any
 	add := func(cond string, v ...any) { where = append(where, cond); args = append(args, v...) }
