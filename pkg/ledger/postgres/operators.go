@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -30,7 +31,7 @@ func (l *Ledger) operate(ctx context.Context, op driver.Op, p *ledger.OperatorPa
 			now time.Time
 		)
 		err := tx.QueryRow(ctx, l.q.lockForOperator, timeArg(p.Now), p.RunID).Scan(append(s.dest(), &now)...)
-		if err != nil && err != pgx.ErrNoRows {
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return interpretError(what, err)
 		}
 		cur := s.run()
@@ -110,7 +111,7 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 	if pos.RunID != "" {
 		add("("+col+", run_id) < (?, ?)", pos.At, pos.RunID)
 	}
-	q := "SELECT " + strings.Replace(runCols, "payload,", "NULL::bytea,", 1) + " FROM " + l.table("runs")
+	q := l.q.listRuns
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -140,8 +141,7 @@ func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) (
 	if err := driver.ValidateRunID(p.RunID); err != nil {
 		return nil, err
 	}
-	rows, err := l.pool.Query(ctx, "SELECT "+effectCols+" FROM "+l.table("effects")+" WHERE run_id = $1 ORDER BY name LIMIT $2",
-		p.RunID, ledger.MaxListedEffects)
+	rows, err := l.pool.Query(ctx, l.q.listEffects, p.RunID, ledger.MaxListedEffects)
 	if err != nil {
 		return nil, interpretError("list effects of run "+p.RunID, err)
 	}
@@ -158,12 +158,4 @@ func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) (
 		return nil, interpretError("list effects of run "+p.RunID, err)
 	}
 	return out, nil
-}
-
-// table is a table's name qualified by the ledger's schema.
-func (l *Ledger) table(name string) string {
-	if l.schema == "" {
-		return name
-	}
-	return pgx.Identifier{l.schema}.Sanitize() + "." + name
 }

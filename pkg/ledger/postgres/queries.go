@@ -257,6 +257,13 @@ const writeRunSQL = `UPDATE {runs} SET status = $2, attempt = $3, attempt_id = $
 	expire_at = $11, took_over = false
 WHERE run_id = $1`
 
+// listRunsSQL is the start of List's statement: every column of a run but its payload.
+// List adds the WHERE, ORDER BY and LIMIT its filters need.
+var listRunsSQL = `SELECT ` + strings.Replace(runCols, "payload,", "NULL::bytea,", 1) + ` FROM {runs}`
+
+// $1 run, $2 limit.
+const listEffectsSQL = `SELECT {effectCols} FROM {effects} WHERE run_id = $1 ORDER BY name LIMIT $2`
+
 // addEventSQL adds one event to a run's history.
 const addEventSQL = `INSERT INTO {events} (run_id, at, kind, attempt, worker, actor, text)
 VALUES ($1, $2, $3, $4, $5, $6, $7)`
@@ -345,7 +352,7 @@ type queries struct {
 	claim, claimLatest, acquire, acquireQueued, renew, complete, fail, release string
 	rescue, expedite                                                           string
 	get, lockRun, getEffect, beginEffect, completeEffect, listRescue, sweep    string
-	getWithHistory, lockForOperator, writeRun, addEvent                        string
+	getWithHistory, lockForOperator, writeRun, addEvent, listRuns, listEffects string
 }
 
 func buildQueries(schema string) queries {
@@ -399,5 +406,7 @@ func buildQueries(schema string) queries {
 		lockForOperator: fill(lockForOperatorSQL),
 		writeRun:        fill(writeRunSQL),
 		addEvent:        fill(addEventSQL),
+		listRuns:        fill(listRunsSQL),
+		listEffects:     fill(listEffectsSQL),
 	}
 }
