@@ -26,7 +26,22 @@
 // is a read: no row version, no WAL record, no row lock (duplicates of one hot run do not
 // queue behind each other). In the one race it cannot see — the conflicting run was
 // committed by a concurrent claim after the statement's snapshot — a second statement
-// reads it. Each statement is conditional on the
+// reads it.
+//
+// Concurrent ingress claims share statements, as River's batch completer shares
+// completions: up to Options.ClaimBatches (DefaultClaimBatches, 4) claim statements run
+// at once; a claim that finds one free runs alone, at once, with the statement above;
+// claims that arrive while all are busy wait for the next to finish and go together in
+// one statement (at most MaxClaimBatch), each run a row of it. A statement's fixed cost
+// (its round trip, parse and bind, executor start-up, commit and WAL flush) is most of a
+// claim's, so under load claims cost a fraction of one each, and no claim waits longer
+// than the statement before it. Several claims of one run in a batch are one row: the
+// first is the claim, the others its duplicates, as if they came just after it. A batch
+// is one transaction: if it fails, every claim in it fails (retryable; none is written).
+// A claim whose context ends while it waits answers at once with ErrUnavailable: its
+// batch may still write it, as a statement cut short may.
+//
+// Each statement is conditional on the
 // record it changes (the fence: status, attempt number and attempt ID), and the rows it
 // returns say what happened; when it changed nothing, it returns the record as it stands
 // (read under a row lock, so that it is the latest committed version, not the statement's

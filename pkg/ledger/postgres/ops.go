@@ -28,10 +28,25 @@ const claimTries = 3
 // Claim implements ledger.Ledger with one INSERT … ON CONFLICT DO NOTHING statement that
 // also reads the existing run: a duplicate writes nothing. Only when the conflicting run
 // was committed after the statement's snapshot does a second statement read it.
+//
+// Concurrent claims share statements (Options.ClaimBatches): a claim that arrives while
+// every batch lane is busy goes in the next batch, one statement for all of them.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	if err := driver.ValidateClaim(p); err != nil {
 		return nil, err
 	}
+	if l.claims == nil {
+		return l.claimOne(ctx, p)
+	}
+	res, answered, err := l.claims.do(ctx, p)
+	if !answered {
+		return nil, interpretError("claim run "+p.RunID+" (it may be written: its batch had not answered)", err)
+	}
+	return res, err
+}
+
+// claimOne claims one run with its own statement.
+func (l *Ledger) claimOne(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	for range claimTries {
 		var (
 			created bool
@@ -52,10 +67,110 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 		if err != nil {
 			return nil, interpretError("claim run "+p.RunID, err)
 		}
-		r := s.run()
-		return &ledger.ClaimResult{Run: r, Created: created, PayloadMismatch: !created && r.PayloadHash != p.PayloadHash}, nil
+		return claimed(p, s.run(), created), nil
 	}
 	return nil, fmt.Errorf("postgres: claim run %s: it was deleted under %d claims in a row: %w", p.RunID, claimTries, ledger.ErrContended)
+}
+
+func claimed(p *ledger.ClaimParams, r *ledger.Run, created bool) *ledger.ClaimResult {
+	return &ledger.ClaimResult{Run: r, Created: created, PayloadMismatch: !created && r.PayloadHash != p.PayloadHash}
+}
+
+type claimCall = call[*ledger.ClaimParams, *ledger.ClaimResult]
+
+// claimBatch answers a batch of claims. One alone takes claimOne's statement; more take
+// claimBatchSQL, one row per run: of several claims of one run in the batch the first
+// is the claim and the others its duplicates, answered as if they came after it. A run
+// the statement did not return (committed after its snapshot, or swept) is claimed
+// again alone.
+func (l *Ledger) claimBatch(ctx context.Context, batch []*claimCall) {
+	if len(batch) == 1 {
+		batch[0].out, batch[0].err = l.claimOne(ctx, batch[0].in)
+		return
+	}
+	var (
+		firsts                                 []*claimCall // the first claim of each run, in batch order
+		seen                                   = make(map[string]bool, len(batch))
+		now                                    []*time.Time
+		sched                                  []*time.Time
+		ids, nss, jobs, keys, hashes, attempts []string
+		pickups, retentions                    []int64
+		payloads                               [][]byte
+	)
+	timePtr := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		t = driver.Micros(t)
+		return &t
+	}
+	for _, c := range batch {
+		p := c.in
+		if seen[p.RunID] {
+			continue
+		}
+		seen[p.RunID] = true
+		firsts = append(firsts, c)
+		now, sched = append(now, timePtr(p.Now)), append(sched, timePtr(p.ScheduleTime))
+		ids, nss, jobs, keys = append(ids, p.RunID), append(nss, p.Namespace), append(jobs, p.Job), append(keys, p.Key)
+		hashes, attempts = append(hashes, p.PayloadHash), append(attempts, p.AttemptID)
+		pickups = append(pickups, micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)))
+		retentions = append(retentions, micros(retention(p.Retention)))
+		payloads = append(payloads, p.Payload)
+	}
+	type row struct {
+		run     *ledger.Run
+		created bool
+	}
+	got := make(map[string]row, len(firsts))
+	rows, err := l.pool.Query(ctx, l.q.claimBatch, now, ids, nss, jobs, keys, sched, hashes, attempts, pickups, retentions, payloads)
+	if err == nil {
+		for rows.Next() {
+			var (
+				created bool
+				s       runScan
+			)
+			if err = rows.Scan(append([]any{&created}, s.dest()...)...); err != nil {
+				break
+			}
+			r := s.run()
+			got[r.ID] = row{r, created}
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if err != nil {
+		err = interpretError(fmt.Sprintf("claim run (in a batch of %d claims)", len(firsts)), err)
+		for _, c := range batch {
+			c.err = err
+		}
+		return
+	}
+	for _, c := range firsts {
+		if r, ok := got[c.in.RunID]; ok {
+			c.out = claimed(c.in, r.run, r.created)
+			continue
+		}
+		c.out, c.err = l.claimOne(ctx, c.in)
+	}
+	byID := make(map[string]*claimCall, len(firsts))
+	for _, c := range firsts {
+		byID[c.in.RunID] = c
+	}
+	for _, c := range batch {
+		first := byID[c.in.RunID]
+		if first == c {
+			continue
+		}
+		if first.err != nil {
+			c.err = first.err
+			continue
+		}
+		r := *first.out.Run
+		c.out = claimed(c.in, &r, false)
+	}
 }
 
 // Expedite implements ledger.Ledger with one conditional UPDATE.

@@ -67,7 +67,19 @@ type Options struct {
 	// pool_max_conns (which wins). Zero means DefaultMaxConns. New takes the caller's
 	// pool as it is.
 	MaxConns int32
+	// ClaimBatches is how many batched claim statements may run at once. A claim that
+	// finds one of them free runs at once; claims that arrive while all are busy wait
+	// for the next to finish and share its statement (at most MaxClaimBatch claims in
+	// one). Zero means DefaultClaimBatches; a negative value turns batching off, each
+	// claim its own statement.
+	ClaimBatches int
 }
+
+// DefaultClaimBatches is how many batched claim statements run at once by default.
+const DefaultClaimBatches = 4
+
+// MaxClaimBatch is the most claims one statement carries.
+const MaxClaimBatch = 64
 
 // DefaultMaxConns is the pool size Open uses when neither the DSN's pool_max_conns nor
 // Options.MaxConns says otherwise. pgxpool's own default (4, or the number of CPUs) is
@@ -100,6 +112,7 @@ type Ledger struct {
 	schema   string
 	opts     Options
 	q        queries
+	claims   *batcher[*ledger.ClaimParams, *ledger.ClaimResult] // nil: no batching
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -122,7 +135,12 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Ledger, error
 				slog.String("schema", o.Schema), slog.Duration("took", o.Clock().Sub(start)))
 		}
 	}
-	return &Ledger{pool: pool, schema: o.Schema, opts: o, q: buildQueries(o.Schema)}, nil
+	l := &Ledger{pool: pool, schema: o.Schema, opts: o, q: buildQueries(o.Schema)}
+	if o.ClaimBatches >= 0 {
+		l.claims = &batcher[*ledger.ClaimParams, *ledger.ClaimResult]{
+			lanes: cmp.Or(o.ClaimBatches, DefaultClaimBatches), max: MaxClaimBatch, run: l.claimBatch}
+	}
+	return l, nil
 }
 
 // Open connects to the database dsn names (a postgres:// URL or a key=value connection

@@ -82,6 +82,34 @@ SELECT * FROM ins
 UNION ALL
 SELECT false, {s.runCols} FROM {runs} s WHERE s.run_id = $2 AND NOT EXISTS (SELECT 1 FROM ins)`
 
+// claimBatchSQL is claimSQL for many runs (distinct IDs) in one statement, each row
+// with its own arguments as arrays: $1 the callers' Now (NULL for the database's clock),
+// $2 run IDs, $3 namespaces, $4 jobs, $5 keys, $6 schedule times, $7 payload hashes,
+// $8 attempt IDs, $9 pickup timeouts and $10 retentions (µs), $11 payloads. The runs it
+// creates come first, then those that existed; a run committed after the statement's
+// snapshot is in neither, and Claim reads it as claimSQL's caller does.
+const claimBatchSQL = `
+WITH i AS (
+	SELECT t.*, coalesce(t.at, now()) AS now
+	FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
+		$7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bytea[])
+		AS t (at, run_id, namespace, job, run_key, schedule_time, payload_hash, attempt_id, pickup, retention, payload)
+), ins AS (
+	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
+		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
+	SELECT run_id, namespace, job, run_key, schedule_time, payload_hash, payload, 'queued', 0, attempt_id,
+		now + {us:pickup}, 0, '', now, now, now + {us:pickup} + {us:retention}
+	FROM i
+	ON CONFLICT (run_id) DO NOTHING
+	RETURNING true, {r.runCols}
+), ev AS (
+	INSERT INTO {events} (run_id, at, kind, attempt) SELECT run_id, created_at, 'claimed', 0 FROM ins
+)
+SELECT * FROM ins
+UNION ALL
+SELECT false, {s.runCols} FROM {runs} s
+WHERE s.run_id = ANY($2::text[]) AND s.run_id NOT IN (SELECT run_id FROM ins)`
+
 // claimLatestSQL reads the run a claim conflicted with but could not see (above).
 const claimLatestSQL = `SELECT false, {runCols} FROM {runs} WHERE run_id = $1`
 
@@ -349,10 +377,10 @@ SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM e)`
 
 // queries are the statements with the schema's table names filled in.
 type queries struct {
-	claim, claimLatest, acquire, acquireQueued, renew, complete, fail, release string
-	rescue, expedite                                                           string
-	get, lockRun, getEffect, beginEffect, completeEffect, listRescue, sweep    string
-	getWithHistory, lockForOperator, writeRun, addEvent, listRuns, listEffects string
+	claim, claimBatch, claimLatest, acquire, acquireQueued, renew, complete, fail, release string
+	rescue, expedite                                                                       string
+	get, lockRun, getEffect, beginEffect, completeEffect, listRescue, sweep                string
+	getWithHistory, lockForOperator, writeRun, addEvent, listRuns, listEffects             string
 }
 
 func buildQueries(schema string) queries {
@@ -382,10 +410,12 @@ func buildQueries(schema string) queries {
 		"{effectCols}", effectCols,
 		"{us4}", us("$4"), "{us5}", us("$5"), "{us6}", us("$6"), "{us7}", us("$7"), "{us8}", us("$8"),
 		"{us9}", us("$9"), "{us10}", us("$10"),
+		"{us:pickup}", us("pickup"), "{us:retention}", us("retention"),
 	)
 	fill := func(s string) string { return r2.Replace(r.Replace(s)) }
 	return queries{
 		claim:           fill(claimSQL),
+		claimBatch:      fill(claimBatchSQL),
 		claimLatest:     fill(claimLatestSQL),
 		acquire:         fill(acquireSQL),
 		acquireQueued:   fill(acquireQueuedSQL),
