@@ -35,23 +35,23 @@ func blockClaims(t *testing.T, l *Ledger, id ledger.Identity) (pgx.Tx, <-chan er
 		_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: "blocked"})
 		done <- err
 	}()
-	waitForLockWait(t, l)
+	waitFor(t, l.claims, 0)
 	return tx, done
 }
 
-// waitQueued waits until n claims wait for a lane.
-func waitQueued(t *testing.T, l *Ledger, n int) {
+// waitFor waits until b's one lane is taken and n calls wait for it.
+func waitFor[In, Out any](t *testing.T, b *batcher[In, Out], n int) {
 	t.Helper()
 	for range 500 {
-		l.claims.mu.Lock()
-		q := len(l.claims.queue)
-		l.claims.mu.Unlock()
-		if q == n {
+		b.mu.Lock()
+		busy, q := b.busy, len(b.queue)
+		b.mu.Unlock()
+		if busy == 1 && q == n {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("%d claims never queued", n)
+	t.Fatalf("the lane was never taken with %d calls queued", n)
 }
 
 // TestClaimsShareStatements checks that claims arriving while the claim lanes are busy
@@ -72,7 +72,7 @@ func TestClaimsShareStatements(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	l, err := New(t.Context(), pool, &Options{Schema: newSchema(t, dsn), ClaimBatches: 1})
+	l, err := New(t.Context(), pool, &Options{Schema: newSchema(t, dsn), Batches: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestClaimsShareStatements(t *testing.T) {
 	for _, c := range claims {
 		wg.Go(func() { c.res, c.err = l.Claim(ctx, &c.p) })
 	}
-	waitQueued(t, l, len(claims))
+	waitFor(t, l.claims, len(claims))
 	q0 := tracer.queries.Load()
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -166,7 +166,7 @@ func TestClaimsShareStatements(t *testing.T) {
 // lane answers at once, saying the run may be written, and that the lanes go on.
 func TestClaimLeavesItsBatch(t *testing.T) {
 	t.Parallel()
-	l := openTest(t, &Options{ClaimBatches: 1})
+	l := openTest(t, &Options{Batches: 1})
 	ctx := t.Context()
 	tx, blocked := blockClaims(t, l, benchIdentity())
 	var left atomic.Int32
@@ -266,5 +266,182 @@ func TestBatcherUnderChurn(t *testing.T) {
 			}
 			t.Logf("%d callers left before their answer; batches of up to %d", left.Load(), biggest.Load())
 		})
+	}
+}
+
+// TestWorkerCallsShareStatements checks that worker claims and completions arriving while
+// the lane is busy share one statement, and that each is decided as alone: queued runs
+// taken, a run claimed twice taken once (the other held), an absent run created, a
+// payload mismatch refused; completions with their fence done, a repeat answered with the
+// completed run, a stale fence refused with ErrLeaseLost.
+func TestWorkerCallsShareStatements(t *testing.T) {
+	t.Parallel()
+	dsn := testDSN(t)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracer := &countingTracer{}
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	l, err := New(t.Context(), pool, &Options{Schema: newSchema(t, dsn), Batches: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	queued := func() ledger.Identity {
+		id := benchIdentity()
+		if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: "ingress"}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	// hold locks a run in a transaction and starts call, which waits for it on the lane.
+	hold := func(id string, call func() error) (pgx.Tx, <-chan error) {
+		tx, err := l.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{l.Schema(), "runs"}.Sanitize()+` WHERE run_id = $1 FOR UPDATE`, id); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- call() }()
+		return tx, done
+	}
+	release := func(tx pgx.Tx, blocked <-chan error) int64 {
+		q0 := tracer.queries.Load()
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-blocked; err != nil {
+			t.Fatalf("the blocked call: %v", err)
+		}
+		return q0
+	}
+
+	// Worker claims.
+	blocker := queued()
+	tx, blocked := hold(blocker.RunID, func() error {
+		_, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: blocker, AttemptID: "blocker"})
+		return err
+	})
+	waitFor(t, l.acquires, 0)
+	type acq struct {
+		p   ledger.AcquireParams
+		res *ledger.AcquireResult
+		err error
+	}
+	var acqs []*acq
+	for i := range 10 {
+		acqs = append(acqs, &acq{p: ledger.AcquireParams{Identity: queued(), AttemptID: fmt.Sprintf("w%d", i), Worker: "host/1"}})
+	}
+	twice := queued()
+	absent := benchIdentity()
+	other := queued()
+	other.Payload = []byte(`{"n":2}`)
+	other.PayloadHash = ledger.PayloadHash(other.Payload)
+	acqs = append(acqs, &acq{p: ledger.AcquireParams{Identity: twice, AttemptID: "twice-1"}},
+		&acq{p: ledger.AcquireParams{Identity: twice, AttemptID: "twice-2"}},
+		&acq{p: ledger.AcquireParams{Identity: absent, AttemptID: "absent"}},
+		&acq{p: ledger.AcquireParams{Identity: other, AttemptID: "mismatch"}})
+	var wg sync.WaitGroup
+	for _, a := range acqs {
+		wg.Go(func() { a.res, a.err = l.Acquire(ctx, &a.p) })
+	}
+	waitFor(t, l.acquires, len(acqs))
+	q0 := release(tx, blocked)
+	wg.Wait()
+	// The rollback, the batch, then the upsert alone for each of the second claim of one
+	// run, the absent run and the mismatch.
+	if q := tracer.queries.Load() - q0; q != 5 {
+		t.Errorf("%d worker claims after the blocked one took %d statements, want 5", len(acqs), q)
+	}
+	got := map[string]ledger.AcquireOutcome{}
+	for _, a := range acqs {
+		if a.err != nil {
+			t.Fatalf("acquire %s: %v", a.p.AttemptID, a.err)
+		}
+		got[a.p.AttemptID] = a.res.Outcome
+		if a.res.Outcome == ledger.OutcomeAcquired && (a.res.Run.AttemptID != a.p.AttemptID || a.res.Run.Attempt != 1 || a.res.Run.Status != ledger.StatusRunning) {
+			t.Errorf("acquire %s took %+v", a.p.AttemptID, a.res.Run)
+		}
+	}
+	for i := range 10 {
+		if o := got[fmt.Sprintf("w%d", i)]; o != ledger.OutcomeAcquired {
+			t.Errorf("acquire w%d of a queued run: %v, want acquired", i, o)
+		}
+	}
+	loser := "twice-2" // the goroutines queued in any order
+	if got["twice-2"] == ledger.OutcomeAcquired {
+		loser = "twice-1"
+	}
+	if got["twice-1"] == got["twice-2"] || got[loser] != ledger.OutcomeHeld {
+		t.Errorf("two claims of one run: %v and %v, want one acquired and the other held", got["twice-1"], got["twice-2"])
+	}
+	if got["absent"] != ledger.OutcomeAcquired || got["mismatch"] != ledger.OutcomePayloadMismatch {
+		t.Errorf("absent run: %v (want acquired); other payload: %v (want payload mismatch)", got["absent"], got["mismatch"])
+	}
+	r, err := l.Get(ctx, &ledger.GetParams{RunID: acqs[0].p.RunID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := r.History; len(h) != 2 || h[1].Kind != ledger.EventStarted || h[1].Worker != "host/1" || h[1].Attempt != 1 {
+		t.Errorf("history of a run taken in a batch: %+v, want claimed, then started by host/1", h)
+	}
+
+	// Completions.
+	fence := func(a *acq) ledger.Fence { return ledger.Fence{RunID: a.p.RunID, Attempt: 1, AttemptID: a.p.AttemptID} }
+	tx, blocked = hold(acqs[0].p.RunID, func() error {
+		_, err := l.Complete(ctx, &ledger.CompleteParams{Fence: fence(acqs[0])})
+		return err
+	})
+	waitFor(t, l.completes, 0)
+	type comp struct {
+		p   ledger.CompleteParams
+		res *ledger.Run
+		err error
+	}
+	var comps []*comp
+	for _, a := range acqs[1:10] {
+		comps = append(comps, &comp{p: ledger.CompleteParams{Fence: fence(a), Result: []byte(`{"ok":true}`)}})
+	}
+	comps = append(comps, &comp{p: comps[0].p}, // a repeat
+		&comp{p: ledger.CompleteParams{Fence: ledger.Fence{RunID: twice.RunID, Attempt: 1, AttemptID: loser}}}) // not the holder
+	for _, c := range comps {
+		wg.Go(func() { c.res, c.err = l.Complete(ctx, &c.p) })
+	}
+	waitFor(t, l.completes, len(comps))
+	q0 = release(tx, blocked)
+	wg.Wait()
+	// The rollback, the batch, then alone the repeat and the stale fence.
+	if q := tracer.queries.Load() - q0; q != 4 {
+		t.Errorf("%d completions after the blocked one took %d statements, want 4", len(comps), q)
+	}
+	for i, c := range comps {
+		switch {
+		case i == len(comps)-1:
+			if !errors.Is(c.err, ledger.ErrLeaseLost) {
+				t.Errorf("completion with a stale fence = %v, %v; want ErrLeaseLost", c.res, c.err)
+			}
+		case c.err != nil:
+			t.Errorf("complete %s: %v", c.p.AttemptID, c.err)
+		case c.res.Status != ledger.StatusCompleted || c.res.AttemptsMade != 1:
+			t.Errorf("complete %s = %+v", c.p.AttemptID, c.res)
+		case string(c.res.Result) != `{"ok":true}`:
+			t.Errorf("complete %s stored result %q", c.p.AttemptID, c.res.Result)
+		}
+	}
+	r, err = l.Get(ctx, &ledger.GetParams{RunID: acqs[1].p.RunID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := r.History; len(h) != 3 || h[2].Kind != ledger.EventCompleted || string(r.Result) != `{"ok":true}` || r.CompletedAt.IsZero() {
+		t.Errorf("a run completed in a batch: history %+v, result %q, completed at %v", h, r.Result, r.CompletedAt)
 	}
 }

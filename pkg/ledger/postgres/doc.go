@@ -29,17 +29,23 @@
 // reads it.
 //
 // Concurrent ingress claims share statements, as River's batch completer shares
-// completions: up to Options.ClaimBatches (DefaultClaimBatches, 4) claim statements run
-// at once; a claim that finds one free runs alone, at once, with the statement above;
-// claims that arrive while all are busy wait for the next to finish and go together in
-// one statement (at most MaxClaimBatch), each run a row of it. A statement's fixed cost
-// (its round trip, parse and bind, executor start-up, commit and WAL flush) is most of a
-// claim's, so under load claims cost a fraction of one each, and no claim waits longer
-// than the statement before it. Several claims of one run in a batch are one row: the
-// first is the claim, the others its duplicates, as if they came just after it. A batch
-// is one transaction: if it fails, every claim in it fails (retryable; none is written).
-// A claim whose context ends while it waits answers at once with ErrUnavailable: its
-// batch may still write it, as a statement cut short may.
+// completions (and so do worker claims of queued runs and completions, below): up to
+// Options.Batches (DefaultBatches, 4) claim statements run at once. A claim that finds
+// one free runs alone, at once, with the statement above; claims that arrive while all
+// are busy wait for the next to finish and go together in one statement (at most
+// MaxBatch), each run a row of it. A statement's fixed cost (its round trip, parse and
+// bind, executor start-up, commit and WAL flush) is most of a claim's, so under load a
+// claim costs a fraction of one statement. Several claims of one run in a batch are one
+// row: the first is the claim, the others its duplicates, as if they came just after it.
+// A batch is one transaction: if it fails, every claim in it fails (retryable; none is
+// written). A claim whose context ends while it waits answers at once with
+// ErrUnavailable: its batch may still write it, as a statement cut short may.
+//
+// Worker claims of queued runs and completions are batched the same way, each kind on
+// its own lanes: one statement takes (or completes) every run of the batch whose
+// condition holds, and each of the others (a run not queued, a stale fence, a repeat, a
+// second call for a run already in the batch) is decided alone with the statements
+// above, so that every answer is the one it would have been unbatched.
 //
 // Each statement is conditional on the
 // record it changes (the fence: status, attempt number and attempt ID), and the rows it

@@ -97,13 +97,6 @@ func (l *Ledger) claimBatch(ctx context.Context, batch []*claimCall) {
 		pickups, retentions                    []int64
 		payloads                               [][]byte
 	)
-	timePtr := func(t time.Time) *time.Time {
-		if t.IsZero() {
-			return nil
-		}
-		t = driver.Micros(t)
-		return &t
-	}
 	for _, c := range batch {
 		p := c.in
 		if seen[p.RunID] {
@@ -193,6 +186,37 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	if err := driver.ValidateAcquire(p); err != nil {
 		return nil, err
 	}
+	if l.acquires != nil {
+		res, answered, err := l.acquires.do(ctx, p)
+		if !answered {
+			return nil, interpretError("acquire run "+p.RunID+" (it may be taken: its batch had not answered)", err)
+		}
+		return res, err
+	}
+	return l.acquireOne(ctx, p)
+}
+
+// acquireOne is a worker claim with its own statements.
+func (l *Ledger) acquireOne(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
+	var (
+		written bool
+		s       runScan
+		now     time.Time
+	)
+	err := l.pool.QueryRow(ctx, l.q.acquireQueued, timeArg(p.Now), p.RunID, p.PayloadHash, p.AttemptID,
+		micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), driver.ClipText(p.Worker),
+	).Scan(append(append([]any{&written}, s.dest()...), &now)...)
+	switch {
+	case err == nil:
+		return &ledger.AcquireResult{Outcome: ledger.OutcomeAcquired, Run: s.run()}, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, interpretError("acquire run "+p.RunID, err)
+	}
+	return l.acquireAny(ctx, p)
+}
+
+// acquireAny is a worker claim that acquireQueuedSQL did not take: the upsert decides it.
+func (l *Ledger) acquireAny(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	var (
 		written bool
 		s       runScan
@@ -202,15 +226,6 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 		} = l.pool
 	)
 	lease := micros(cmp.Or(p.Lease, ledger.DefaultLease))
-	err := l.pool.QueryRow(ctx, l.q.acquireQueued, timeArg(p.Now), p.RunID, p.PayloadHash, p.AttemptID,
-		lease, micros(retention(p.Retention)), driver.ClipText(p.Worker),
-	).Scan(append(append([]any{&written}, s.dest()...), &now)...)
-	switch {
-	case err == nil:
-		return &ledger.AcquireResult{Outcome: ledger.OutcomeAcquired, Run: s.run()}, nil
-	case !errors.Is(err, pgx.ErrNoRows):
-		return nil, interpretError("acquire run "+p.RunID, err)
-	}
 	if p.MustExist {
 		// Lock the run first, in a transaction, so that no sweep deletes it between the
 		// check and the claim (which would then create it).
@@ -225,7 +240,7 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 		}
 		q = tx
 	}
-	err = q.QueryRow(ctx, l.q.acquire, timeArg(p.Now),
+	err := q.QueryRow(ctx, l.q.acquire, timeArg(p.Now),
 		p.RunID, p.Namespace, p.Job, p.Key, timeArg(p.ScheduleTime), p.PayloadHash, p.AttemptID,
 		lease, micros(retention(p.Retention)), p.Payload,
 		driver.ClipText(p.Worker),
@@ -280,6 +295,18 @@ func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledge
 	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
 		return nil, err
 	}
+	if l.completes != nil {
+		r, answered, err := l.completes.do(ctx, p)
+		if !answered {
+			return nil, interpretError("complete run "+p.RunID+" (it may be completed: its batch had not answered)", err)
+		}
+		return r, err
+	}
+	return l.completeOne(ctx, p)
+}
+
+// completeOne completes one run with its own statement.
+func (l *Ledger) completeOne(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	return l.fenced(ctx, "complete", l.q.complete, p.RunID,
 		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, "", micros(retention(p.Retention)), nullBytes(p.Result), nullBytes(p.Progress)},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
@@ -611,4 +638,137 @@ func nullBytes(b []byte) []byte {
 		return nil
 	}
 	return b
+}
+
+// distinct returns the calls of batch that come first for their run, in batch order, and
+// runs each later call of the same run after them with one: two calls of one run in one
+// statement would match its row once, and which of them did would be unknown.
+func distinct[In, Out any](batch []*call[In, Out], runID func(In) string, one func(In) (Out, error)) (firsts []*call[In, Out], rest func()) {
+	seen := make(map[string]bool, len(batch))
+	var later []*call[In, Out]
+	for _, c := range batch {
+		if id := runID(c.in); seen[id] {
+			later = append(later, c)
+		} else {
+			seen[id] = true
+			firsts = append(firsts, c)
+		}
+	}
+	return firsts, func() {
+		for _, c := range later {
+			c.out, c.err = one(c.in)
+		}
+	}
+}
+
+type acquireCall = call[*ledger.AcquireParams, *ledger.AcquireResult]
+
+// acquireBatch answers a batch of worker claims. One alone takes acquireOne's
+// statements; more take acquireQueuedBatchSQL, which takes the queued runs among them in
+// one statement, and acquireAny decides each of the others.
+func (l *Ledger) acquireBatch(ctx context.Context, batch []*acquireCall) {
+	if len(batch) == 1 {
+		batch[0].out, batch[0].err = l.acquireOne(ctx, batch[0].in)
+		return
+	}
+	firsts, rest := distinct(batch, func(p *ledger.AcquireParams) string { return p.RunID },
+		func(p *ledger.AcquireParams) (*ledger.AcquireResult, error) { return l.acquireAny(ctx, p) })
+	defer rest()
+	var (
+		now                           []*time.Time
+		ids, hashes, attempts, worker []string
+		leases, retentions            []int64
+	)
+	for _, c := range firsts {
+		p := c.in
+		now, ids, hashes, attempts = append(now, timePtr(p.Now)), append(ids, p.RunID), append(hashes, p.PayloadHash), append(attempts, p.AttemptID)
+		leases, retentions = append(leases, micros(cmp.Or(p.Lease, ledger.DefaultLease))), append(retentions, micros(retention(p.Retention)))
+		worker = append(worker, driver.ClipText(p.Worker))
+	}
+	taken, err := l.batchRuns(ctx, l.q.acquireQueuedBatch, now, ids, hashes, attempts, leases, retentions, worker)
+	if err != nil {
+		err = interpretError(fmt.Sprintf("acquire run (in a batch of %d worker claims)", len(firsts)), err)
+		for _, c := range firsts {
+			c.err = err
+		}
+		return
+	}
+	for _, c := range firsts {
+		if r, ok := taken[c.in.RunID]; ok {
+			c.out = &ledger.AcquireResult{Outcome: ledger.OutcomeAcquired, Run: r}
+		} else {
+			c.out, c.err = l.acquireAny(ctx, c.in)
+		}
+	}
+}
+
+type completeCall = call[*ledger.CompleteParams, *ledger.Run]
+
+// completeBatch answers a batch of completions. One alone takes completeOne's
+// statement; more take completeBatchSQL, which completes the runs whose fence holds in
+// one statement, and completeOne decides each of the others (an idempotent repeat, a
+// lost lease).
+func (l *Ledger) completeBatch(ctx context.Context, batch []*completeCall) {
+	if len(batch) == 1 {
+		batch[0].out, batch[0].err = l.completeOne(ctx, batch[0].in)
+		return
+	}
+	firsts, rest := distinct(batch, func(p *ledger.CompleteParams) string { return p.RunID },
+		func(p *ledger.CompleteParams) (*ledger.Run, error) { return l.completeOne(ctx, p) })
+	defer rest()
+	var (
+		now                  []*time.Time
+		ids, attemptIDs      []string
+		attempts, retentions []int64
+		results, progress    [][]byte
+	)
+	for _, c := range firsts {
+		p := c.in
+		now, ids, attempts, attemptIDs = append(now, timePtr(p.Now)), append(ids, p.RunID), append(attempts, p.Attempt), append(attemptIDs, p.AttemptID)
+		retentions = append(retentions, micros(retention(p.Retention)))
+		results, progress = append(results, nullBytes(p.Result)), append(progress, nullBytes(p.Progress))
+	}
+	done, err := l.batchRuns(ctx, l.q.completeBatch, now, ids, attempts, attemptIDs, retentions, results, progress)
+	if err != nil {
+		err = interpretError(fmt.Sprintf("complete run (in a batch of %d completions)", len(firsts)), err)
+		for _, c := range firsts {
+			c.err = err
+		}
+		return
+	}
+	for _, c := range firsts {
+		if r, ok := done[c.in.RunID]; ok {
+			c.out = r
+		} else {
+			c.out, c.err = l.completeOne(ctx, c.in)
+		}
+	}
+}
+
+// batchRuns runs a batched statement that returns runs, by ID.
+func (l *Ledger) batchRuns(ctx context.Context, sql string, args ...any) (map[string]*ledger.Run, error) {
+	rows, err := l.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]*ledger.Run)
+	for rows.Next() {
+		var s runScan
+		if err := rows.Scan(s.dest()...); err != nil {
+			return nil, err
+		}
+		r := s.run()
+		out[r.ID] = r
+	}
+	return out, rows.Err()
+}
+
+// timePtr is t as an element of a timestamptz array argument: nil (NULL) when zero.
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = driver.Micros(t)
+	return &t
 }

@@ -67,19 +67,19 @@ type Options struct {
 	// pool_max_conns (which wins). Zero means DefaultMaxConns. New takes the caller's
 	// pool as it is.
 	MaxConns int32
-	// ClaimBatches is how many batched claim statements may run at once. A claim that
-	// finds one of them free runs at once; claims that arrive while all are busy wait
-	// for the next to finish and share its statement (at most MaxClaimBatch claims in
-	// one). Zero means DefaultClaimBatches; a negative value turns batching off, each
-	// claim its own statement.
-	ClaimBatches int
+	// Batches is how many batched statements of each kind (ingress claims, worker claims
+	// of queued runs, completions) may run at once. A call that finds one of its kind
+	// free runs at once; calls that arrive while all are busy wait for the next to
+	// finish and share its statement (at most MaxBatch calls in one). Zero means
+	// DefaultBatches; a negative value turns batching off, each call its own statement.
+	Batches int
 }
 
-// DefaultClaimBatches is how many batched claim statements run at once by default.
-const DefaultClaimBatches = 4
+// DefaultBatches is how many batched statements of each kind run at once by default.
+const DefaultBatches = 4
 
-// MaxClaimBatch is the most claims one statement carries.
-const MaxClaimBatch = 64
+// MaxBatch is the most calls one batched statement carries.
+const MaxBatch = 64
 
 // DefaultMaxConns is the pool size Open uses when neither the DSN's pool_max_conns nor
 // Options.MaxConns says otherwise. pgxpool's own default (4, or the number of CPUs) is
@@ -112,7 +112,10 @@ type Ledger struct {
 	schema   string
 	opts     Options
 	q        queries
-	claims   *batcher[*ledger.ClaimParams, *ledger.ClaimResult] // nil: no batching
+	// The batchers of Claim, Acquire and Complete (Options.Batches); nil: no batching.
+	claims    *batcher[*ledger.ClaimParams, *ledger.ClaimResult]
+	acquires  *batcher[*ledger.AcquireParams, *ledger.AcquireResult]
+	completes *batcher[*ledger.CompleteParams, *ledger.Run]
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -136,9 +139,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Ledger, error
 		}
 	}
 	l := &Ledger{pool: pool, schema: o.Schema, opts: o, q: buildQueries(o.Schema)}
-	if o.ClaimBatches >= 0 {
-		l.claims = &batcher[*ledger.ClaimParams, *ledger.ClaimResult]{
-			lanes: cmp.Or(o.ClaimBatches, DefaultClaimBatches), max: MaxClaimBatch, run: l.claimBatch}
+	if o.Batches >= 0 {
+		lanes := cmp.Or(o.Batches, DefaultBatches)
+		l.claims = &batcher[*ledger.ClaimParams, *ledger.ClaimResult]{lanes: lanes, max: MaxBatch, run: l.claimBatch}
+		l.acquires = &batcher[*ledger.AcquireParams, *ledger.AcquireResult]{lanes: lanes, max: MaxBatch, run: l.acquireBatch}
+		l.completes = &batcher[*ledger.CompleteParams, *ledger.Run]{lanes: lanes, max: MaxBatch, run: l.completeBatch}
 	}
 	return l, nil
 }

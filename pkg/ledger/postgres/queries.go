@@ -177,6 +177,50 @@ WITH up AS (
 )
 SELECT *, {now} FROM up`
 
+// acquireQueuedBatchSQL is acquireQueuedSQL for many runs (distinct IDs) in one
+// statement: $1 the callers' Now, $2 run IDs, $3 payload hashes, $4 attempt IDs, $5
+// leases and $6 retentions (µs), $7 workers. It returns the runs it took; Acquire
+// decides the others one by one.
+const acquireQueuedBatchSQL = `
+WITH i AS (
+	SELECT t.*, coalesce(t.at, now()) AS now
+	FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[])
+		AS t (at, run_id, payload_hash, attempt_id, lease, retention, worker)
+), up AS (
+	UPDATE {runs} r SET status = 'running', attempt = r.attempt + 1, attempt_id = i.attempt_id,
+		deadline = i.now + {us:lease}, not_before = NULL, updated_at = i.now,
+		expire_at = i.now + {us:lease} + {us:retention}, took_over = false
+	FROM i
+	WHERE r.run_id = i.run_id AND r.payload_hash = i.payload_hash AND r.status = 'queued'
+		AND (r.not_before IS NULL OR r.not_before <= i.now)
+	RETURNING {r.runCols}, i.worker, i.now
+), ev AS (
+	INSERT INTO {events} (run_id, at, kind, attempt, worker) SELECT run_id, now, 'started', attempt, worker FROM up
+)
+SELECT {up.runCols} FROM up`
+
+// completeBatchSQL is the completing fencedSQL for many runs (distinct IDs) in one
+// statement: $1 the callers' Now, $2 run IDs, $3 attempts, $4 attempt IDs, $5 retentions
+// (µs), $6 results, $7 progress (NULL: unchanged). It returns the runs it completed;
+// Complete decides the others one by one.
+const completeBatchSQL = `
+WITH i AS (
+	SELECT t.*, coalesce(t.at, now()) AS now
+	FROM unnest($1::timestamptz[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::bytea[], $7::bytea[])
+		AS t (at, run_id, attempt, attempt_id, retention, result, progress)
+), up AS (
+	UPDATE {runs} r SET status = 'completed', attempts_made = r.attempts_made + 1, result = i.result,
+		progress = coalesce(i.progress, r.progress),
+		deadline = NULL, not_before = NULL, completed_at = i.now, updated_at = i.now,
+		expire_at = i.now + {us:retention}
+	FROM i
+	WHERE r.run_id = i.run_id AND r.status = 'running' AND r.attempt = i.attempt AND r.attempt_id = i.attempt_id
+	RETURNING {r.runCols}, i.now
+), ev AS (
+	INSERT INTO {events} (run_id, at, kind, attempt, text) SELECT run_id, now, 'completed', attempt, '' FROM up
+)
+SELECT {up.runCols} FROM up`
+
 // fencedSQL is a fenced UPDATE of one run: set is its SET list, $2..$4 the fence; event,
 // when not empty, is the kind of the event it adds to the run's history, with the text
 // textSQL.
@@ -377,10 +421,10 @@ SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM e)`
 
 // queries are the statements with the schema's table names filled in.
 type queries struct {
-	claim, claimBatch, claimLatest, acquire, acquireQueued, renew, complete, fail, release string
-	rescue, expedite                                                                       string
-	get, lockRun, getEffect, beginEffect, completeEffect, listRescue, sweep                string
-	getWithHistory, lockForOperator, writeRun, addEvent, listRuns, listEffects             string
+	claim, claimBatch, claimLatest, acquire, acquireQueued, acquireQueuedBatch, completeBatch, renew, complete, fail, release string
+	rescue, expedite                                                                                                          string
+	get, lockRun, getEffect, beginEffect, completeEffect, listRescue, sweep                                                   string
+	getWithHistory, lockForOperator, writeRun, addEvent, listRuns, listEffects                                                string
 }
 
 func buildQueries(schema string) queries {
@@ -410,33 +454,35 @@ func buildQueries(schema string) queries {
 		"{effectCols}", effectCols,
 		"{us4}", us("$4"), "{us5}", us("$5"), "{us6}", us("$6"), "{us7}", us("$7"), "{us8}", us("$8"),
 		"{us9}", us("$9"), "{us10}", us("$10"),
-		"{us:pickup}", us("pickup"), "{us:retention}", us("retention"),
+		"{us:pickup}", us("pickup"), "{us:retention}", us("retention"), "{us:lease}", us("lease"),
 	)
 	fill := func(s string) string { return r2.Replace(r.Replace(s)) }
 	return queries{
-		claim:           fill(claimSQL),
-		claimBatch:      fill(claimBatchSQL),
-		claimLatest:     fill(claimLatestSQL),
-		acquire:         fill(acquireSQL),
-		acquireQueued:   fill(acquireQueuedSQL),
-		renew:           fill(renewSQL),
-		complete:        fill(finishSQL("completed")),
-		fail:            fill(finishSQL("failed")),
-		release:         fill(releaseSQL),
-		rescue:          fill(rescueSQL),
-		expedite:        fill(expediteSQL),
-		get:             fill(getSQL),
-		lockRun:         fill(lockRunSQL),
-		getEffect:       fill(getEffectSQL),
-		beginEffect:     fill(beginEffectSQL),
-		completeEffect:  fill(completeEffectSQL),
-		listRescue:      fill(listRescueSQL),
-		sweep:           fill(sweepSQL),
-		getWithHistory:  fill(getWithHistorySQL),
-		lockForOperator: fill(lockForOperatorSQL),
-		writeRun:        fill(writeRunSQL),
-		addEvent:        fill(addEventSQL),
-		listRuns:        fill(listRunsSQL),
-		listEffects:     fill(listEffectsSQL),
+		claim:              fill(claimSQL),
+		claimBatch:         fill(claimBatchSQL),
+		claimLatest:        fill(claimLatestSQL),
+		acquire:            fill(acquireSQL),
+		acquireQueued:      fill(acquireQueuedSQL),
+		acquireQueuedBatch: fill(acquireQueuedBatchSQL),
+		completeBatch:      fill(completeBatchSQL),
+		renew:              fill(renewSQL),
+		complete:           fill(finishSQL("completed")),
+		fail:               fill(finishSQL("failed")),
+		release:            fill(releaseSQL),
+		rescue:             fill(rescueSQL),
+		expedite:           fill(expediteSQL),
+		get:                fill(getSQL),
+		lockRun:            fill(lockRunSQL),
+		getEffect:          fill(getEffectSQL),
+		beginEffect:        fill(beginEffectSQL),
+		completeEffect:     fill(completeEffectSQL),
+		listRescue:         fill(listRescueSQL),
+		sweep:              fill(sweepSQL),
+		getWithHistory:     fill(getWithHistorySQL),
+		lockForOperator:    fill(lockForOperatorSQL),
+		writeRun:           fill(writeRunSQL),
+		addEvent:           fill(addEventSQL),
+		listRuns:           fill(listRunsSQL),
+		listEffects:        fill(listEffectsSQL),
 	}
 }
