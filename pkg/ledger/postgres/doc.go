@@ -76,8 +76,11 @@
 //	     created_at, updated_at, completed_at, expire_at, took_over, result, progress)
 //	  runs_rescue_idx    ON runs (deadline) WHERE status IN ('queued', 'running')
 //	  runs_expire_at_idx ON runs (expire_at)
-//	  runs_created_idx, runs_{status,job,namespace}_created_idx,
-//	  runs_updated_idx, runs_status_updated_idx   the operators' listing, newest first
+//	  runs_created_idx ON runs (created_at DESC, run_id DESC)
+//	  runs_status_updated_idx ON runs (status, updated_at DESC, run_id DESC)
+//	                     the operators' listing, newest first: two indexes serve every
+//	                     filter (migration 00007), since each index costs every
+//	                     transition a write
 //	effects(effect_key text PRIMARY KEY, run_id, name, status, attempt, ref,
 //	        created_at, updated_at, done_at, expire_at)
 //	  effects_expire_at_idx ON effects (expire_at)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,49 +75,15 @@ func (l *Ledger) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) 
 	return l.operate(ctx, driver.OpOperatorRelease, p, driver.ApplyOperatorRelease)
 }
 
-// List implements ledger.Ledger with one statement over migration 00003's runs_*_idx
-// indexes, newest first, keyset-paginated on (time, run ID); the payload is not read.
+// List implements ledger.Ledger with one statement over the listing's indexes
+// (migration 00007 says which serves what), newest first, keyset-paginated on (time, run
+// ID); the payload is not read.
 func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
 	size, pos, err := driver.ValidateList(p)
 	if err != nil {
 		return nil, err
 	}
-	col, after, before := p.TimeRange()
-	var (
-		where []string
-		args  []any
-	)
-	add := func(cond string, v ...any) {
-		for _, x := range v {
-			args = append(args, x)
-			cond = strings.Replace(cond, "?", fmt.Sprintf("$%d", len(args)), 1)
-		}
-		where = append(where, cond)
-	}
-	if p.Status != "" {
-		add("status = ?", string(p.Status))
-	}
-	if p.Job != "" {
-		add("job = ?", p.Job)
-	}
-	if p.Namespace != "" {
-		add("namespace = ?", p.Namespace)
-	}
-	if !after.IsZero() {
-		add(col+" >= ?", driver.Micros(after))
-	}
-	if !before.IsZero() {
-		add(col+" < ?", driver.Micros(before))
-	}
-	if pos.RunID != "" {
-		add("("+col+", run_id) < (?, ?)", pos.At, pos.RunID)
-	}
-	q := l.q.listRuns
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	args = append(args, size+1)
-	q += fmt.Sprintf(" ORDER BY %s DESC, run_id DESC LIMIT $%d", col, len(args))
+	q, args := l.listQuery(p, pos, size+1)
 	rows, err := l.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, interpretError("list runs", err)
@@ -134,6 +101,61 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 		return nil, interpretError("list runs", err)
 	}
 	return driver.Page(p, out, size), nil
+}
+
+// listQuery is List's statement and its arguments: at most limit runs after pos. A
+// listing by update time with no status is one scan of runs_status_updated_idx per
+// status, each limited, merged (a MergeAppend) and limited again: no index orders all
+// runs by update time.
+func (l *Ledger) listQuery(p *ledger.ListParams, pos driver.Position, limit int) (string, []any) {
+	col, after, before := p.TimeRange()
+	var (
+		where []string
+		args  []any
+	)
+	add := func(cond string, v ...any) {
+		for _, x := range v {
+			args = append(args, x)
+			cond = strings.Replace(cond, "?", fmt.Sprintf("$%d", len(args)), 1)
+		}
+		where = append(where, cond)
+	}
+	if p.Job != "" {
+		add("job = ?", p.Job)
+	}
+	if p.Namespace != "" {
+		add("namespace = ?", p.Namespace)
+	}
+	if !after.IsZero() {
+		add(col+" >= ?", driver.Micros(after))
+	}
+	if !before.IsZero() {
+		add(col+" < ?", driver.Micros(before))
+	}
+	if pos.RunID != "" {
+		add("("+col+", run_id) < (?, ?)", pos.At, pos.RunID)
+	}
+	args = append(args, limit)
+	order := fmt.Sprintf(" ORDER BY %s DESC, run_id DESC LIMIT $%d", col, len(args))
+	selectWhere := func(conds []string) string {
+		if len(conds) == 0 {
+			return l.q.listRuns
+		}
+		return l.q.listRuns + " WHERE " + strings.Join(conds, " AND ")
+	}
+	if p.Status != "" || !p.ByUpdated() {
+		conds := where
+		if p.Status != "" {
+			args = append(args, string(p.Status))
+			conds = append(slices.Clone(where), fmt.Sprintf("status = $%d", len(args)))
+		}
+		return selectWhere(conds) + order, args
+	}
+	var scans []string
+	for _, st := range ledger.Statuses() {
+		scans = append(scans, "("+selectWhere(append(slices.Clone(where), "status = '"+string(st)+"'"))+order+")")
+	}
+	return "SELECT * FROM (" + strings.Join(scans, " UNION ALL ") + ") u" + order, args
 }
 
 // ListEffects implements ledger.Ledger over the index effects_run_idx.
