@@ -20,7 +20,7 @@ export CI=${CI:-}
 
 bench() { go test -run '^$' -count 3 "$@"; }
 echo "bench: load before: $(uptime)"
-bench -bench BenchmarkPostgresIngressVsBare -benchtime 2000x "$@" ./pkg/ingress/
+bench -bench 'BenchmarkPostgresIngressVsBare|BenchmarkFirestoreIngressVsBare' -benchtime 2000x "$@" ./pkg/ingress/
 bench -bench BenchmarkDuplicateVsNew -benchtime 4000x "$@" ./pkg/ledger/postgres/
 bench -bench BenchmarkDuplicateVsNew -benchtime 2000x "$@" ./pkg/ledger/sqlite/
 bench -bench BenchmarkDuplicateVsNew -benchtime 4000x "$@" ./pkg/ledger/redisledger/
