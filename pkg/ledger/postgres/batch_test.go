@@ -206,16 +206,17 @@ func TestClaimLeavesItsBatch(t *testing.T) {
 }
 
 // TestBatcherUnderChurn races many callers through a batcher with few lanes, some of
-// them leaving before their answer: every caller that stays is answered with its own
+// them leaving before their answer, with batches of up to 8 calls and of one: every caller that stays is answered with its own
 // result, no more batches run at once than there are lanes, none is larger than max,
 // and at the end every lane is free and nothing is queued.
 func TestBatcherUnderChurn(t *testing.T) {
 	t.Parallel()
-	for _, lanes := range []int{1, 2, 4} {
-		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) {
+	for _, c := range []struct{ lanes, max int }{{1, 8}, {2, 8}, {4, 8}, {2, 1}, {4, 1}} {
+		lanes, max := c.lanes, c.max
+		t.Run(fmt.Sprintf("lanes=%d/max=%d", lanes, max), func(t *testing.T) {
 			t.Parallel()
 			var running, most, biggest atomic.Int32
-			b := &batcher[int, int]{lanes: lanes, max: 8, run: func(_ context.Context, batch []*call[int, int]) {
+			b := &batcher[int, int]{lanes: lanes, max: max, run: func(_ context.Context, batch []*call[int, int]) {
 				n := running.Add(1)
 				defer running.Add(-1)
 				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
@@ -256,8 +257,8 @@ func TestBatcherUnderChurn(t *testing.T) {
 			if m := most.Load(); m > int32(lanes) {
 				t.Errorf("%d batches ran at once, want at most %d", m, lanes)
 			}
-			if s := biggest.Load(); s > 8 {
-				t.Errorf("a batch of %d calls, want at most 8", s)
+			if s := biggest.Load(); s > int32(max) {
+				t.Errorf("a batch of %d calls, want at most %d", s, max)
 			}
 			b.mu.Lock()
 			defer b.mu.Unlock()
