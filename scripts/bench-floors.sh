@@ -27,6 +27,7 @@ bench -bench BenchmarkDuplicateVsNew -benchtime 4000x "$@" ./pkg/ledger/redisled
 bench -bench BenchmarkDuplicateVsNew -benchtime 1000x "$@" ./pkg/ledger/firestoreledger/
 bench -bench BenchmarkDuplicateVsNew -benchtime 1000x "$@" ./pkg/ledger/spannerledger/
 bench -bench BenchmarkPostgresNoopJobsVsChain -benchtime 2000x "$@" ./pkg/worker/
+bench -bench BenchmarkFirestoreNoopJobsVsChain -benchtime 2000x "$@" ./pkg/worker/
 # The real stack's binaries over PostgreSQL and the Pub/Sub emulator: the ingress's peak
 # RSS at 1,000 requests/s, and 1, 2 and 4 worker processes on one subscription.
 bench -bench BenchmarkIngressPeakRSS -benchtime 10000x "$@" ./cmd/ingress/

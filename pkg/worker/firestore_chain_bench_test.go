@@ -1,0 +1,222 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/runonce/runonce/pkg/ledger"
+	_ "github.com/runonce/runonce/pkg/ledger/firestoreledger"
+	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/worker"
+)
+
+// BenchmarkFirestoreNoopJobsVsChain alternates rounds, at concurrency 8 and 32, of: the raw
+// chain (the same subscriber settings as BenchmarkPostgresNoopJobsVsChain's; per message a
+// raw claim of a fresh document in a collection of its own, a RunTransaction that reads the
+// document and creates it when absent, then a plain Update that completes it, whose only
+// precondition is the one every Update carries, that the document exists, and the ack),
+// and one worker on a Firestore ledger opened from its URL, running a no-op job; and a
+// second worker on runs claimed first, as the ingress does (the claims not timed: the
+// deployed flow, where a worker claim updates a queued run). All pull all along; a round
+// times the publish of its messages (all at once) until the last is done. It reports
+// jobs/s of each, worker/chain (the issue asks for at least 0.8) and
+// claimed-worker/chain. It needs FIRESTORE_EMULATOR_HOST and PUBSUB_EMULATOR_HOST.
+func BenchmarkFirestoreNoopJobsVsChain(b *testing.B) {
+	if os.Getenv("FIRESTORE_EMULATOR_HOST") == "" || os.Getenv("PUBSUB_EMULATOR_HOST") == "" {
+		b.Skip("needs FIRESTORE_EMULATOR_HOST and PUBSUB_EMULATOR_HOST (scripts/services.sh start DIR)")
+	}
+	const round = 1000
+	const project = "bench"
+	for _, conc := range []int{8, 32} {
+		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
+			ctx := b.Context()
+			id := randomHex()
+			l, err := ledger.Open(ctx, "firestore://"+project+"?prefix=workerbench_"+id+"_")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { l.Close() })
+			// The raw chain's own client, as the ledger has its own.
+			fc, err := firestore.NewClient(ctx, project)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { fc.Close() })
+			coll := fc.Collection("workerbench_" + id + "_chain")
+			// claim creates key's document in a transaction unless it exists, as a claim
+			// of a new run does; complete marks it completed with one Update.
+			claim := func(ctx context.Context, key, attempt string) error {
+				ref := coll.Doc(key)
+				return fc.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+					_, err := tx.Get(ref)
+					if err == nil {
+						return nil
+					}
+					if status.Code(err) != codes.NotFound {
+						return err
+					}
+					return tx.Create(ref, map[string]any{"key": key, "status": "running", "attempt_id": attempt,
+						"deadline": time.Now().Add(30 * time.Second)})
+				})
+			}
+			complete := func(ctx context.Context, key string) error {
+				_, err := coll.Doc(key).Update(ctx, []firestore.Update{{Path: "status", Value: "completed"}, {Path: "deadline", Value: nil}})
+				return err
+			}
+
+			c, err := queue.NewClient(ctx, project, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { c.Close() })
+			for _, name := range []string{"chain", "worker", "claimed"} {
+				if _, err := queue.EnsureTopic(ctx, c, name+"-t-"+id); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := queue.EnsureSubscription(ctx, c, name+"-t-"+id, name+"-s-"+id, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			// messages returns n messages of new runs; with claimed, their runs are claimed
+			// first, as the ingress does (not timed).
+			messages := func(n int, claimed bool) []*queue.Message {
+				msgs := make([]*queue.Message, n)
+				res := make(chan error, n)
+				sem := make(chan struct{}, 32)
+				for i := range msgs {
+					msgs[i] = message("noop", uuid.NewString(), "{}")
+					go func() {
+						var err error
+						if claimed {
+							sem <- struct{}{}
+							_, err = l.Claim(ctx, &ledger.ClaimParams{Identity: msgs[i].Identity, AttemptID: uuid.NewString()})
+							<-sem
+						}
+						res <- err
+					}()
+				}
+				for range n {
+					if err := <-res; err != nil {
+						b.Fatal(err)
+					}
+				}
+				return msgs
+			}
+			publish := func(name string, msgs []*queue.Message) {
+				pub := queue.NewPublisher(c, name+"-t-"+id, nil)
+				defer pub.Close()
+				n := len(msgs)
+				res := make(chan error, n)
+				for _, m := range msgs {
+					go func() {
+						_, err := pub.Publish(ctx, m)
+						res <- err
+					}()
+				}
+				for range n {
+					if err := <-res; err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			// start runs receive until the benchmark ends; wait waits until done reaches want.
+			start := func(receive func(ctx context.Context) error) {
+				rctx, cancel := context.WithCancel(ctx)
+				errc := make(chan error, 1)
+				go func() { errc <- receive(rctx) }()
+				b.Cleanup(func() { cancel(); <-errc })
+			}
+			wait := func(want int64, done *atomic.Int64) {
+				deadline := time.After(2 * time.Minute)
+				for done.Load() < want {
+					select {
+					case <-deadline:
+						b.Fatalf("%d of %d done in 2m", done.Load(), want)
+					case <-time.After(time.Millisecond):
+					}
+				}
+			}
+			mux := worker.NewMux()
+			mux.HandleFunc("noop", func(context.Context, *worker.Job) error { return nil })
+			cl := &countingLedger{Ledger: l, done: make(chan struct{}), want: -1}
+			w, err := worker.New(&worker.Config{Ledger: cl, Handler: mux, Subscriber: queue.NewSubscriber(c, "worker-s-"+id, nil), Concurrency: conc, Grace: time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			// The raw chain: claim and complete per message, then the ack.
+			var chainDone, claimNanos, completeNanos atomic.Int64
+			sub := queue.NewSubscriber(c, "chain-s-"+id, &queue.SubscriberOptions{Concurrency: conc})
+			start(func(ctx context.Context) error {
+				return sub.Receive(ctx, nil, func(ctx context.Context, r *queue.Delivery) {
+					key := r.Message.Identity.RunID
+					t0 := time.Now()
+					if err := claim(ctx, key, uuid.NewString()); err != nil {
+						r.Nack()
+						return
+					}
+					claimNanos.Add(int64(time.Since(t0)))
+					t0 = time.Now()
+					if err := complete(ctx, key); err != nil {
+						r.Nack()
+						return
+					}
+					completeNanos.Add(int64(time.Since(t0)))
+					r.Ack()
+					chainDone.Add(1)
+				})
+			})
+			start(w.Run)
+			// The same worker's code on runs the ingress claimed first (the deployed flow).
+			cl2 := &countingLedger{Ledger: l, done: make(chan struct{}), want: -1}
+			w2, err := worker.New(&worker.Config{Ledger: cl2, Handler: mux, Subscriber: queue.NewSubscriber(c, "claimed-s-"+id, nil), Concurrency: conc, Grace: time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			start(w2.Run)
+			var chainTime, workerTime, claimedTime time.Duration
+			jobs := 0
+			b.ResetTimer()
+			for done := 0; done < b.N; done += round {
+				n := min(round, b.N-done)
+				t0 := time.Now()
+				publish("chain", messages(n, false))
+				wait(int64(jobs+n), &chainDone)
+				chainTime += time.Since(t0)
+				t0 = time.Now()
+				publish("worker", messages(n, false))
+				wait(int64(jobs+n), &cl.completes)
+				workerTime += time.Since(t0)
+				msgs := messages(n, true)
+				t0 = time.Now()
+				publish("claimed", msgs)
+				wait(int64(jobs+n), &cl2.completes)
+				claimedTime += time.Since(t0)
+				jobs += n
+			}
+			b.StopTimer()
+			raw := float64(jobs) / chainTime.Seconds()
+			wk := float64(jobs) / workerTime.Seconds()
+			b.ReportMetric(raw, "chain-jobs/s")
+			b.ReportMetric(wk, "worker-jobs/s")
+			b.ReportMetric(wk/raw, "worker/chain")
+			claimed := float64(jobs) / claimedTime.Seconds()
+			b.ReportMetric(claimed, "claimed-worker-jobs/s")
+			b.ReportMetric(claimed/raw, "claimed-worker/chain")
+			b.ReportMetric(float64(cl2.acquireNanos.Load())/1e6/float64(jobs), "claimed-acquire-ms")
+			b.ReportMetric(float64(cl.calls.Load())/float64(jobs), "ledger-calls/job")
+			b.ReportMetric(float64(claimNanos.Load())/1e6/float64(jobs), "chain-claim-ms")
+			b.ReportMetric(float64(completeNanos.Load())/1e6/float64(jobs), "chain-complete-ms")
+			b.ReportMetric(float64(cl.acquireNanos.Load())/1e6/float64(jobs), "acquire-ms")
+			b.ReportMetric(float64(cl.completeNanos.Load())/1e6/float64(jobs), "complete-ms")
+		})
+	}
+}
