@@ -86,6 +86,12 @@
 //	Release, Fail, Rescue,       update-time precondition (the document's UpdateTime
 //	Expedite                     as read); Acquire of an absent run writes a Create.
 //	                             A worker claim that finds the run held: 1 read.
+//	Renew, Complete, Release,  1 RPC when this ledger wrote the run last (the latest
+//	Fail by the holder           4,096 it wrote): the Commit alone, with that write's
+//	                             update time as the precondition; if another writer
+//	                             got there since, it is refused and the two RPCs above
+//	                             follow (an effect write forgets the run: it changes
+//	                             the run's update time)
 //	BeginEffect,               3 RPCs: a read of the run and the effect (no lock), then
 //	CompleteEffect               a transaction with no reads (BeginTransaction, Commit)
 //	                             of two fenced writes
@@ -98,6 +104,13 @@
 // operation reads and decides again, so of 64 concurrent worker claims exactly one
 // acquires and the others find the run held. This costs fewer round trips than a
 // transaction (which adds BeginTransaction) and takes no locks.
+//
+// A holder's write of a run this ledger wrote last needs no read: if the document's
+// update time is still the one that write returned, nobody has written it since, so it
+// is the record as written, and the state machine decides on that (at the estimate of
+// the server's time, as a claim does; these decisions depend on the fence alone). Only
+// a decision that writes is made that way, so an answer that writes nothing (a repeat,
+// a lost lease) always comes from a read of the document as it stands.
 //
 // An effect lives in its own document, so its write cannot carry a precondition on the
 // run. An effect write reads both documents (one BatchGetDocuments), decides, and

@@ -63,6 +63,9 @@ type Ledger struct {
 	closed             atomic.Bool
 	// known are the runs seen to exist: their claims read first.
 	known *driver.KnownRuns
+	// written are the runs this ledger wrote last: a holder's next write of one skips
+	// the read.
+	written *written
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -93,6 +96,7 @@ func New(ctx context.Context, client *firestore.Client, opts *Options) (*Ledger,
 		effects: client.Collection(opts.Prefix + EffectsCollection),
 		clock:   serverclock.New(local),
 		known:   driver.NewKnownRuns(0),
+		written: newWritten(defaultWritten),
 	}
 	l.Transitions = driver.Transitions{Store: store{l}}
 	if err := l.Ping(ctx); err != nil {
@@ -241,9 +245,22 @@ func retryStale(ctx context.Context, what string, round func(ctx context.Context
 // writes it only if the document is still the one read (an update-time precondition,
 // or exists=false for a new document): two RPCs, no transaction, no locks. When the
 // document changed in between, it reads and decides again (retryStale).
+//
+// A holder's write (holderOps) of a run this ledger wrote last skips the read: it is
+// decided on the record as written, at the estimate of the server's time, and written
+// with that write's update time as its precondition (one RPC). Only a decision that
+// writes is taken that way, and only if the precondition holds: a decision that writes
+// nothing or fails, or a document written since, is made again on a read.
 func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *ledger.Run, now time.Time) (change, error)) error {
 	ref := l.runs.Doc(id)
 	return retryStale(ctx, op+" run "+id, func(ctx context.Context) error {
+		if holderOps[op] {
+			if w, ok := l.written.take(id); ok {
+				if done, err := l.updateWritten(ctx, ref, op, w, decide); done {
+					return err
+				}
+			}
+		}
 		snap, cur, err := l.getRun(ctx, ref)
 		if err != nil {
 			return err
@@ -257,17 +274,63 @@ func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *led
 		}
 		switch {
 		case c.put != nil && cur == nil:
-			_, err = ref.Create(ctx, encodeRun(c.put))
+			wr, err := ref.Create(ctx, encodeRun(c.put))
 			if err = mapErr(rpcCreate, err, "%s run %s", op, id); errors.Is(err, errExists) {
 				return fmt.Errorf("%w: %w", errStale, err)
 			}
+			if err == nil {
+				l.wrote(c.put, wr)
+			}
 			return err
 		case c.put != nil:
-			_, err = ref.Update(ctx, updates(encodeRun(c.put)), firestore.LastUpdateTime(snap.UpdateTime))
-			return mapErr(rpcWrite, err, "%s run %s", op, id)
+			wr, err := ref.Update(ctx, updates(encodeRun(c.put)), firestore.LastUpdateTime(snap.UpdateTime))
+			if err = mapErr(rpcWrite, err, "%s run %s", op, id); err == nil {
+				l.wrote(c.put, wr)
+			}
+			return err
 		}
 		return nil
 	})
+}
+
+// holderOps are the transitions whose decision does not depend on the time, only on
+// the record (the fence: status, attempt, attempt ID), and whose caller wrote the run
+// last when nobody else has: update skips their read for a run this ledger wrote last.
+var holderOps = map[string]bool{"renew": true, "complete": true, "release": true, "fail": true}
+
+// updateWritten is update's round on w, the run as this ledger last wrote it. It reports
+// done false when update must read instead: the decision writes nothing or fails (it is
+// to be made on the document as it stands), or the document was written since w.
+func (l *Ledger) updateWritten(ctx context.Context, ref *firestore.DocumentRef, op string, w lastWrite,
+	decide func(cur *ledger.Run, now time.Time) (change, error)) (done bool, err error) {
+	now, err := l.serverNow(ctx)
+	if err != nil {
+		return false, nil
+	}
+	c, err := decide(copyRun(w.run), driver.Micros(now))
+	if err != nil || c.put == nil {
+		return false, nil
+	}
+	sent := l.clock.Local()
+	wr, err := ref.Update(ctx, updates(encodeRun(c.put)), firestore.LastUpdateTime(w.at))
+	if err = mapErr(rpcWrite, err, "%s run %s", op, ref.ID); errors.Is(err, errStale) {
+		return false, nil
+	}
+	if err == nil {
+		l.clock.Observe(sent, l.clock.Local(), wr.UpdateTime)
+		l.wrote(c.put, wr)
+	}
+	return true, err
+}
+
+// wrote remembers r as written by wr while it is running (a holder's next write of it
+// may skip its read), and forgets it otherwise.
+func (l *Ledger) wrote(r *ledger.Run, wr *firestore.WriteResult) {
+	if r.Status == ledger.StatusRunning && wr != nil && !wr.UpdateTime.IsZero() {
+		l.written.put(r, wr.UpdateTime)
+		return
+	}
+	l.written.forget(r.ID)
 }
 
 // store is the driver.Store of the ledger: a run's transition is update's read and
@@ -368,7 +431,9 @@ func (l *Ledger) effect(ctx context.Context, op, runID, name string, apply func(
 		if err != nil || next == nil {
 			return err
 		}
-		// run != nil here: the state machine refuses an effect of an absent run.
+		// run != nil here: the state machine refuses an effect of an absent run. The
+		// transaction bumps the run's effect_seq, so its update time changes.
+		l.written.forget(runID)
 		err = l.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 			fence := []firestore.Update{{Path: fieldEffectSeq, Value: firestore.Increment(1)}}
 			if err := tx.Update(runRef, fence, firestore.LastUpdateTime(runSnap.UpdateTime)); err != nil {

@@ -245,7 +245,11 @@ func TestRoundTrips(t *testing.T) {
 	if _, err := l.Renew(ctx, &ledger.RenewParams{Fence: f, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	check("a renewal", "BatchGetDocuments", "Commit")
+	check("a renewal of a run this ledger wrote last (a fenced write, no read)", "Commit")
+	if _, err := l.Renew(ctx, &ledger.RenewParams{Fence: f, Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	check("a second renewal", "Commit")
 
 	e, err := l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: "charge"})
 	if err != nil {
@@ -260,7 +264,46 @@ func TestRoundTrips(t *testing.T) {
 	if _, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f}); err != nil {
 		t.Fatal(err)
 	}
-	check("a completion", "BatchGetDocuments", "Commit")
+	check("a completion after an effect write, which changed the run's update time (a read, a write)", "BatchGetDocuments", "Commit")
+
+	// claimed and acquired through l, which wrote it last.
+	acquired := func() ledger.Fence {
+		t.Helper()
+		ident := ledger.Identity{RunID: ledger.KeyedRunID("ns", "job", uuid.NewString()), Namespace: "ns", Job: "job", Key: "k3", PayloadHash: ledger.PayloadHash(nil)}
+		if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ident, AttemptID: uuid.NewString()}); err != nil {
+			t.Fatal(err)
+		}
+		a, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: uuid.NewString(), Lease: time.Minute})
+		if err != nil || a.Outcome != ledger.OutcomeAcquired {
+			t.Fatalf("Acquire = %+v, %v", a, err)
+		}
+		counter.take()
+		return ledger.Fence{RunID: ident.RunID, Attempt: a.Run.Attempt, AttemptID: a.Run.AttemptID}
+	}
+	f = acquired()
+	done, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f, Result: []byte(`{"ok":1}`)})
+	if err != nil || done.Status != ledger.StatusCompleted {
+		t.Fatalf("Complete = %+v, %v", done, err)
+	}
+	check("a completion of a run this ledger wrote last (a fenced write, no read)", "Commit")
+	stored, err := l.Get(ctx, &ledger.GetParams{RunID: f.RunID})
+	if err != nil || stored.Status != ledger.StatusCompleted || string(stored.Result) != `{"ok":1}` ||
+		len(stored.History) != 3 || stored.History[2].Kind != ledger.EventCompleted {
+		t.Fatalf("the run completed without a read: %+v, %v", stored, err)
+	}
+	counter.take()
+
+	// Another process cancels the run: the holder's write, decided on what it wrote
+	// last, fails its precondition, and the read says why.
+	f = acquired()
+	if _, err := other.Cancel(ctx, &ledger.OperatorParams{RunID: f.RunID, Actor: "op@example.com", Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	counter.take()
+	if _, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f}); !errors.Is(err, ledger.ErrLeaseLost) || !errors.Is(err, ledger.ErrCancelled) {
+		t.Fatalf("Complete of a run another process cancelled = %v, want ErrLeaseLost wrapping ErrCancelled", err)
+	}
+	check("a completion of a run written since by another process (the write refused, a read)", "Commit", "BatchGetDocuments")
 }
 
 // TestConcurrentTakeover races 64 worker claims, through two clients, on a run whose
