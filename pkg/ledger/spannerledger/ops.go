@@ -126,8 +126,11 @@ func vanished(err error) bool {
 	case codes.NotFound:
 		return strings.Contains(msg, "Transaction not found")
 	case codes.FailedPrecondition:
+		// The emulator's words for a transaction it rolled back under a concurrent
+		// one (it runs one read-write transaction at a time).
 		return strings.Contains(msg, "Invalid transaction ID") ||
-			strings.Contains(msg, "after it has been committed or rolledback")
+			strings.Contains(msg, "after it has been committed or rolledback") ||
+			strings.Contains(msg, "after it has been rolled back")
 	case codes.Aborted:
 		return true
 	}

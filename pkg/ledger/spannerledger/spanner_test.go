@@ -376,6 +376,9 @@ func TestInterpretError(t *testing.T) {
 		{status.Error(codes.Unavailable, "down"), ledger.ErrUnavailable},
 		{status.Error(codes.DeadlineExceeded, "slow"), ledger.ErrUnavailable},
 		{status.Error(codes.Aborted, "conflict"), ledger.ErrContended},
+		// The emulator, its transaction rolled back under a concurrent one (seen in CI,
+		// ConcurrentAcquireOneWinner).
+		{status.Error(codes.FailedPrecondition, "Cannot commit a transaction after it has been rolled back."), ledger.ErrContended},
 		{context.DeadlineExceeded, ledger.ErrUnavailable},
 	} {
 		got := interpretError("op", tc.err)
