@@ -88,7 +88,9 @@
 //	run_events(run_id, seq, at, kind, attempt, worker, actor, text)   a run's history:
 //	           each transition's statement adds its events in a data-modifying CTE; Get
 //	           reads the latest 50; the sweep's statement deletes them with their run (no
-//	           foreign key: its check trigger ran in every transition)
+//	           foreign key: its check trigger ran in every transition). The ingress
+//	           claim's event is no row of it: the claim sets runs.ingress_claim, and Get
+//	           puts the event (at created_at, attempt 0) first (migration 00008)
 //
 // The operators' transitions (Retry, Cancel, OperatorRelease) are rare: each is one
 // transaction that locks the run, decides with the driver's rule and writes.

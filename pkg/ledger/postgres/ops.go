@@ -402,14 +402,20 @@ func (l *Ledger) fenced(ctx context.Context, op, sql, runID string, args []any,
 func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
 	var (
 		s       runScan
+		claimed bool
 		history []byte
 	)
-	if err := l.pool.QueryRow(ctx, l.q.getWithHistory, p.RunID).Scan(append(s.dest(), &history)...); err != nil {
+	if err := l.pool.QueryRow(ctx, l.q.getWithHistory, p.RunID).Scan(append(s.dest(), &claimed, &history)...); err != nil {
 		return nil, interpretError("get run "+p.RunID, err)
 	}
 	r := s.run()
 	if err := json.Unmarshal(history, &r.History); err != nil {
 		return nil, fmt.Errorf("postgres: get run %s: history: %w", p.RunID, err)
+	}
+	if claimed && len(r.History) < ledger.MaxHistory {
+		// The ingress claim's event, kept as the row itself (migration 00008): the
+		// first of the history until ledger.MaxHistory later events push it out.
+		r.History = append([]ledger.Event{{At: r.CreatedAt, Kind: ledger.EventClaimed}}, r.History...)
 	}
 	if len(r.History) == 0 {
 		r.History = nil

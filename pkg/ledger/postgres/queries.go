@@ -71,12 +71,12 @@ func us(param string) string { return "(" + param + "::bigint * interval '1 micr
 const claimSQL = `
 WITH ins AS (
 	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
-		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
-	VALUES ($2, $3, $4, $5, $6, $7, $11, 'queued', 0, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us9} + {us10})
+		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at,
+		ingress_claim)
+	VALUES ($2, $3, $4, $5, $6, $7, $11, 'queued', 0, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us9} + {us10},
+		true)
 	ON CONFLICT (run_id) DO NOTHING
 	RETURNING true, {r.runCols}
-), ev AS (
-	INSERT INTO {events} (run_id, at, kind, attempt) SELECT run_id, {now}, 'claimed', 0 FROM ins
 )
 SELECT * FROM ins
 UNION ALL
@@ -96,14 +96,13 @@ WITH i AS (
 		AS t (at, run_id, namespace, job, run_key, schedule_time, payload_hash, attempt_id, pickup, retention, payload)
 ), ins AS (
 	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
-		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
+		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at,
+		ingress_claim)
 	SELECT run_id, namespace, job, run_key, schedule_time, payload_hash, payload, 'queued', 0, attempt_id,
-		now + {us:pickup}, 0, '', now, now, now + {us:pickup} + {us:retention}
+		now + {us:pickup}, 0, '', now, now, now + {us:pickup} + {us:retention}, true
 	FROM i
 	ON CONFLICT (run_id) DO NOTHING
 	RETURNING true, {r.runCols}
-), ev AS (
-	INSERT INTO {events} (run_id, at, kind, attempt) SELECT run_id, created_at, 'claimed', 0 FROM ins
 )
 SELECT * FROM ins
 UNION ALL
@@ -311,9 +310,10 @@ WHERE NOT EXISTS (SELECT 1 FROM up)`
 
 const getSQL = `SELECT {runCols} FROM {runs} WHERE run_id = $1`
 
-// getWithHistorySQL reads a run and the latest {maxHistory} events of its history, oldest
-// first, as a JSON array of ledger.Event, in one statement.
-const getWithHistorySQL = `SELECT {runCols}, (
+// getWithHistorySQL reads a run, whether the ingress claim created it (its claimed
+// event is the row: Get puts it first), and the latest {maxHistory} stored events of its
+// history, oldest first, as a JSON array of ledger.Event, in one statement.
+const getWithHistorySQL = `SELECT {runCols}, ingress_claim, (
 	SELECT coalesce(json_agg(json_build_object('at', e.at, 'kind', e.kind, 'attempt', e.attempt,
 		'worker', e.worker, 'actor', e.actor, 'text', e.text) ORDER BY e.seq), '[]')
 	FROM (SELECT * FROM {events} WHERE run_id = $1 ORDER BY seq DESC LIMIT {maxHistory}) e
