@@ -28,8 +28,10 @@ bench -bench BenchmarkDuplicateVsNew -benchtime 1000x "$@" ./pkg/ledger/firestor
 bench -bench BenchmarkDuplicateVsNew -benchtime 1000x "$@" ./pkg/ledger/spannerledger/
 bench -bench BenchmarkPostgresNoopJobsVsChain -benchtime 2000x "$@" ./pkg/worker/
 bench -bench BenchmarkFirestoreNoopJobsVsChain -benchtime 2000x "$@" ./pkg/worker/
-# The real stack's binaries over PostgreSQL and the Pub/Sub emulator: the ingress's peak
-# RSS at 1,000 requests/s, and 1, 2 and 4 worker processes on one subscription.
+# The real stack's binaries over PostgreSQL and the Pub/Sub emulator: the ingress against
+# the bare handler, its peak RSS at 1,000 requests/s, and 1, 2 and 4 worker processes on
+# one subscription.
+bench -bench BenchmarkIngressBinaryVsBare -benchtime 2000x "$@" ./cmd/ingress/
 bench -bench BenchmarkIngressPeakRSS -benchtime 10000x "$@" ./cmd/ingress/
 bench -bench BenchmarkWorkerProcesses -benchtime 3000x "$@" ./cmd/ingress/
 # The embedded default end to end: the built binary with -dev over HTTP (no services).

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/queue"
 )
 
@@ -277,4 +278,39 @@ func BenchmarkWorkerProcesses(b *testing.B) {
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
 		})
 	}
+}
+
+// BenchmarkIngressBinaryVsBare is the PostgreSQL ingress floor over the built binary:
+// rounds of 32 closed-loop HTTP clients in the benchmark's process, each request a fresh
+// key, alternate between the bare handler in this process (benchloop.BarePostgres: the
+// raw insert into a one-index table over a pool of 32, and a publish waited for) and
+// cmd/ingress in a process of its own over a PostgreSQL ledger (the plain URL, so the
+// default pool) and the Pub/Sub emulator; and duplicates of one queued run through it.
+// It reports each side's rate, p50/p99 and the ratios.
+//
+//	go test -run '^$' -bench BenchmarkIngressBinaryVsBare -benchtime 2000x ./cmd/ingress/
+func BenchmarkIngressBinaryVsBare(b *testing.B) {
+	s := newStack(b)
+	ing := s.start(b, "ingress", "-topic", s.topic)
+	u, err := url.Parse(os.Getenv("TEST_DATABASE_URL"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", "32")
+	u.RawQuery = q.Encode()
+	bare := benchloop.BarePostgres(b, u.String(), benchProject)
+	post, fresh := benchloop.Poster(b, "/v1/jobs/noop", `{"n":1}`)
+	binary := "http://" + ing.addr
+	hot := fresh() + "-hot"
+	if err := post(binary, hot); err != nil {
+		b.Fatal(err)
+	}
+	rate := benchloop.Rounds(b, 400, []benchloop.Request{
+		{Name: "bare", Do: func() error { return post(bare, fresh()) }},
+		{Name: "new", Do: func() error { return post(binary, fresh()) }},
+		{Name: "dup", Do: func() error { return post(binary, hot) }},
+	})
+	b.ReportMetric(rate["new"]/rate["bare"], "new/bare")
+	b.ReportMetric(rate["dup"]/rate["new"], "dup/new")
 }
