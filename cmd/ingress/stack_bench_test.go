@@ -306,10 +306,10 @@ func BenchmarkIngressBinaryVsBare(b *testing.B) {
 	if err := post(binary, hot); err != nil {
 		b.Fatal(err)
 	}
-	rate := benchloop.Rounds(b, 400, []benchloop.Request{
-		{Name: "bare", Do: func() error { return post(bare, fresh()) }},
-		{Name: "new", Do: func() error { return post(binary, fresh()) }},
-		{Name: "dup", Do: func() error { return post(binary, hot) }},
+	rate := benchloop.Rounds(b, 400, []benchloop.Kind{
+		{Name: "bare", Op: func(context.Context) error { return post(bare, fresh()) }},
+		{Name: "new", Op: func(context.Context) error { return post(binary, fresh()) }},
+		{Name: "dup", Op: func(context.Context) error { return post(binary, hot) }},
 	})
 	b.ReportMetric(rate["new"]/rate["bare"], "new/bare")
 	b.ReportMetric(rate["dup"]/rate["new"], "dup/new")

@@ -8,9 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -138,69 +136,4 @@ func Poster(b *testing.B, path, payload string) (post func(base, key string) err
 	}
 	fresh = func() string { return prefix + strconv.FormatInt(seq.Add(1), 10) }
 	return post, fresh
-}
-
-// Request is one side of Rounds: a name for its metrics and one request.
-type Request struct {
-	Name string
-	Do   func() error
-}
-
-// Rounds runs b.N requests of each side over 32 closed-loop clients, in alternating
-// rounds of round requests so that every side sees the same load on a shared machine,
-// reports each side's NAME-req/s, NAME-p50-ms and NAME-p99-ms, and returns the rates by
-// name. It fails the benchmark on the first error.
-func Rounds(b *testing.B, round int, sides []Request) map[string]float64 {
-	const conc = 32
-	lat := make([][]time.Duration, len(sides))
-	took := make([]time.Duration, len(sides))
-	ops := 0
-	b.ResetTimer()
-	for done := 0; done < b.N; done += round {
-		n := min(round, b.N-done)
-		for i, s := range sides {
-			d, l := closedLoop(b, conc, n, s.Do)
-			took[i] += d
-			lat[i] = append(lat[i], l...)
-		}
-		ops += n
-	}
-	b.StopTimer()
-	rate := map[string]float64{}
-	for i, s := range sides {
-		rate[s.Name] = float64(ops) / took[i].Seconds()
-		slices.Sort(lat[i])
-		b.ReportMetric(rate[s.Name], s.Name+"-req/s")
-		b.ReportMetric(float64(lat[i][len(lat[i])/2].Microseconds())/1000, s.Name+"-p50-ms")
-		b.ReportMetric(float64(lat[i][len(lat[i])*99/100].Microseconds())/1000, s.Name+"-p99-ms")
-	}
-	return rate
-}
-
-// closedLoop runs op ops times over conc goroutines and returns the wall time and each
-// op's latency.
-func closedLoop(b *testing.B, conc, ops int, op func() error) (time.Duration, []time.Duration) {
-	var next atomic.Int64
-	var failed atomic.Value
-	var wg sync.WaitGroup
-	lat := make([][]time.Duration, conc)
-	start := time.Now()
-	for w := range conc {
-		wg.Go(func() {
-			for next.Add(1) <= int64(ops) {
-				t0 := time.Now()
-				if err := op(); err != nil {
-					failed.CompareAndSwap(nil, err)
-					return
-				}
-				lat[w] = append(lat[w], time.Since(t0))
-			}
-		})
-	}
-	wg.Wait()
-	d := time.Since(start)
-	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	return d, slices.Concat(lat...)
 }

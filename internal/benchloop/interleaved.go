@@ -2,6 +2,7 @@ package benchloop
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,17 +21,42 @@ type Kind struct {
 // the benchmark on the first error.
 func Interleaved(b *testing.B, conc, round int, kinds []Kind) map[string]float64 {
 	b.Helper()
+	rates, _ := rounds(b, conc, round, kinds)
+	for _, kind := range kinds {
+		b.ReportMetric(rates[kind.Name], kind.Name+"-ops/s")
+	}
+	return rates
+}
+
+// Rounds is Interleaved for requests over HTTP: 32 goroutines, and each kind's
+// NAME-req/s, NAME-p50-ms and NAME-p99-ms reported.
+func Rounds(b *testing.B, round int, kinds []Kind) map[string]float64 {
+	b.Helper()
+	rates, lat := rounds(b, 32, round, kinds)
+	for i, kind := range kinds {
+		b.ReportMetric(rates[kind.Name], kind.Name+"-req/s")
+		b.ReportMetric(float64(lat[i][len(lat[i])/2].Microseconds())/1000, kind.Name+"-p50-ms")
+		b.ReportMetric(float64(lat[i][len(lat[i])*99/100].Microseconds())/1000, kind.Name+"-p99-ms")
+	}
+	return rates
+}
+
+// rounds runs Interleaved's rounds and returns each kind's rate by name and its
+// operations' latencies, sorted, in the order of kinds.
+func rounds(b *testing.B, conc, round int, kinds []Kind) (map[string]float64, [][]time.Duration) {
 	took := make([]time.Duration, len(kinds))
+	lat := make([][]time.Duration, len(kinds))
 	ops := 0
 	b.ResetTimer()
 	for done := 0; done < b.N; done += round {
 		k := min(round, b.N-done)
 		for i, kind := range kinds {
-			d, err := spread(b.Context(), conc, k, kind.Op)
+			d, l, err := spread(b.Context(), conc, k, kind.Op)
 			if err != nil {
 				b.Fatalf("%s: %v", kind.Name, err)
 			}
 			took[i] += d
+			lat[i] = append(lat[i], l...)
 		}
 		ops += k
 	}
@@ -38,28 +64,32 @@ func Interleaved(b *testing.B, conc, round int, kinds []Kind) map[string]float64
 	rates := make(map[string]float64, len(kinds))
 	for i, kind := range kinds {
 		rates[kind.Name] = float64(ops) / took[i].Seconds()
-		b.ReportMetric(rates[kind.Name], kind.Name+"-ops/s")
+		slices.Sort(lat[i])
 	}
-	return rates
+	return rates, lat
 }
 
-// spread runs op ops times over conc goroutines and returns the wall time they took.
-func spread(ctx context.Context, conc, ops int, op func(context.Context) error) (time.Duration, error) {
+// spread runs op ops times over conc goroutines and returns the wall time they took and
+// each operation's latency.
+func spread(ctx context.Context, conc, ops int, op func(context.Context) error) (time.Duration, []time.Duration, error) {
 	var next atomic.Int64
 	var failed atomic.Value
 	var wg sync.WaitGroup
+	lat := make([][]time.Duration, conc)
 	start := time.Now()
-	for range conc {
+	for w := range conc {
 		wg.Go(func() {
 			for next.Add(1) <= int64(ops) {
+				t0 := time.Now()
 				if err := op(ctx); err != nil {
 					failed.CompareAndSwap(nil, err)
 					return
 				}
+				lat[w] = append(lat[w], time.Since(t0))
 			}
 		})
 	}
 	wg.Wait()
 	err, _ := failed.Load().(error)
-	return time.Since(start), err
+	return time.Since(start), slices.Concat(lat...), err
 }

@@ -71,11 +71,11 @@ func BenchmarkPostgresIngressVsBare(b *testing.B) {
 	if err := post(def.srv.URL, hot); err != nil {
 		b.Fatal(err)
 	}
-	rate := benchloop.Rounds(b, 400, []benchloop.Request{
-		{Name: "bare", Do: func() error { return post(bare, fresh()) }},
-		{Name: "new", Do: func() error { return post(def.srv.URL, fresh()) }},
-		{Name: "new-pool4", Do: func() error { return post(four.srv.URL, fresh()) }},
-		{Name: "dup", Do: func() error { return post(def.srv.URL, hot) }},
+	rate := benchloop.Rounds(b, 400, []benchloop.Kind{
+		{Name: "bare", Op: func(context.Context) error { return post(bare, fresh()) }},
+		{Name: "new", Op: func(context.Context) error { return post(def.srv.URL, fresh()) }},
+		{Name: "new-pool4", Op: func(context.Context) error { return post(four.srv.URL, fresh()) }},
+		{Name: "dup", Op: func(context.Context) error { return post(def.srv.URL, hot) }},
 	})
 	b.ReportMetric(rate["new"]/rate["bare"], "new/bare")
 	b.ReportMetric(rate["new-pool4"]/rate["bare"], "new-pool4/bare")
@@ -126,10 +126,10 @@ func BenchmarkFirestoreIngressVsBare(b *testing.B) {
 	if err := post(bn.srv.URL, hot); err != nil {
 		b.Fatal(err)
 	}
-	rate := benchloop.Rounds(b, 400, []benchloop.Request{
-		{Name: "bare", Do: func() error { return post(bare, fresh()) }},
-		{Name: "new", Do: func() error { return post(bn.srv.URL, fresh()) }},
-		{Name: "dup", Do: func() error { return post(bn.srv.URL, hot) }},
+	rate := benchloop.Rounds(b, 400, []benchloop.Kind{
+		{Name: "bare", Op: func(context.Context) error { return post(bare, fresh()) }},
+		{Name: "new", Op: func(context.Context) error { return post(bn.srv.URL, fresh()) }},
+		{Name: "dup", Op: func(context.Context) error { return post(bn.srv.URL, hot) }},
 	})
 	b.ReportMetric(rate["new"]/rate["bare"], "new/bare")
 	b.ReportMetric(rate["dup"]/rate["new"], "dup/new")
