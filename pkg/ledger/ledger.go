@@ -1,7 +1,9 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
+	"slices"
 	"time"
 )
 
@@ -104,6 +106,20 @@ type Run struct {
 	// backends that keep one (ledgertest.Harness.History); nil elsewhere and in List's
 	// answers.
 	History []Event
+}
+
+// Clone returns a copy of r that shares no slice with it (nil for nil): a backend that
+// keeps records in memory hands out and keeps copies.
+func (r *Run) Clone() *Run {
+	if r == nil {
+		return nil
+	}
+	c := *r
+	c.Payload = bytes.Clone(r.Payload)
+	c.History = slices.Clone(r.History)
+	c.Result = bytes.Clone(r.Result)
+	c.Progress = bytes.Clone(r.Progress)
+	return &c
 }
 
 // EffectStatus is the state of an effect record.

@@ -307,7 +307,7 @@ func (l *Ledger) updateWritten(ctx context.Context, ref *firestore.DocumentRef, 
 	if err != nil {
 		return false, nil
 	}
-	c, err := decide(copyRun(w.run), driver.Micros(now))
+	c, err := decide(w.run.Clone(), driver.Micros(now))
 	if err != nil || c.put == nil {
 		return false, nil
 	}

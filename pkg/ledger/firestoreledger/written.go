@@ -1,8 +1,6 @@
 package firestoreledger
 
 import (
-	"bytes"
-	"slices"
 	"sync"
 	"time"
 
@@ -48,7 +46,7 @@ func (w *written) put(r *ledger.Run, at time.Time) {
 		w.ring[w.next] = r.ID
 		w.next = (w.next + 1) % len(w.ring)
 	}
-	w.runs[r.ID] = lastWrite{run: copyRun(r), at: at}
+	w.runs[r.ID] = lastWrite{run: r.Clone(), at: at}
 }
 
 // take returns the last write of run id and forgets it: a write decided on it either
@@ -68,14 +66,4 @@ func (w *written) forget(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.runs, id)
-}
-
-// copyRun returns a copy of r that shares no slice with it.
-func copyRun(r *ledger.Run) *ledger.Run {
-	c := *r
-	c.Payload = bytes.Clone(r.Payload)
-	c.History = slices.Clone(r.History)
-	c.Result = bytes.Clone(r.Result)
-	c.Progress = bytes.Clone(r.Progress)
-	return &c
 }

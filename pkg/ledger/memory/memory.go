@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -84,19 +83,6 @@ func (l *Ledger) now(override time.Time) time.Time {
 	return l.clock()
 }
 
-// copyRun returns a copy, so callers never share the stored record.
-func copyRun(r *ledger.Run) *ledger.Run {
-	if r == nil {
-		return nil
-	}
-	c := *r
-	c.Payload = bytes.Clone(r.Payload)
-	c.History = slices.Clone(r.History)
-	c.Result = bytes.Clone(r.Result)
-	c.Progress = bytes.Clone(r.Progress)
-	return &c
-}
-
 func copyEffect(e *ledger.Effect) *ledger.Effect {
 	if e == nil {
 		return nil
@@ -107,7 +93,7 @@ func copyEffect(e *ledger.Effect) *ledger.Effect {
 
 func (l *Ledger) put(r *ledger.Run) {
 	if r != nil {
-		l.runs[r.ID] = copyRun(r)
+		l.runs[r.ID] = r.Clone()
 	}
 }
 
@@ -118,7 +104,7 @@ type store struct{ l *Ledger }
 func (s store) UpdateRun(_ context.Context, _, id string, override time.Time, decide func(cur *ledger.Run, now time.Time) (*ledger.Run, error)) error {
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()
-	next, err := decide(copyRun(s.l.runs[id]), s.l.now(override))
+	next, err := decide(s.l.runs[id].Clone(), s.l.now(override))
 	if err != nil {
 		return err
 	}
@@ -131,7 +117,7 @@ func (s store) UpdateEffect(_ context.Context, _, runID, name string, override t
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()
 	key := ledger.EffectKey(runID, name)
-	next, err := decide(copyRun(s.l.runs[runID]), copyEffect(s.l.effects[key]), s.l.now(override))
+	next, err := decide(s.l.runs[runID].Clone(), copyEffect(s.l.effects[key]), s.l.now(override))
 	if err != nil {
 		return err
 	}
@@ -145,7 +131,7 @@ func (s store) UpdateEffect(_ context.Context, _, runID, name string, override t
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	next, res, err := driver.ApplyClaim(copyRun(l.runs[p.RunID]), p, l.now(p.Now))
+	next, res, err := driver.ApplyClaim(l.runs[p.RunID].Clone(), p, l.now(p.Now))
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +147,7 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 	if !ok {
 		return nil, fmt.Errorf("%w: run %s", ledger.ErrNotFound, p.RunID)
 	}
-	return copyRun(r), nil
+	return r.Clone(), nil
 }
 
 // GetEffect implements ledger.Ledger.
@@ -183,7 +169,7 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 	var out []*ledger.Run
 	for _, r := range l.runs {
 		if driver.NeedsRescue(r, now) {
-			out = append(out, copyRun(r))
+			out = append(out, r.Clone())
 		}
 	}
 	slices.SortFunc(out, func(a, b *ledger.Run) int { return a.Deadline.Compare(b.Deadline) })

@@ -20,7 +20,7 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 	var out []*ledger.Run
 	for _, r := range l.runs {
 		if driver.Matches(p, r, pos) {
-			c := copyRun(r)
+			c := r.Clone()
 			c.Payload, c.History = nil, nil
 			out = append(out, c)
 		}
