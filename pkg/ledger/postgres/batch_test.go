@@ -15,26 +15,55 @@ import (
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
+// oneLane opens a ledger over a fresh schema with one lane of each kind (Batches: 1) and
+// a tracer that counts its statements.
+func oneLane(t *testing.T) (*Ledger, *countingTracer) {
+	t.Helper()
+	dsn := testDSN(t)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracer := &countingTracer{}
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l, err := New(t.Context(), pool, &Options{Schema: newSchema(t, dsn), Batches: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, tracer
+}
+
+// hold runs stmt in a transaction left open, then starts call, which is to wait for
+// that transaction on its lane. It returns the transaction and call's answer.
+func hold(t *testing.T, l *Ledger, call func() error, stmt string, args ...any) (pgx.Tx, <-chan error) {
+	t.Helper()
+	tx, err := l.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(t.Context(), stmt, args...); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	return tx, done
+}
+
 // blockClaims holds the ledger's one claim lane: it inserts id's run in a transaction
 // left open and starts a claim of it, which waits for that transaction. It returns the
 // transaction and the claim's answer.
 func blockClaims(t *testing.T, l *Ledger, id ledger.Identity) (pgx.Tx, <-chan error) {
 	t.Helper()
-	ctx := t.Context()
-	tx, err := l.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	if _, err := tx.Exec(ctx, rawInsertSQL(l), id.RunID, id.Namespace, id.Job, id.Key, id.ScheduleTime,
-		id.PayloadHash, id.Payload, "blocker"); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: "blocked"})
-		done <- err
-	}()
+	tx, done := hold(t, l, func() error {
+		_, err := l.Claim(t.Context(), &ledger.ClaimParams{Identity: id, AttemptID: "blocked"})
+		return err
+	}, rawInsertSQL(l), id.RunID, id.Namespace, id.Job, id.Key, id.ScheduleTime, id.PayloadHash, id.Payload, "blocker")
 	waitFor(t, l.claims, 0)
 	return tx, done
 }
@@ -60,22 +89,7 @@ func waitFor[In, Out any](t *testing.T, b *batcher[In, Out], n int) {
 // run that existed before answered as a duplicate, a payload mismatch flagged.
 func TestClaimsShareStatements(t *testing.T) {
 	t.Parallel()
-	dsn := testDSN(t)
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tracer := &countingTracer{}
-	cfg.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	l, err := New(t.Context(), pool, &Options{Schema: newSchema(t, dsn), Batches: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, tracer := oneLane(t)
 	ctx := t.Context()
 	old := benchIdentity()
 	if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: old, AttemptID: "old"}); err != nil {
@@ -277,22 +291,7 @@ func TestBatcherUnderChurn(t *testing.T) {
 // completed run, a stale fence refused with ErrLeaseLost.
 func TestWorkerCallsShareStatements(t *testing.T) {
 	t.Parallel()
-	dsn := testDSN(t)
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tracer := &countingTracer{}
-	cfg.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	l, err := New(t.Context(), pool, &Options{Schema: newSchema(t, dsn), Batches: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, tracer := oneLane(t)
 	ctx := t.Context()
 	queued := func() ledger.Identity {
 		id := benchIdentity()
@@ -301,19 +300,9 @@ func TestWorkerCallsShareStatements(t *testing.T) {
 		}
 		return id
 	}
-	// hold locks a run in a transaction and starts call, which waits for it on the lane.
-	hold := func(id string, call func() error) (pgx.Tx, <-chan error) {
-		tx, err := l.pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{l.Schema(), "runs"}.Sanitize()+` WHERE run_id = $1 FOR UPDATE`, id); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- call() }()
-		return tx, done
+	// lock locks run id in a transaction while call waits for it on the lane.
+	lock := func(id string, call func() error) (pgx.Tx, <-chan error) {
+		return hold(t, l, call, `SELECT 1 FROM `+pgx.Identifier{l.Schema(), "runs"}.Sanitize()+` WHERE run_id = $1 FOR UPDATE`, id)
 	}
 	release := func(tx pgx.Tx, blocked <-chan error) int64 {
 		q0 := tracer.queries.Load()
@@ -328,7 +317,7 @@ func TestWorkerCallsShareStatements(t *testing.T) {
 
 	// Worker claims.
 	blocker := queued()
-	tx, blocked := hold(blocker.RunID, func() error {
+	tx, blocked := lock(blocker.RunID, func() error {
 		_, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: blocker, AttemptID: "blocker"})
 		return err
 	})
@@ -398,7 +387,7 @@ func TestWorkerCallsShareStatements(t *testing.T) {
 
 	// Completions.
 	fence := func(a *acq) ledger.Fence { return ledger.Fence{RunID: a.p.RunID, Attempt: 1, AttemptID: a.p.AttemptID} }
-	tx, blocked = hold(acqs[0].p.RunID, func() error {
+	tx, blocked = lock(acqs[0].p.RunID, func() error {
 		_, err := l.Complete(ctx, &ledger.CompleteParams{Fence: fence(acqs[0])})
 		return err
 	})
