@@ -18,8 +18,6 @@ import (
 
 	"github.com/runonce/runonce/pkg/ledger"
 	_ "github.com/runonce/runonce/pkg/ledger/postgres"
-	"github.com/runonce/runonce/pkg/queue"
-	"github.com/runonce/runonce/pkg/worker"
 )
 
 // BenchmarkPostgresNoopJobsVsChain alternates rounds, at concurrency 8 and 32, of: the raw
@@ -85,143 +83,37 @@ func BenchmarkPostgresNoopJobsVsChain(b *testing.B) {
 			claimSQL := `INSERT INTO ` + table + ` (key, status, attempt_id, deadline) VALUES ($1, 'running', $2, now() + interval '30 seconds') ON CONFLICT DO NOTHING`
 			completeSQL := `UPDATE ` + table + ` SET status = 'completed', deadline = NULL WHERE key = $1 AND attempt_id = $2`
 
-			c, err := queue.NewClient(ctx, "bench", nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { c.Close() })
-			id := randomHex()
-			for _, name := range []string{"chain", "schema", "worker", "claimed"} {
-				if _, err := queue.EnsureTopic(ctx, c, name+"-t-"+id); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := queue.EnsureSubscription(ctx, c, name+"-t-"+id, name+"-s-"+id, nil); err != nil {
-					b.Fatal(err)
-				}
-			}
-			// messages returns n messages of new runs; with claimed, their runs are claimed
-			// first, as the ingress does (not timed).
-			messages := func(n int, claimed bool) []*queue.Message {
-				msgs := make([]*queue.Message, n)
-				res := make(chan error, n)
-				sem := make(chan struct{}, 32)
-				for i := range msgs {
-					msgs[i] = message("noop", uuid.NewString(), "{}")
-					go func() {
-						var err error
-						if claimed {
-							sem <- struct{}{}
-							_, err = l.Claim(ctx, &ledger.ClaimParams{Identity: msgs[i].Identity, AttemptID: uuid.NewString()})
-							<-sem
-						}
-						res <- err
-					}()
-				}
-				for range n {
-					if err := <-res; err != nil {
-						b.Fatal(err)
-					}
-				}
-				return msgs
-			}
-			publish := func(name string, msgs []*queue.Message) {
-				pub := queue.NewPublisher(c, name+"-t-"+id, nil)
-				defer pub.Close()
-				n := len(msgs)
-				res := make(chan error, n)
-				for _, m := range msgs {
-					go func() {
-						_, err := pub.Publish(ctx, m)
-						res <- err
-					}()
-				}
-				for range n {
-					if err := <-res; err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			// start runs receive until the benchmark ends; wait waits until done reaches want.
-			start := func(receive func(ctx context.Context) error) {
-				rctx, cancel := context.WithCancel(ctx)
-				errc := make(chan error, 1)
-				go func() { errc <- receive(rctx) }()
-				b.Cleanup(func() { cancel(); <-errc })
-			}
-			wait := func(want int64, done *atomic.Int64) {
-				deadline := time.After(2 * time.Minute)
-				for done.Load() < want {
-					select {
-					case <-deadline:
-						b.Fatalf("%d of %d done in 2m", done.Load(), want)
-					case <-time.After(time.Millisecond):
-					}
-				}
-			}
-			mux := worker.NewMux()
-			mux.HandleFunc("noop", func(context.Context, *worker.Job) error { return nil })
-			cl := &countingLedger{Ledger: l, done: make(chan struct{}), want: -1}
-			wsub := queue.NewSubscriber(c, "worker-s-"+id, nil)
-			w, err := worker.New(&worker.Config{Ledger: cl, Handler: mux, Subscriber: wsub, Concurrency: conc, Grace: time.Second})
-			if err != nil {
-				b.Fatal(err)
-			}
-			// chain receives name's subscription, running claim and complete per message.
+			h := newChainBench(b, "bench", l, conc, "chain", "schema", "worker", "claimed")
+			// chain runs claim and complete per message on name's side.
 			claimNanos := map[string]*atomic.Int64{"chain": new(atomic.Int64), "schema": new(atomic.Int64)}
 			chain := func(name, claim, complete string, done *atomic.Int64) {
-				sub := queue.NewSubscriber(c, name+"-s-"+id, &queue.SubscriberOptions{Concurrency: conc})
-				start(func(ctx context.Context) error {
-					return sub.Receive(ctx, nil, func(ctx context.Context, r *queue.Delivery) {
-						attempt := uuid.NewString()
-						key := r.Message.Identity.RunID
-						t0 := time.Now()
-						if _, err := pool.Exec(ctx, claim, key, attempt); err != nil {
-							r.Nack()
-							return
-						}
-						claimNanos[name].Add(int64(time.Since(t0)))
-						if _, err := pool.Exec(ctx, complete, key, attempt); err != nil {
-							r.Nack()
-							return
-						}
-						r.Ack()
-						done.Add(1)
-					})
-				})
+				h.chain(name, func(ctx context.Context, key string) error {
+					attempt := uuid.NewString()
+					t0 := time.Now()
+					if _, err := pool.Exec(ctx, claim, key, attempt); err != nil {
+						return err
+					}
+					claimNanos[name].Add(int64(time.Since(t0)))
+					_, err := pool.Exec(ctx, complete, key, attempt)
+					return err
+				}, done)
 			}
 			var chainDone, schemaDone atomic.Int64
 			chain("chain", claimSQL, completeSQL, &chainDone)
 			chain("schema", schemaClaimSQL, schemaCompleteSQL, &schemaDone)
-			start(w.Run)
+			cl := h.worker("worker")
 			// The same worker's code on runs the ingress claimed first (the deployed flow).
-			cl2 := &countingLedger{Ledger: l, done: make(chan struct{}), want: -1}
-			w2, err := worker.New(&worker.Config{Ledger: cl2, Handler: mux, Subscriber: queue.NewSubscriber(c, "claimed-s-"+id, nil), Concurrency: conc, Grace: time.Second})
-			if err != nil {
-				b.Fatal(err)
-			}
-			start(w2.Run)
+			cl2 := h.worker("claimed")
 			var chainTime, schemaTime, workerTime, claimedTime time.Duration
 			jobs := 0
 			b.ResetTimer()
 			for done := 0; done < b.N; done += round {
 				n := min(round, b.N-done)
-				t0 := time.Now()
-				publish("chain", messages(n, false))
-				wait(int64(jobs+n), &chainDone)
-				chainTime += time.Since(t0)
-				t0 = time.Now()
-				publish("schema", messages(n, false))
-				wait(int64(jobs+n), &schemaDone)
-				schemaTime += time.Since(t0)
-				t0 = time.Now()
-				publish("worker", messages(n, false))
-				wait(int64(jobs+n), &cl.completes)
-				workerTime += time.Since(t0)
-				msgs := messages(n, true)
-				t0 = time.Now()
-				publish("claimed", msgs)
-				wait(int64(jobs+n), &cl2.completes)
-				claimedTime += time.Since(t0)
+				want := int64(jobs + n)
+				chainTime += h.round("chain", n, false, &chainDone, want)
+				schemaTime += h.round("schema", n, false, &schemaDone, want)
+				workerTime += h.round("worker", n, false, &cl.completes, want)
+				claimedTime += h.round("claimed", n, true, &cl2.completes, want)
 				jobs += n
 			}
 			b.StopTimer()

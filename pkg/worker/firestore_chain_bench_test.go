@@ -15,8 +15,6 @@ import (
 
 	"github.com/runonce/runonce/pkg/ledger"
 	_ "github.com/runonce/runonce/pkg/ledger/firestoreledger"
-	"github.com/runonce/runonce/pkg/queue"
-	"github.com/runonce/runonce/pkg/worker"
 )
 
 // BenchmarkFirestoreNoopJobsVsChain alternates rounds, at concurrency 8 and 32, of: the raw
@@ -73,133 +71,34 @@ func BenchmarkFirestoreNoopJobsVsChain(b *testing.B) {
 				return err
 			}
 
-			c, err := queue.NewClient(ctx, project, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { c.Close() })
-			for _, name := range []string{"chain", "worker", "claimed"} {
-				if _, err := queue.EnsureTopic(ctx, c, name+"-t-"+id); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := queue.EnsureSubscription(ctx, c, name+"-t-"+id, name+"-s-"+id, nil); err != nil {
-					b.Fatal(err)
-				}
-			}
-			// messages returns n messages of new runs; with claimed, their runs are claimed
-			// first, as the ingress does (not timed).
-			messages := func(n int, claimed bool) []*queue.Message {
-				msgs := make([]*queue.Message, n)
-				res := make(chan error, n)
-				sem := make(chan struct{}, 32)
-				for i := range msgs {
-					msgs[i] = message("noop", uuid.NewString(), "{}")
-					go func() {
-						var err error
-						if claimed {
-							sem <- struct{}{}
-							_, err = l.Claim(ctx, &ledger.ClaimParams{Identity: msgs[i].Identity, AttemptID: uuid.NewString()})
-							<-sem
-						}
-						res <- err
-					}()
-				}
-				for range n {
-					if err := <-res; err != nil {
-						b.Fatal(err)
-					}
-				}
-				return msgs
-			}
-			publish := func(name string, msgs []*queue.Message) {
-				pub := queue.NewPublisher(c, name+"-t-"+id, nil)
-				defer pub.Close()
-				n := len(msgs)
-				res := make(chan error, n)
-				for _, m := range msgs {
-					go func() {
-						_, err := pub.Publish(ctx, m)
-						res <- err
-					}()
-				}
-				for range n {
-					if err := <-res; err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			// start runs receive until the benchmark ends; wait waits until done reaches want.
-			start := func(receive func(ctx context.Context) error) {
-				rctx, cancel := context.WithCancel(ctx)
-				errc := make(chan error, 1)
-				go func() { errc <- receive(rctx) }()
-				b.Cleanup(func() { cancel(); <-errc })
-			}
-			wait := func(want int64, done *atomic.Int64) {
-				deadline := time.After(2 * time.Minute)
-				for done.Load() < want {
-					select {
-					case <-deadline:
-						b.Fatalf("%d of %d done in 2m", done.Load(), want)
-					case <-time.After(time.Millisecond):
-					}
-				}
-			}
-			mux := worker.NewMux()
-			mux.HandleFunc("noop", func(context.Context, *worker.Job) error { return nil })
-			cl := &countingLedger{Ledger: l, done: make(chan struct{}), want: -1}
-			w, err := worker.New(&worker.Config{Ledger: cl, Handler: mux, Subscriber: queue.NewSubscriber(c, "worker-s-"+id, nil), Concurrency: conc, Grace: time.Second})
-			if err != nil {
-				b.Fatal(err)
-			}
+			h := newChainBench(b, project, l, conc, "chain", "worker", "claimed")
 			// The raw chain: claim and complete per message, then the ack.
 			var chainDone, claimNanos, completeNanos atomic.Int64
-			sub := queue.NewSubscriber(c, "chain-s-"+id, &queue.SubscriberOptions{Concurrency: conc})
-			start(func(ctx context.Context) error {
-				return sub.Receive(ctx, nil, func(ctx context.Context, r *queue.Delivery) {
-					key := r.Message.Identity.RunID
-					t0 := time.Now()
-					if err := claim(ctx, key, uuid.NewString()); err != nil {
-						r.Nack()
-						return
-					}
-					claimNanos.Add(int64(time.Since(t0)))
-					t0 = time.Now()
-					if err := complete(ctx, key); err != nil {
-						r.Nack()
-						return
-					}
-					completeNanos.Add(int64(time.Since(t0)))
-					r.Ack()
-					chainDone.Add(1)
-				})
-			})
-			start(w.Run)
+			h.chain("chain", func(ctx context.Context, key string) error {
+				t0 := time.Now()
+				if err := claim(ctx, key, uuid.NewString()); err != nil {
+					return err
+				}
+				claimNanos.Add(int64(time.Since(t0)))
+				t0 = time.Now()
+				if err := complete(ctx, key); err != nil {
+					return err
+				}
+				completeNanos.Add(int64(time.Since(t0)))
+				return nil
+			}, &chainDone)
+			cl := h.worker("worker")
 			// The same worker's code on runs the ingress claimed first (the deployed flow).
-			cl2 := &countingLedger{Ledger: l, done: make(chan struct{}), want: -1}
-			w2, err := worker.New(&worker.Config{Ledger: cl2, Handler: mux, Subscriber: queue.NewSubscriber(c, "claimed-s-"+id, nil), Concurrency: conc, Grace: time.Second})
-			if err != nil {
-				b.Fatal(err)
-			}
-			start(w2.Run)
+			cl2 := h.worker("claimed")
 			var chainTime, workerTime, claimedTime time.Duration
 			jobs := 0
 			b.ResetTimer()
 			for done := 0; done < b.N; done += round {
 				n := min(round, b.N-done)
-				t0 := time.Now()
-				publish("chain", messages(n, false))
-				wait(int64(jobs+n), &chainDone)
-				chainTime += time.Since(t0)
-				t0 = time.Now()
-				publish("worker", messages(n, false))
-				wait(int64(jobs+n), &cl.completes)
-				workerTime += time.Since(t0)
-				msgs := messages(n, true)
-				t0 = time.Now()
-				publish("claimed", msgs)
-				wait(int64(jobs+n), &cl2.completes)
-				claimedTime += time.Since(t0)
+				want := int64(jobs + n)
+				chainTime += h.round("chain", n, false, &chainDone, want)
+				workerTime += h.round("worker", n, false, &cl.completes, want)
+				claimedTime += h.round("claimed", n, true, &cl2.completes, want)
 				jobs += n
 			}
 			b.StopTimer()

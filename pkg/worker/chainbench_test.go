@@ -1,0 +1,158 @@
+package worker_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"github.com/google/uuid"
+
+	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/worker"
+)
+
+// chainBench is what the worker-against-chain benchmarks share: one Pub/Sub client, a
+// topic and a subscription per side (named SIDE-t-ID and SIDE-s-ID), the ledger whose runs
+// the workers claim and the benchmark's concurrency.
+type chainBench struct {
+	b    *testing.B
+	c    *pubsub.Client
+	l    ledger.Ledger
+	id   string
+	conc int
+}
+
+// newChainBench makes the topics and subscriptions of sides on project's emulator.
+func newChainBench(b *testing.B, project string, l ledger.Ledger, conc int, sides ...string) *chainBench {
+	ctx := b.Context()
+	c, err := queue.NewClient(ctx, project, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	h := &chainBench{b: b, c: c, l: l, id: randomHex(), conc: conc}
+	for _, side := range sides {
+		if _, err := queue.EnsureTopic(ctx, c, side+"-t-"+h.id); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := queue.EnsureSubscription(ctx, c, side+"-t-"+h.id, side+"-s-"+h.id, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return h
+}
+
+// messages returns n messages of new runs; with claimed, their runs are claimed first, as
+// the ingress does (not timed).
+func (h *chainBench) messages(n int, claimed bool) []*queue.Message {
+	msgs := make([]*queue.Message, n)
+	res := make(chan error, n)
+	sem := make(chan struct{}, 32)
+	for i := range msgs {
+		msgs[i] = message("noop", uuid.NewString(), "{}")
+		go func() {
+			var err error
+			if claimed {
+				sem <- struct{}{}
+				_, err = h.l.Claim(h.b.Context(), &ledger.ClaimParams{Identity: msgs[i].Identity, AttemptID: uuid.NewString()})
+				<-sem
+			}
+			res <- err
+		}()
+	}
+	for range n {
+		if err := <-res; err != nil {
+			h.b.Fatal(err)
+		}
+	}
+	return msgs
+}
+
+// publish publishes msgs to side's topic, all at once, and waits for them.
+func (h *chainBench) publish(side string, msgs []*queue.Message) {
+	pub := queue.NewPublisher(h.c, side+"-t-"+h.id, nil)
+	defer pub.Close()
+	res := make(chan error, len(msgs))
+	for _, m := range msgs {
+		go func() {
+			_, err := pub.Publish(h.b.Context(), m)
+			res <- err
+		}()
+	}
+	for range msgs {
+		if err := <-res; err != nil {
+			h.b.Fatal(err)
+		}
+	}
+}
+
+// start runs receive until the benchmark ends.
+func (h *chainBench) start(receive func(ctx context.Context) error) {
+	rctx, cancel := context.WithCancel(h.b.Context())
+	errc := make(chan error, 1)
+	go func() { errc <- receive(rctx) }()
+	h.b.Cleanup(func() { cancel(); <-errc })
+}
+
+// wait waits until done reaches want.
+func (h *chainBench) wait(want int64, done *atomic.Int64) {
+	deadline := time.After(2 * time.Minute)
+	for done.Load() < want {
+		select {
+		case <-deadline:
+			h.b.Fatalf("%d of %d done in 2m", done.Load(), want)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// worker starts a worker running a no-op job from side's subscription; the returned
+// ledger counts its calls and completions.
+func (h *chainBench) worker(side string) *countingLedger {
+	mux := worker.NewMux()
+	mux.HandleFunc("noop", func(context.Context, *worker.Job) error { return nil })
+	cl := &countingLedger{Ledger: h.l, done: make(chan struct{}), want: -1}
+	w, err := worker.New(&worker.Config{Ledger: cl, Handler: mux, Subscriber: queue.NewSubscriber(h.c, side+"-s-"+h.id, nil),
+		Concurrency: h.conc, Grace: time.Second})
+	if err != nil {
+		h.b.Fatal(err)
+	}
+	h.start(w.Run)
+	return cl
+}
+
+// chain receives side's subscription at the benchmark's concurrency, running step on
+// each message's run ID and acking it after (nacking it when step fails); done counts
+// the acks.
+func (h *chainBench) chain(side string, step func(ctx context.Context, key string) error, done *atomic.Int64) {
+	sub := queue.NewSubscriber(h.c, side+"-s-"+h.id, &queue.SubscriberOptions{Concurrency: h.conc})
+	h.start(func(ctx context.Context) error {
+		return sub.Receive(ctx, nil, func(ctx context.Context, r *queue.Delivery) {
+			if err := step(ctx, r.Message.Identity.RunID); err != nil {
+				r.Nack()
+				return
+			}
+			r.Ack()
+			done.Add(1)
+		})
+	})
+}
+
+// round publishes n messages of new runs to side and waits until done reaches want. It
+// returns the time from the publish, or, for unclaimed runs, from making the messages.
+func (h *chainBench) round(side string, n int, claimed bool, done *atomic.Int64, want int64) time.Duration {
+	var msgs []*queue.Message
+	if claimed {
+		msgs = h.messages(n, true)
+	}
+	t0 := time.Now()
+	if !claimed {
+		msgs = h.messages(n, false)
+	}
+	h.publish(side, msgs)
+	h.wait(want, done)
+	return time.Since(t0)
+}
