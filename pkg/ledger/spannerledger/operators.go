@@ -64,15 +64,7 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 		sql += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	sql += ` ORDER BY r.` + col + ` DESC, r.run_id DESC LIMIT @limit`
-	var out []*ledger.Run
-	err = l.client.Single().Query(ctx, spanner.Statement{SQL: sql, Params: params}).Do(func(r *spanner.Row) error {
-		var rr runRow
-		if err := r.ToStructLenient(&rr); err != nil {
-			return err
-		}
-		out = append(out, rr.run())
-		return nil
-	})
+	out, err := l.queryRuns(ctx, spanner.Statement{SQL: sql, Params: params})
 	if err != nil {
 		return nil, interpretError("list runs", err)
 	}

@@ -300,13 +300,22 @@ func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*led
 
 // ListRescue implements ledger.Ledger with one strong read over the deadline index.
 func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
-	var out []*ledger.Run
-	err := l.client.Single().Query(ctx, spanner.Statement{
+	out, err := l.queryRuns(ctx, spanner.Statement{
 		SQL: `SELECT ` + selectRun + ` FROM runs@{FORCE_INDEX=runs_by_deadline, spanner_emulator.disable_query_null_filtered_index_check=true} AS r
 			WHERE r.deadline < COALESCE(@now, CURRENT_TIMESTAMP()) AND r.status IN ('queued', 'running')
 			ORDER BY r.deadline LIMIT @limit`,
 		Params: map[string]any{"now": nowParam(p.Now), "limit": int64(cmp.Or(p.Limit, defaultRescueLimit))},
-	}).Do(func(r *spanner.Row) error {
+	})
+	if err != nil {
+		return nil, interpretError("list runs to rescue", err)
+	}
+	return out, nil
+}
+
+// queryRuns runs stmt, a query of runs, in a strong single-use read.
+func (l *Ledger) queryRuns(ctx context.Context, stmt spanner.Statement) ([]*ledger.Run, error) {
+	var out []*ledger.Run
+	err := l.client.Single().Query(ctx, stmt).Do(func(r *spanner.Row) error {
 		var rr runRow
 		if err := r.ToStructLenient(&rr); err != nil {
 			return err
@@ -314,10 +323,7 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 		out = append(out, rr.run())
 		return nil
 	})
-	if err != nil {
-		return nil, interpretError("list runs to rescue", err)
-	}
-	return out, nil
+	return out, err
 }
 
 // Sweep implements ledger.Ledger with one read-write transaction: it reads at most Limit
