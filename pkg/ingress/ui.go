@@ -339,18 +339,29 @@ var explanations = map[string]string{
 	ActionRelease: "Use this when the worker holding the run is gone. Its lease ends now, the run is queued again and republished; the old holder can no longer write.",
 }
 
-func (u *ui) confirm(w http.ResponseWriter, r *http.Request) {
-	page, ok := u.who(w, r)
+// action reads the run and the action of a confirm or act request (what: "page" or
+// "action", for the 404) and checks that the caller is an operator. When not ok it has
+// answered.
+func (u *ui) action(w http.ResponseWriter, r *http.Request, what string) (page uiPage, id, action string, ok bool) {
+	page, ok = u.who(w, r)
 	if !ok {
-		return
+		return page, "", "", false
 	}
-	id, action := r.PathValue("run_id"), r.PathValue("action")
+	id, action = r.PathValue("run_id"), r.PathValue("action")
 	if _, known := explanations[action]; !known || !ledger.ValidRunID(id) {
-		u.fail(w, http.StatusNotFound, page, "no such page: the actions are retry, cancel and release of a run")
-		return
+		u.fail(w, http.StatusNotFound, page, "no such "+what+": the actions are retry, cancel and release of a run")
+		return page, "", "", false
 	}
 	if !page.Operator {
 		u.fail(w, http.StatusForbidden, page, "only operators (-operators) may "+action+" runs")
+		return page, "", "", false
+	}
+	return page, id, action, true
+}
+
+func (u *ui) confirm(w http.ResponseWriter, r *http.Request) {
+	page, id, action, ok := u.action(w, r, "page")
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), u.h.cfg.LedgerTimeout)
@@ -367,17 +378,8 @@ func (u *ui) confirm(w http.ResponseWriter, r *http.Request) {
 }
 
 func (u *ui) act(w http.ResponseWriter, r *http.Request) {
-	page, ok := u.who(w, r)
+	page, id, action, ok := u.action(w, r, "action")
 	if !ok {
-		return
-	}
-	id, action := r.PathValue("run_id"), r.PathValue("action")
-	if _, known := explanations[action]; !known || !ledger.ValidRunID(id) {
-		u.fail(w, http.StatusNotFound, page, "no such action: the actions are retry, cancel and release of a run")
-		return
-	}
-	if !page.Operator {
-		u.fail(w, http.StatusForbidden, page, "only operators (-operators) may "+action+" runs")
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxActionBody)
