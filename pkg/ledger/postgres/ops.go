@@ -89,8 +89,8 @@ func (l *Ledger) claimBatch(ctx context.Context, batch []*claimCall) {
 		return
 	}
 	var (
-		firsts                                 []*claimCall // the first claim of each run, in batch order
-		seen                                   = make(map[string]bool, len(batch))
+		firsts                                 []*claimCall                              // the first claim of each run, in batch order
+		byID                                   = make(map[string]*claimCall, len(batch)) // firsts by run ID
 		now                                    []*time.Time
 		sched                                  []*time.Time
 		ids, nss, jobs, keys, hashes, attempts []string
@@ -99,10 +99,10 @@ func (l *Ledger) claimBatch(ctx context.Context, batch []*claimCall) {
 	)
 	for _, c := range batch {
 		p := c.in
-		if seen[p.RunID] {
+		if byID[p.RunID] != nil {
 			continue
 		}
-		seen[p.RunID] = true
+		byID[p.RunID] = c
 		firsts = append(firsts, c)
 		now, sched = append(now, timePtr(p.Now)), append(sched, timePtr(p.ScheduleTime))
 		ids, nss, jobs, keys = append(ids, p.RunID), append(nss, p.Namespace), append(jobs, p.Job), append(keys, p.Key)
@@ -147,10 +147,6 @@ func (l *Ledger) claimBatch(ctx context.Context, batch []*claimCall) {
 			continue
 		}
 		c.out, c.err = l.claimOne(ctx, c.in)
-	}
-	byID := make(map[string]*claimCall, len(firsts))
-	for _, c := range firsts {
-		byID[c.in.RunID] = c
 	}
 	for _, c := range batch {
 		first := byID[c.in.RunID]
