@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -110,9 +111,12 @@ func randomHex() string {
 }
 
 // Poster returns post, which POSTs payload to base+path under an Idempotency-Key over
-// one client of up to 64 connections and fails unless answered 202; and fresh, a source
-// of keys not used before.
-func Poster(b *testing.B, path, payload string) (post func(base, key string) error, fresh func() string) {
+// one client of up to 64 connections and fails unless answered with one of the statuses
+// ok (202 when none is given); and fresh, a source of keys not used before.
+func Poster(b *testing.B, path, payload string, ok ...int) (post func(base, key string) error, fresh func() string) {
+	if len(ok) == 0 {
+		ok = []int{http.StatusAccepted}
+	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}, Timeout: 30 * time.Second}
 	b.Cleanup(client.CloseIdleConnections)
 	prefix := randomHex() + "-"
@@ -129,7 +133,7 @@ func Poster(b *testing.B, path, payload string) (post func(base, key string) err
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
+		if !slices.Contains(ok, resp.StatusCode) {
 			return fmt.Errorf("POST %s%s: status %d", base, path, resp.StatusCode)
 		}
 		return nil
