@@ -286,8 +286,8 @@ func TestBatcherUnderChurn(t *testing.T) {
 
 // TestWorkerCallsShareStatements checks that worker claims and completions arriving while
 // the lane is busy share one statement, and that each is decided as alone: queued runs
-// taken, a run claimed twice taken once (the other held), an absent run created, a
-// payload mismatch refused; completions with their fence done, a repeat answered with the
+// taken, a run claimed twice taken once (the other held), an absent run created in the
+// batch's statement (but not one that must exist), a payload mismatch refused; completions with their fence done, a repeat answered with the
 // completed run, a stale fence refused with ErrLeaseLost.
 func TestWorkerCallsShareStatements(t *testing.T) {
 	t.Parallel()
@@ -332,13 +332,14 @@ func TestWorkerCallsShareStatements(t *testing.T) {
 		acqs = append(acqs, &acq{p: ledger.AcquireParams{Identity: queued(), AttemptID: fmt.Sprintf("w%d", i), Worker: "host/1"}})
 	}
 	twice := queued()
-	absent := benchIdentity()
+	absent, gone := benchIdentity(), benchIdentity()
 	other := queued()
 	other.Payload = []byte(`{"n":2}`)
 	other.PayloadHash = ledger.PayloadHash(other.Payload)
 	acqs = append(acqs, &acq{p: ledger.AcquireParams{Identity: twice, AttemptID: "twice-1"}},
 		&acq{p: ledger.AcquireParams{Identity: twice, AttemptID: "twice-2"}},
-		&acq{p: ledger.AcquireParams{Identity: absent, AttemptID: "absent"}},
+		&acq{p: ledger.AcquireParams{Identity: absent, AttemptID: "absent", Worker: "host/2"}},
+		&acq{p: ledger.AcquireParams{Identity: gone, AttemptID: "gone", MustExist: true}},
 		&acq{p: ledger.AcquireParams{Identity: other, AttemptID: "mismatch"}})
 	var wg sync.WaitGroup
 	for _, a := range acqs {
@@ -348,12 +349,19 @@ func TestWorkerCallsShareStatements(t *testing.T) {
 	q0 := release(tx, blocked)
 	wg.Wait()
 	// The rollback, the batch, then the upsert alone for each of the second claim of one
-	// run, the absent run and the mismatch.
-	if q := tracer.queries.Load() - q0; q != 5 {
-		t.Errorf("%d worker claims after the blocked one took %d statements, want 5", len(acqs), q)
+	// run and the mismatch, and the locking read (in its transaction: begin, read,
+	// rollback) that finds the run that must exist absent.
+	if q := tracer.queries.Load() - q0; q != 7 {
+		t.Errorf("%d worker claims after the blocked one took %d statements, want 7", len(acqs), q)
 	}
 	got := map[string]ledger.AcquireOutcome{}
 	for _, a := range acqs {
+		if a.p.AttemptID == "gone" {
+			if !errors.Is(a.err, ledger.ErrNotFound) {
+				t.Errorf("acquire of an absent run that must exist: %v, %v; want ErrNotFound", a.res, a.err)
+			}
+			continue
+		}
 		if a.err != nil {
 			t.Fatalf("acquire %s: %v", a.p.AttemptID, a.err)
 		}
@@ -383,6 +391,17 @@ func TestWorkerCallsShareStatements(t *testing.T) {
 	}
 	if h := r.History; len(h) != 2 || h[1].Kind != ledger.EventStarted || h[1].Worker != "host/1" || h[1].Attempt != 1 {
 		t.Errorf("history of a run taken in a batch: %+v, want claimed, then started by host/1", h)
+	}
+	r, err = l.Get(ctx, &ledger.GetParams{RunID: absent.RunID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := r.History; r.Job != absent.Job || r.Key != absent.Key || !r.ScheduleTime.Equal(absent.ScheduleTime) || string(r.Payload) != string(absent.Payload) ||
+		len(h) != 1 || h[0].Kind != ledger.EventStarted || h[0].Worker != "host/2" {
+		t.Errorf("a run created in a batch: %+v, want %+v with only its started event by host/2", r, absent)
+	}
+	if _, err := l.Get(ctx, &ledger.GetParams{RunID: gone.RunID}); !errors.Is(err, ledger.ErrNotFound) {
+		t.Errorf("the run that had to exist: %v, want ErrNotFound (not created)", err)
 	}
 
 	// Completions.

@@ -18,10 +18,11 @@
 //
 // Every transition is one SQL statement, so one round trip to the database, with no
 // client-side transaction: the ingress claim, the worker claim of a queued run, renew,
-// complete, release, fail, expedite, rescue and both effect writes. A worker claim tries
-// a conditional UPDATE of a queued run first (the usual case, cheaper than an upsert) and,
-// when it updated nothing (a new run, a held or finished one, a takeover), runs the upsert
-// that decides every case: two statements. The ingress claim is an INSERT … ON
+// complete, release, fail, expedite, rescue and both effect writes. A worker claim's
+// statement takes a queued run with a conditional UPDATE (the usual case, cheaper than an
+// upsert) or creates an absent one with an INSERT … ON CONFLICT DO NOTHING and, when
+// neither wrote (a held or finished run, a takeover), runs the upsert that decides every
+// case: two statements. The ingress claim is an INSERT … ON
 // CONFLICT DO NOTHING that reads the existing run in the same statement, so a duplicate
 // is a read: no row version, no WAL record, no row lock (duplicates of one hot run do not
 // queue behind each other). In the one race it cannot see — the conflicting run was
@@ -41,9 +42,9 @@
 // written). A claim whose context ends while it waits answers at once with
 // ErrUnavailable: its batch may still write it, as a statement cut short may.
 //
-// Worker claims of queued runs and completions are batched the same way, each kind on
-// its own lanes: one statement takes (or completes) every run of the batch whose
-// condition holds, and each of the others (a run not queued, a stale fence, a repeat, a
+// Worker claims and completions are batched the same way, each kind on its own lanes:
+// one statement takes, creates (or completes) every run of the batch whose condition
+// holds, and each of the others (a held or finished run, a stale fence, a repeat, a
 // second call for a run already in the batch) is decided alone with the statements
 // above, so that every answer is the one it would have been unbatched.
 //

@@ -175,9 +175,9 @@ func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledge
 		})
 }
 
-// Acquire implements ledger.Ledger: a queued run that exists and may be taken now, the
-// usual case, with one conditional UPDATE; anything else with one INSERT … ON CONFLICT DO
-// UPDATE statement after it (see acquireQueuedSQL).
+// Acquire implements ledger.Ledger: a queued run that exists and may be taken now, or a
+// run that does not exist yet, the usual cases, with one statement; anything else with
+// one INSERT … ON CONFLICT DO UPDATE statement after it (see acquireQueuedSQL).
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	if err := driver.ValidateAcquire(p); err != nil {
 		return nil, err
@@ -201,6 +201,7 @@ func (l *Ledger) acquireOne(ctx context.Context, p *ledger.AcquireParams) (*ledg
 	)
 	err := l.pool.QueryRow(ctx, l.q.acquireQueued, timeArg(p.Now), p.RunID, p.PayloadHash, p.AttemptID,
 		micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), driver.ClipText(p.Worker),
+		p.Namespace, p.Job, p.Key, timeArg(p.ScheduleTime), p.Payload, p.MustExist,
 	).Scan(append(append([]any{&written}, s.dest()...), &now)...)
 	switch {
 	case err == nil:
@@ -211,7 +212,8 @@ func (l *Ledger) acquireOne(ctx context.Context, p *ledger.AcquireParams) (*ledg
 	return l.acquireAny(ctx, p)
 }
 
-// acquireAny is a worker claim that acquireQueuedSQL did not take: the upsert decides it.
+// acquireAny is a worker claim that acquireQueuedSQL neither took nor created: the upsert
+// decides it.
 func (l *Ledger) acquireAny(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	var (
 		written bool
@@ -666,8 +668,8 @@ func distinct[In, Out any](batch []*call[In, Out], runID func(In) string, one fu
 type acquireCall = call[*ledger.AcquireParams, *ledger.AcquireResult]
 
 // acquireBatch answers a batch of worker claims. One alone takes acquireOne's
-// statements; more take acquireQueuedBatchSQL, which takes the queued runs among them in
-// one statement, and acquireAny decides each of the others.
+// statements; more take acquireQueuedBatchSQL, which takes the queued runs among them and
+// creates the absent ones in one statement, and acquireAny decides each of the others.
 func (l *Ledger) acquireBatch(ctx context.Context, batch []*acquireCall) {
 	if len(batch) == 1 {
 		batch[0].out, batch[0].err = l.acquireOne(ctx, batch[0].in)
@@ -677,17 +679,23 @@ func (l *Ledger) acquireBatch(ctx context.Context, batch []*acquireCall) {
 		func(p *ledger.AcquireParams) (*ledger.AcquireResult, error) { return l.acquireAny(ctx, p) })
 	defer rest()
 	var (
-		now                           []*time.Time
+		now, scheduled                []*time.Time
 		ids, hashes, attempts, worker []string
+		namespaces, jobs, keys        []string
 		leases, retentions            []int64
+		payloads                      [][]byte
+		mustExist                     []bool
 	)
 	for _, c := range firsts {
 		p := c.in
 		now, ids, hashes, attempts = append(now, timePtr(p.Now)), append(ids, p.RunID), append(hashes, p.PayloadHash), append(attempts, p.AttemptID)
 		leases, retentions = append(leases, micros(cmp.Or(p.Lease, ledger.DefaultLease))), append(retentions, micros(retention(p.Retention)))
 		worker = append(worker, driver.ClipText(p.Worker))
+		namespaces, jobs, keys = append(namespaces, p.Namespace), append(jobs, p.Job), append(keys, p.Key)
+		scheduled, payloads, mustExist = append(scheduled, timePtr(p.ScheduleTime)), append(payloads, p.Payload), append(mustExist, p.MustExist)
 	}
-	taken, err := l.batchRuns(ctx, l.q.acquireQueuedBatch, now, ids, hashes, attempts, leases, retentions, worker)
+	taken, err := l.batchRuns(ctx, l.q.acquireQueuedBatch, now, ids, hashes, attempts, leases, retentions, worker,
+		namespaces, jobs, keys, scheduled, payloads, mustExist)
 	if err != nil {
 		err = interpretError(fmt.Sprintf("acquire run (in a batch of %d worker claims)", len(firsts)), err)
 		for _, c := range firsts {

@@ -508,8 +508,8 @@ func (t *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx
 func (t *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // TestOneStatementPerTransition checks that every operation is one query and one network
-// write (one round trip) on a warm connection, but a worker claim of a run that is not
-// queued (two): a query tracer counts statements, a wrapped net.Conn counts writes.
+// write (one round trip) on a warm connection, but a worker claim of a run that is held
+// (two): a query tracer counts statements, a wrapped net.Conn counts writes.
 func TestOneStatementPerTransition(t *testing.T) {
 	t.Parallel()
 	dsn := testDSN(t)
@@ -542,9 +542,9 @@ func TestOneStatementPerTransition(t *testing.T) {
 	ctx := t.Context()
 	at := time.Now()
 
-	// statements are the operations that take more than one statement: a worker claim that
-	// is not of a queued run tries the UPDATE of acquireQueuedSQL first, then the upsert.
-	statements := map[string]int64{"Acquire (held)": 2, "Acquire (new run)": 2}
+	// statements are the operations that take more than one statement: a worker claim of
+	// a run that is neither queued nor absent tries acquireQueuedSQL first, then the upsert.
+	statements := map[string]int64{"Acquire (held)": 2}
 	// pass runs every operation once on fresh runs; ops reports the counts per operation.
 	pass := func(t *testing.T, check bool) {
 		count := func(name string, op func() error) {

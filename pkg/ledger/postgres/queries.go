@@ -156,35 +156,52 @@ SELECT true, {up.runCols}, {now} FROM up
 UNION ALL
 SELECT false, {s.runCols}, {now} FROM {runs} s WHERE s.run_id = $2 AND NOT EXISTS (SELECT 1 FROM up)`
 
-// acquireQueuedSQL is the worker claim's usual case, a queued run that exists and may be
-// taken now (the ingress created it): a conditional UPDATE, its claimable arm for a queued
-// run, with the started event. Under READ COMMITTED the WHERE is checked again on the
-// latest version of a row updated concurrently, so a run another claim took in between is
-// not taken twice. When it updates nothing (no such run yet, held, finished, a takeover, a
-// payload mismatch, or a run committed after the statement's snapshot), Acquire runs
-// acquireSQL, which decides every case. It costs less than the upsert (1.3–1.45× its rate
-// on queued runs at 32 goroutines, measured side by side).
-// $2 run, $3 payload hash, $4 attempt ID, $5 lease, $6 retention, $7 worker.
+// acquireQueuedSQL is the worker claim's two usual cases in one statement: a queued run
+// that exists and may be taken now (the ingress created it), which a conditional UPDATE
+// takes (acquireSQL's claimable arm for a queued run), and a run absent from the
+// statement's snapshot (a message published without the ingress), which an INSERT …
+// ON CONFLICT DO NOTHING creates running, unless the claim must find it; each with its
+// started event. Under READ COMMITTED the UPDATE's WHERE is checked again on the latest
+// version of a row updated concurrently, so a run another claim took in between is not
+// taken twice, and the INSERT does nothing on a run committed after the snapshot. When
+// neither writes (held, finished, a takeover, a payload mismatch, a run that must exist,
+// or that race), Acquire runs acquireSQL, which decides every case. On queued runs it
+// costs less than the upsert (1.3–1.45× its rate at 32 goroutines, measured side by side).
+// $2 run, $3 payload hash, $4 attempt ID, $5 lease, $6 retention, $7 worker, $8
+// namespace, $9 job, $10 key, $11 schedule time, $12 payload, $13 must exist.
 const acquireQueuedSQL = `
 WITH up AS (
 	UPDATE {runs} r SET status = 'running', attempt = r.attempt + 1, attempt_id = $4, deadline = {now} + {us5},
 		not_before = NULL, updated_at = {now}, expire_at = {now} + {us5} + {us6}, took_over = false
 	WHERE r.run_id = $2 AND r.payload_hash = $3 AND r.status = 'queued' AND (r.not_before IS NULL OR r.not_before <= {now})
-	RETURNING true, {r.runCols}
+	RETURNING {r.runCols}
+), ins AS (
+	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
+		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
+	SELECT $2::text, $8::text, $9::text, $10::text, $11::timestamptz, $3::text, $12::bytea,
+		'running', 1, $4::text, {now} + {us5}, 0, '', {now}, {now}, {now} + {us5} + {us6}
+	WHERE NOT $13::boolean AND NOT EXISTS (SELECT 1 FROM {runs} v WHERE v.run_id = $2::text)
+	ON CONFLICT (run_id) DO NOTHING
+	RETURNING {r.runCols}
+), taken AS (
+	SELECT * FROM up UNION ALL SELECT * FROM ins
 ), ev AS (
-	INSERT INTO {events} (run_id, at, kind, attempt, worker) SELECT run_id, {now}, 'started', attempt, $7::text FROM up
+	INSERT INTO {events} (run_id, at, kind, attempt, worker) SELECT run_id, {now}, 'started', attempt, $7::text FROM taken
 )
-SELECT *, {now} FROM up`
+SELECT true, *, {now} FROM taken`
 
 // acquireQueuedBatchSQL is acquireQueuedSQL for many runs (distinct IDs) in one
 // statement: $1 the callers' Now, $2 run IDs, $3 payload hashes, $4 attempt IDs, $5
-// leases and $6 retentions (µs), $7 workers. It returns the runs it took; Acquire
-// decides the others one by one.
+// leases and $6 retentions (µs), $7 workers, $8 namespaces, $9 jobs, $10 keys, $11
+// schedule times, $12 payloads, $13 must exist. It returns the runs it took or created;
+// Acquire decides the others one by one.
 const acquireQueuedBatchSQL = `
 WITH i AS (
 	SELECT t.*, coalesce(t.at, now()) AS now
-	FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[])
-		AS t (at, run_id, payload_hash, attempt_id, lease, retention, worker)
+	FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[],
+		$8::text[], $9::text[], $10::text[], $11::timestamptz[], $12::bytea[], $13::boolean[])
+		AS t (at, run_id, payload_hash, attempt_id, lease, retention, worker,
+			namespace, job, run_key, schedule_time, payload, must_exist)
 ), up AS (
 	UPDATE {runs} r SET status = 'running', attempt = r.attempt + 1, attempt_id = i.attempt_id,
 		deadline = i.now + {us:lease}, not_before = NULL, updated_at = i.now,
@@ -192,11 +209,23 @@ WITH i AS (
 	FROM i
 	WHERE r.run_id = i.run_id AND r.payload_hash = i.payload_hash AND r.status = 'queued'
 		AND (r.not_before IS NULL OR r.not_before <= i.now)
-	RETURNING {r.runCols}, i.worker, i.now
+	RETURNING {r.runCols}
+), ins AS (
+	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
+		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
+	SELECT i.run_id, i.namespace, i.job, i.run_key, i.schedule_time, i.payload_hash, i.payload,
+		'running', 1, i.attempt_id, i.now + {us:lease}, 0, '', i.now, i.now, i.now + {us:lease} + {us:retention}
+	FROM i
+	WHERE NOT i.must_exist AND NOT EXISTS (SELECT 1 FROM {runs} v WHERE v.run_id = i.run_id)
+	ON CONFLICT (run_id) DO NOTHING
+	RETURNING {r.runCols}
+), taken AS (
+	SELECT * FROM up UNION ALL SELECT * FROM ins
 ), ev AS (
-	INSERT INTO {events} (run_id, at, kind, attempt, worker) SELECT run_id, now, 'started', attempt, worker FROM up
+	INSERT INTO {events} (run_id, at, kind, attempt, worker)
+	SELECT taken.run_id, i.now, 'started', taken.attempt, i.worker FROM taken JOIN i ON i.run_id = taken.run_id
 )
-SELECT {up.runCols} FROM up`
+SELECT {runCols} FROM taken`
 
 // completeBatchSQL is the completing fencedSQL for many runs (distinct IDs) in one
 // statement: $1 the callers' Now, $2 run IDs, $3 attempts, $4 attempt IDs, $5 retentions
