@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +151,41 @@ func TestDeliveriesVaryOnlyTheSpelling(t *testing.T) {
 	}
 	if len(spellings) < 4 || len(writings) < 6 {
 		t.Errorf("%d spellings, %d writings: %v %v", len(spellings), len(writings), spellings, writings)
+	}
+}
+
+// TestSinkTellsCutShortFromForeign checks that a call whose caller went away before
+// sending all of its body (a worker killed mid-request) is counted apart, not as a call
+// of another load test's run, which would fail the verdict of a clean run.
+func TestSinkTellsCutShortFromForeign(t *testing.T) {
+	snk := newSink("nonce", 0)
+	addr, err := snk.start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snk.close()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(conn, "POST /effect HTTP/1.1\r\nHost: sink\r\nContent-Length: 100\r\n\r\n{\"lt\":\"nonce\","); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	resp, err := http.Post("http://"+addr+"/effect", "application/json", strings.NewReader(`{"lt":"another","run":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, calls, foreign, cutShort := snk.snapshot()
+		if cutShort == 1 && foreign == 1 && calls == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls, %d foreign, %d cut short; want 0, 1 (another load test's) and 1 (the body cut short)", calls, foreign, cutShort)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

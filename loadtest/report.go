@@ -71,6 +71,7 @@ type report struct {
 	Applied       int         `json:"effects_applied"`
 	Replays       int         `json:"downstream_replays"`
 	Foreign       int         `json:"sink_foreign_calls"`
+	CutShort      int         `json:"sink_calls_cut_short"`
 	PollErrors    int         `json:"poll_errors"`
 	CallsPerRun   map[int]int `json:"calls_per_run"` // calls → runs
 	AttemptsByRun map[int]int `json:"attempts_per_run"`
@@ -84,7 +85,7 @@ func buildReport(c *config, workers int, runs []*runSpec, cl *client, v *verific
 		Target: cl.base.String(), Shape: c.Shape, Runs: c.Runs, Dups: c.Dups, Seed: c.Seed,
 		Outcomes: map[string]int{}, CallsPerRun: map[int]int{}, AttemptsByRun: map[int]int{},
 		ProblemKinds: map[string]int{}, Problems: v.problems, PollErrors: v.pollErrors,
-		SinkCalls: v.sinkCalls, Foreign: v.foreign,
+		SinkCalls: v.sinkCalls, Foreign: v.foreign, CutShort: v.cutShort,
 	}
 	if c.Shape == "steady" {
 		r.Rate = c.Rate.String()
@@ -211,7 +212,8 @@ func printReport(w io.Writer, c *config, r *report) error {
 	row("  kinds", "%d keyed by Idempotency-Key, %d with a flaky downstream (503 first)", r.Keyed, r.Flaky)
 	row("duplicates", "%d duplicate deliveries sent; %d answers said duplicate:true (a retry after a lost or timed-out answer is answered as a duplicate too, so this can exceed the deliveries); %d runs answered \"new\" more than once",
 		r.DupsSent, r.Suppressed, r.MultiNew)
-	row("effects", "%d applied, %d sink calls, %d downstream replays (same key, deduplicated), %d foreign", r.Applied, r.SinkCalls, r.Replays, r.Foreign)
+	row("effects", "%d applied, %d sink calls, %d downstream replays (same key, deduplicated), %d foreign, %d cut short (the caller went away mid-request)",
+		r.Applied, r.SinkCalls, r.Replays, r.Foreign, r.CutShort)
 	row("calls per run", "%s", histString(r.CallsPerRun))
 	row("attempts per run", "%s", histString(r.AttemptsByRun))
 	for _, k := range slices.Sorted(maps.Keys(r.Outcomes)) {

@@ -51,9 +51,12 @@ type sink struct {
 	runs    map[int]*sinkRun
 	keys    map[string]*sinkKey
 	foreign int // calls whose payload is not this load test's
-	calls   int
-	srv     *http.Server
-	ln      net.Listener
+	// cutShort counts calls whose body could not be read: the caller went away mid-request
+	// (a worker killed while it sent it). Such a call applies nothing and answers nobody.
+	cutShort int
+	calls    int
+	srv      *http.Server
+	ln       net.Listener
 }
 
 func newSink(nonce string, delay time.Duration) *sink {
@@ -88,11 +91,14 @@ func (s *sink) close() {
 
 func (s *sink) effect(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	var p payload
-	if err == nil {
-		err = json.Unmarshal(body, &p)
+	if err != nil {
+		s.mu.Lock()
+		s.cutShort++
+		s.mu.Unlock()
+		return
 	}
-	if err != nil || p.LoadTest != s.nonce {
+	var p payload
+	if err := json.Unmarshal(body, &p); err != nil || p.LoadTest != s.nonce {
 		s.mu.Lock()
 		s.foreign++
 		s.mu.Unlock()
@@ -152,7 +158,7 @@ func (s *sink) effect(w http.ResponseWriter, r *http.Request) {
 }
 
 // snapshot copies what the sink saw so far.
-func (s *sink) snapshot() (runs map[int]sinkRun, calls, foreign int) {
+func (s *sink) snapshot() (runs map[int]sinkRun, calls, foreign, cutShort int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	runs = make(map[int]sinkRun, len(s.runs))
@@ -168,5 +174,5 @@ func (s *sink) snapshot() (runs map[int]sinkRun, calls, foreign int) {
 		}
 		runs[i] = c
 	}
-	return runs, s.calls, s.foreign
+	return runs, s.calls, s.foreign, s.cutShort
 }

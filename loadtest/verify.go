@@ -23,6 +23,7 @@ type verification struct {
 	sinkRuns   map[int]sinkRun
 	sinkCalls  int
 	foreign    int
+	cutShort   int
 	problems   []problem
 }
 
@@ -98,7 +99,7 @@ func verify(ctx context.Context, c *config, cl *client, runs []*runSpec, snk *si
 		case <-time.After(c.Settle):
 		}
 	}
-	v.sinkRuns, v.sinkCalls, v.foreign = snk.snapshot()
+	v.sinkRuns, v.sinkCalls, v.foreign, v.cutShort = snk.snapshot()
 	v.check(c, runs, states)
 	return v
 }
