@@ -29,7 +29,7 @@ const claimTries = 3
 // also reads the existing run: a duplicate writes nothing. Only when the conflicting run
 // was committed after the statement's snapshot does a second statement read it.
 //
-// Concurrent claims share statements (Options.ClaimBatches): a claim that arrives while
+// Concurrent claims share statements (Options.Batches): a claim that arrives while
 // every batch lane is busy goes in the next batch, one statement for all of them.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	if err := driver.ValidateClaim(p); err != nil {

@@ -75,8 +75,11 @@ type Options struct {
 	Batches int
 }
 
-// DefaultBatches is how many batched statements of each kind run at once by default.
-const DefaultBatches = 4
+// DefaultBatches is how many batched statements of each kind run at once by default:
+// one, so that calls arriving while it runs all share the next. On a 2-core machine at
+// 32 clients, one gave the ingress 1.01-1.02x the bare handler's rate where four gave
+// 0.83-0.86x, and a worker 1.0x its raw chain where four gave 0.70-0.82x (BENCHMARKS.md).
+const DefaultBatches = 1
 
 // MaxBatch is the most calls one batched statement carries.
 const MaxBatch = 64
