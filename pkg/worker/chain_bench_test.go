@@ -24,7 +24,7 @@ import (
 // chain (the same subscriber settings; per message a raw claim INSERT … ON CONFLICT DO
 // NOTHING into a one-index table, a raw UPDATE that completes it, and the ack), and one
 // worker on a PostgreSQL ledger opened from the plain URL, running a no-op job; and the
-// same raw chain on the ledger's own tables (the runs table with its nine indexes, an
+// same raw chain on the ledger's own tables (the runs table with its five indexes, an
 // event row per statement as the ledger's history writes: the floor of two statements on
 // that schema); and a second worker on runs claimed first, as the ingress does (the claims
 // not timed: the deployed flow, where a worker claim updates a queued run). All pull all along; a round times the publish of its messages (all at
