@@ -1,0 +1,59 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/runonce/runonce/internal/benchloop"
+	"github.com/runonce/runonce/pkg/ledger"
+)
+
+// BenchmarkWorkerCallsVsChain alternates rounds, at 8 and 32 goroutines on one pool, of a
+// worker's two ledger calls for a no-op job of a new run (Acquire, which creates it
+// running, then Complete) and of the raw chain's two statements for it (an INSERT … ON
+// CONFLICT DO NOTHING of a running row into a one-index table, then the UPDATE that
+// completes it): pkg/worker's BenchmarkPostgresNoopJobsVsChain without Pub/Sub and the
+// worker's code, so that what its ratio owes to the statements alone shows. It reports
+// each rate (jobs/s) and worker/chain.
+func BenchmarkWorkerCallsVsChain(b *testing.B) {
+	for _, n := range []int{8, 32} {
+		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
+			l := openTest(b, nil)
+			ctx := b.Context()
+			table := pgx.Identifier{l.Schema(), "chain"}.Sanitize()
+			if _, err := l.pool.Exec(ctx, `CREATE TABLE `+table+` (key text PRIMARY KEY, status text, attempt_id text, deadline timestamptz)`); err != nil {
+				b.Fatal(err)
+			}
+			claimSQL := `INSERT INTO ` + table + ` (key, status, attempt_id, deadline) VALUES ($1, 'running', $2, now() + interval '30 seconds') ON CONFLICT DO NOTHING`
+			completeSQL := `UPDATE ` + table + ` SET status = 'completed', deadline = NULL WHERE key = $1 AND attempt_id = $2`
+			warm(b, l.pool, claimSQL, completeSQL, l.q.acquireQueued, l.q.complete)
+			rates := benchloop.Interleaved(b, n, 400, []benchloop.Kind{
+				{Name: "chain", Op: func(ctx context.Context) error {
+					key, attempt := uuid.NewString(), uuid.NewString()
+					if _, err := l.pool.Exec(ctx, claimSQL, key, attempt); err != nil {
+						return err
+					}
+					_, err := l.pool.Exec(ctx, completeSQL, key, attempt)
+					return err
+				}},
+				{Name: "worker", Op: func(ctx context.Context) error {
+					res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: benchIdentity(), AttemptID: uuid.NewString(), Lease: time.Minute})
+					if err != nil {
+						return err
+					}
+					if res.Outcome != ledger.OutcomeAcquired {
+						return fmt.Errorf("acquire of a new run: %v", res.Outcome)
+					}
+					_, err = l.Complete(ctx, &ledger.CompleteParams{Fence: ledger.Fence{RunID: res.Run.ID, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}})
+					return err
+				}},
+			})
+			b.ReportMetric(rates["worker"]/rates["chain"], "worker/chain")
+		})
+	}
+}
