@@ -44,6 +44,10 @@ const (
 	runCols = `run_id, namespace, job, run_key, schedule_time, payload_hash, payload, status, attempt,
 	attempt_id, deadline, not_before, attempts_made, last_error, created_at, updated_at,
 	completed_at, expire_at, result, progress`
+	// newRunCols are the columns a statement that creates a run sets (the others keep
+	// their defaults), in the order of its VALUES.
+	newRunCols = `run_id, namespace, job, run_key, schedule_time, payload_hash, payload, status, attempt,
+	attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at`
 	effectCols = `effect_key, run_id, name, status, attempt, ref, created_at, updated_at, done_at, expire_at`
 
 	nowExpr = `coalesce($1::timestamptz, now())`
@@ -70,9 +74,7 @@ func us(param string) string { return "(" + param + "::bigint * interval '1 micr
 // claimLatestSQL, a second statement whose new snapshot sees it.
 const claimSQL = `
 WITH ins AS (
-	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
-		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at,
-		ingress_claim)
+	INSERT INTO {runs} AS r ({newRunCols}, ingress_claim)
 	VALUES ($2, $3, $4, $5, $6, $7, $11, 'queued', 0, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us9} + {us10},
 		true)
 	ON CONFLICT (run_id) DO NOTHING
@@ -95,9 +97,7 @@ WITH i AS (
 		$7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bytea[])
 		AS t (at, run_id, namespace, job, run_key, schedule_time, payload_hash, attempt_id, pickup, retention, payload)
 ), ins AS (
-	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
-		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at,
-		ingress_claim)
+	INSERT INTO {runs} AS r ({newRunCols}, ingress_claim)
 	SELECT run_id, namespace, job, run_key, schedule_time, payload_hash, payload, 'queued', 0, attempt_id,
 		now + {us:pickup}, 0, '', now, now, now + {us:pickup} + {us:retention}, true
 	FROM i
@@ -122,8 +122,7 @@ const takeover = `(r.payload_hash = EXCLUDED.payload_hash AND r.status = 'runnin
 
 const acquireSQL = `
 WITH up AS (
-	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
-		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
+	INSERT INTO {runs} AS r ({newRunCols})
 	VALUES ($2, $3, $4, $5, $6, $7, $11, 'running', 1, $8, {now} + {us9}, 0, '', {now}, {now}, {now} + {us9} + {us10})
 	ON CONFLICT (run_id) DO UPDATE SET
 		status        = CASE WHEN {claimable} THEN 'running' ELSE r.status END,
@@ -176,8 +175,7 @@ WITH up AS (
 	WHERE r.run_id = $2 AND r.payload_hash = $3 AND r.status = 'queued' AND (r.not_before IS NULL OR r.not_before <= {now})
 	RETURNING {r.runCols}
 ), ins AS (
-	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
-		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
+	INSERT INTO {runs} AS r ({newRunCols})
 	SELECT $2::text, $8::text, $9::text, $10::text, $11::timestamptz, $3::text, $12::bytea,
 		'running', 1, $4::text, {now} + {us5}, 0, '', {now}, {now}, {now} + {us5} + {us6}
 	WHERE NOT $13::boolean AND NOT EXISTS (SELECT 1 FROM {runs} v WHERE v.run_id = $2::text)
@@ -211,8 +209,7 @@ WITH i AS (
 		AND (r.not_before IS NULL OR r.not_before <= i.now)
 	RETURNING {r.runCols}
 ), ins AS (
-	INSERT INTO {runs} AS r (run_id, namespace, job, run_key, schedule_time, payload_hash, payload,
-		status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
+	INSERT INTO {runs} AS r ({newRunCols})
 	SELECT i.run_id, i.namespace, i.job, i.run_key, i.schedule_time, i.payload_hash, i.payload,
 		'running', 1, i.attempt_id, i.now + {us:lease}, 0, '', i.now, i.now, i.now + {us:lease} + {us:retention}
 	FROM i
@@ -476,6 +473,7 @@ func buildQueries(schema string) queries {
 		"{r.runCols}", cols("r", runCols),
 		"{s.runCols}", cols("s", runCols),
 		"{runCols}", runCols,
+		"{newRunCols}", newRunCols,
 		"{e.effectCols}", cols("e", effectCols),
 		"{up.effectCols}", cols("up", effectCols),
 		"{old.effectCols}", cols("old", effectCols),
