@@ -7,10 +7,20 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 )
+
+// TestMain removes the binaries the tests built, once they all ran: binaries builds them
+// once per process, so a test that removed them would leave its repetitions (-count)
+// without.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	removeBuilt()
+	os.Exit(code)
+}
 
 // TestSpawnedDevVerifiesClean is the CI load test: real ingress and worker processes
 // (cmd/ingress -dev -dev-concurrency 0 and two cmd/worker), a burst of 300 runs × 3
@@ -28,7 +38,6 @@ func TestSpawnedDevVerifiesClean(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(removeBuilt)
 	t.Logf("built cmd/ingress and cmd/worker in %s", time.Since(t0).Round(time.Millisecond))
 
 	start := time.Now()

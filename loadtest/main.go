@@ -226,7 +226,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	defer removeBuilt()
+	if c.BinDir == "" {
+		defer removeBuilt() // what this run built; binaries given by -bin-dir are the caller's
+	}
 	if len(c.Scale) > 0 {
 		return runScale(ctx, c, stdout, stderr)
 	}
