@@ -110,10 +110,11 @@ func BenchmarkPostgresNoopJobsVsChain(b *testing.B) {
 			for done := 0; done < b.N; done += round {
 				n := min(round, b.N-done)
 				want := int64(jobs + n)
-				chainTime += h.round("chain", n, false, &chainDone, want)
-				schemaTime += h.round("schema", n, false, &schemaDone, want)
-				workerTime += h.round("worker", n, false, &cl.completes, want)
-				claimedTime += h.round("claimed", n, true, &cl2.completes, want)
+				rotate(done/round,
+					func() { chainTime += h.round("chain", n, false, &chainDone, want) },
+					func() { schemaTime += h.round("schema", n, false, &schemaDone, want) },
+					func() { workerTime += h.round("worker", n, false, &cl.completes, want) },
+					func() { claimedTime += h.round("claimed", n, true, &cl2.completes, want) })
 				jobs += n
 			}
 			b.StopTimer()

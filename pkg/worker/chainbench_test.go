@@ -156,3 +156,12 @@ func (h *chainBench) round(side string, n int, claimed bool, done *atomic.Int64,
 	h.wait(want, done)
 	return time.Since(t0)
 }
+
+// rotate runs each of rounds once, the i-th first, so that over a benchmark no side
+// always runs right after the same other one (a side pays for the writes the one before
+// it left the database to flush).
+func rotate(i int, rounds ...func()) {
+	for k := range rounds {
+		rounds[(i+k)%len(rounds)]()
+	}
+}

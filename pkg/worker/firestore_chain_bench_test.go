@@ -96,9 +96,10 @@ func BenchmarkFirestoreNoopJobsVsChain(b *testing.B) {
 			for done := 0; done < b.N; done += round {
 				n := min(round, b.N-done)
 				want := int64(jobs + n)
-				chainTime += h.round("chain", n, false, &chainDone, want)
-				workerTime += h.round("worker", n, false, &cl.completes, want)
-				claimedTime += h.round("claimed", n, true, &cl2.completes, want)
+				rotate(done/round,
+					func() { chainTime += h.round("chain", n, false, &chainDone, want) },
+					func() { workerTime += h.round("worker", n, false, &cl.completes, want) },
+					func() { claimedTime += h.round("claimed", n, true, &cl2.completes, want) })
 				jobs += n
 			}
 			b.StopTimer()
