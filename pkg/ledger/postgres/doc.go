@@ -34,12 +34,12 @@
 // claim statements of a ledger run at once, by default one (DefaultBatches). A claim
 // that finds one free runs alone, at once, with the statement above; claims that arrive
 // while all are busy wait for the next to finish and go together in one statement (at
-// most MaxBatch), each run a row of it. One at a time makes the batches as large as the
-// load: the database commits once for all of them, and several processes still run
-// their statements side by side. A database with cores to spare and statements slow to
-// answer (far away, or waiting on locks) may do more with more (Options.Batches). A statement's fixed cost (its round trip, parse and
-// bind, executor start-up, commit and WAL flush) is most of a claim's, so under load a
-// claim costs a fraction of one statement. Several claims of one run in a batch are one
+// most MaxBatch), each run a row of it. A statement's fixed cost (its round trip, parse
+// and bind, executor start-up, commit and WAL flush) is most of a claim's, so under load
+// a claim costs a fraction of one statement. One at a time makes the batches as large
+// as the load: the database commits once for all of them, and several processes still
+// run their statements side by side. A database with cores to spare and statements slow
+// to answer (far away, or waiting on locks) may do more with more (Options.Batches). Several claims of one run in a batch are one
 // row: the first is the claim, the others its duplicates, as if they came just after it.
 // A batch is one transaction: if it fails, every claim in it fails (retryable; none is
 // written). A claim whose context ends while it waits answers at once with

@@ -67,8 +67,8 @@ type Options struct {
 	// pool_max_conns (which wins). Zero means DefaultMaxConns. New takes the caller's
 	// pool as it is.
 	MaxConns int32
-	// Batches is how many batched statements of each kind (ingress claims, worker claims
-	// of queued runs, completions) may run at once. A call that finds one of its kind
+	// Batches is how many batched statements of each kind (ingress claims, worker claims,
+	// completions) may run at once. A call that finds one of its kind
 	// free runs at once; calls that arrive while all are busy wait for the next to
 	// finish and share its statement (at most MaxBatch calls in one). Zero means
 	// DefaultBatches; a negative value turns batching off, each call its own statement.
