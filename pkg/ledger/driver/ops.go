@@ -98,12 +98,22 @@ func record(next, cur *ledger.Run, op Op, now time.Time, n Note) {
 	next.History = AppendHistory(h, Record(op, cur, next, now, n)...)
 }
 
-// AppendHistory returns h with evs appended, keeping the latest ledger.MaxHistory.
+// AppendHistory returns h with evs appended, keeping the latest ledger.MaxHistory. An
+// event is never dated before the one it follows: a backend whose one-RPC writes stamp
+// an estimate of the server's clock (the Firestore and Spanner claims, Firestore's
+// holder writes) may have dated one a little ahead of the server's own time (at most
+// the estimate's error, milliseconds), and the next, decided at the server's time,
+// then takes that date.
 func AppendHistory(h []ledger.Event, evs ...ledger.Event) []ledger.Event {
 	if len(evs) == 0 {
 		return h
 	}
 	out := append(append(make([]ledger.Event, 0, len(h)+len(evs)), h...), evs...)
+	for i := max(len(h), 1); i < len(out); i++ {
+		if out[i].At.Before(out[i-1].At) {
+			out[i].At = out[i-1].At
+		}
+	}
 	if len(out) > ledger.MaxHistory {
 		out = out[len(out)-ledger.MaxHistory:]
 	}

@@ -98,10 +98,10 @@ var harness = ledgertest.Harness{
 		return openLedger(tb, sharedClient(tb), &Options{Prefix: uniquePrefix()})
 	},
 	// A second process on the same collections: its own client, its clock skewed.
-	SkewedClient: func(tb testing.TB, l ledger.Ledger, skew time.Duration) ledger.Ledger {
+	SkewedClient: func(tb testing.TB, l ledger.Ledger, skew func() time.Duration) ledger.Ledger {
 		return openLedger(tb, newClient(tb), &Options{
 			Prefix: l.(*Ledger).Prefix(),
-			Clock:  func() time.Time { return time.Now().Add(skew) },
+			Clock:  func() time.Time { return time.Now().Add(skew()) },
 		})
 	},
 	SupportsNow: false,

@@ -1,6 +1,8 @@
 package ledgertest
 
 import (
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,8 +19,8 @@ var clockTests = map[string]func(*testing.T, Harness){
 			t.Skip("the backend's clock is the process's by construction: no caller clock to skew")
 		}
 		f := setup(t, h)
-		ahead := &checked{Ledger: h.SkewedClient(t, f.raw, skew), t: t}
-		behind := &checked{Ledger: h.SkewedClient(t, f.raw, -skew), t: t}
+		ahead := &checked{Ledger: h.SkewedClient(t, f.raw, func() time.Duration { return skew }), t: t}
+		behind := &checked{Ledger: h.SkewedClient(t, f.raw, func() time.Duration { return -skew }), t: t}
 
 		// A claim through a skewed client is stamped with the backend's time.
 		id := newRunID()
@@ -58,6 +60,53 @@ var clockTests = map[string]func(*testing.T, Harness){
 			t.Fatal(err)
 		}
 		approx(t, "renewed lease through a client 10 minutes behind", renewed.Deadline, time.Now().Add(time.Minute))
+	},
+	// A client whose process clock steps after it learned the backend's clock (a
+	// backend that estimates the server's time from its own, for a write that cannot
+	// read it first, may then stamp a run ahead of the server's time) still leaves each
+	// run's history in time order.
+	"HistoryInOrderWhenTheClockSteps": func(t *testing.T, h Harness) {
+		if h.SkewedClient == nil {
+			t.Skip("the backend's clock is the process's by construction: no caller clock to skew")
+		}
+		if !h.Operations {
+			t.Skip("the backend keeps no history")
+		}
+		f := setup(t, h)
+		var step atomic.Int64
+		c := &checked{Ledger: h.SkewedClient(t, f.raw, func() time.Duration { return time.Duration(step.Load()) }), t: t}
+		for _, d := range []time.Duration{250 * time.Millisecond, -250 * time.Millisecond} {
+			// Teach the client the backend's clock, then step its process clock.
+			step.Store(0)
+			if _, err := c.Get(f.ctx, &ledger.GetParams{RunID: newRunID()}); !errors.Is(err, ledger.ErrNotFound) {
+				t.Fatalf("Get of an absent run: %v", err)
+			}
+			step.Store(int64(d))
+			id := newRunID()
+			if _, err := c.Claim(f.ctx, &ledger.ClaimParams{Identity: identity(id), AttemptID: uuid.NewString(), PickupTimeout: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			a, err := c.Acquire(f.ctx, &ledger.AcquireParams{Identity: identity(id), AttemptID: uuid.NewString(), Lease: longLease, Worker: "w"})
+			if err != nil || a.Outcome != ledger.OutcomeAcquired {
+				t.Fatalf("Acquire = %v, %v", a, err)
+			}
+			if _, err := c.Renew(f.ctx, &ledger.RenewParams{Fence: fence(a.Run), Lease: longLease}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(a.Run)}); err != nil {
+				t.Fatal(err)
+			}
+			r := f.get(id)
+			if len(r.History) < 3 {
+				t.Fatalf("history of a claimed, started and completed run: %+v", r.History)
+			}
+			for i := 1; i < len(r.History); i++ {
+				if r.History[i].At.Before(r.History[i-1].At) {
+					t.Fatalf("process clock stepped %v: history out of order at %d: %s at %v before %s at %v", d, i,
+						r.History[i].Kind, r.History[i].At, r.History[i-1].Kind, r.History[i-1].At)
+				}
+			}
+		}
 	},
 	"CallerSuppliedNow": func(t *testing.T, h Harness) {
 		f := setup(t, h)

@@ -110,11 +110,11 @@ func harness() ledgertest.Harness {
 		},
 		// A second client of the same schema whose process clock is skewed: decisions
 		// must not change, since every time comes from the database.
-		SkewedClient: func(tb testing.TB, l ledger.Ledger, skew time.Duration) ledger.Ledger {
+		SkewedClient: func(tb testing.TB, l ledger.Ledger, skew func() time.Duration) ledger.Ledger {
 			tb.Helper()
 			skewed, err := Open(context.Background(), testDSN(tb), &Options{
 				Schema: l.(*Ledger).Schema(),
-				Clock:  func() time.Time { return time.Now().Add(skew) },
+				Clock:  func() time.Time { return time.Now().Add(skew()) },
 			})
 			if err != nil {
 				tb.Fatalf("Open skewed client: %v", err)

@@ -125,7 +125,7 @@ func harness() ledgertest.Harness {
 		// The backend reads no process clock at all (every time is the server's TIME), so
 		// a "skewed" client is another client of the same keys: the suite checks that a
 		// second client's decisions are the server's.
-		SkewedClient: func(tb testing.TB, l ledger.Ledger, _ time.Duration) ledger.Ledger {
+		SkewedClient: func(tb testing.TB, l ledger.Ledger, _ func() time.Duration) ledger.Ledger {
 			tb.Helper()
 			other, err := Open(tb.Context(), testURL(tb)+"?prefix="+url.QueryEscape(l.(*Ledger).Prefix()), nil)
 			if err != nil {

@@ -148,11 +148,11 @@ func harness() ledgertest.Harness {
 		// A second client of the same database whose process clock is skewed: every
 		// decision is Spanner's, and the claim's estimate of Spanner's clock cancels a
 		// constant skew.
-		SkewedClient: func(tb testing.TB, l ledger.Ledger, skew time.Duration) ledger.Ledger {
+		SkewedClient: func(tb testing.TB, l ledger.Ledger, skew func() time.Duration) ledger.Ledger {
 			tb.Helper()
 			skewed, err := Open(context.Background(), l.(*Ledger).Database(), &Options{
 				NoMigrate: true,
-				Clock:     func() time.Time { return time.Now().Add(skew) },
+				Clock:     func() time.Time { return time.Now().Add(skew()) },
 			})
 			if err != nil {
 				tb.Fatalf("Open skewed client: %v", err)
