@@ -41,8 +41,10 @@ func ExampleBatch() {
 	}
 	h.Mux.HandleFunc("reminders", func(ctx context.Context, j *worker.Job) error {
 		rep, err := worker.Batch(ctx, "send", ids, func(ctx context.Context, id, key string) error {
-			if id == "customer-180" && j.Attempt == 1 {
-				return errors.New("mail service: 503") // the run is released (ReleaseRun)
+			if id == "customer-230" && j.Attempt == 1 {
+				// The run is released (ReleaseRun). The two checkpoints before this item's
+				// (100 items each) are recorded done; items after it may have started.
+				return errors.New("mail service: 503")
 			}
 			mu.Lock()
 			sent[id]++ // a real job passes key downstream as Idempotency-Key
@@ -57,10 +59,10 @@ func ExampleBatch() {
 	fmt.Println(h.Deliver("reminders", "2026-12-01", nil).Outcome)
 	r := h.Deliver("reminders", "2026-12-01", nil)
 	fmt.Println(r.Outcome, string(r.Run.Progress))
-	fmt.Println("customer-000 sent", sent["customer-000"], "time(s); customer-249 sent", sent["customer-249"], "time(s)")
+	fmt.Println("customer-000 sent", sent["customer-000"], "time(s); customer-199 sent", sent["customer-199"], "time(s)")
 	// Output:
 	// released
-	// attempt 2: 250 done, 100 of them by an earlier attempt
+	// attempt 2: 250 done, 200 of them by an earlier attempt
 	// completed {"send":{"done":250,"failed":0,"total":250}}
-	// customer-000 sent 1 time(s); customer-249 sent 1 time(s)
+	// customer-000 sent 1 time(s); customer-199 sent 1 time(s)
 }
