@@ -104,29 +104,15 @@ func BenchmarkPostgresNoopJobsVsChain(b *testing.B) {
 			cl := h.worker("worker")
 			// The same worker's code on runs the ingress claimed first (the deployed flow).
 			cl2 := h.worker("claimed")
-			var chainTime, schemaTime, workerTime, claimedTime time.Duration
-			jobs := 0
-			b.ResetTimer()
-			for done := 0; done < b.N; done += round {
-				n := min(round, b.N-done)
-				want := int64(jobs + n)
-				rotate(done/round,
-					func() { chainTime += h.round("chain", n, false, &chainDone, want) },
-					func() { schemaTime += h.round("schema", n, false, &schemaDone, want) },
-					func() { workerTime += h.round("worker", n, false, &cl.completes, want) },
-					func() { claimedTime += h.round("claimed", n, true, &cl2.completes, want) })
-				jobs += n
-			}
-			b.StopTimer()
-			raw := float64(jobs) / chainTime.Seconds()
-			onSchema := float64(jobs) / schemaTime.Seconds()
-			wk := float64(jobs) / workerTime.Seconds()
+			rate := h.rounds(round, side{"chain", false, &chainDone}, side{"schema", false, &schemaDone},
+				side{"worker", false, &cl.completes}, side{"claimed", true, &cl2.completes})
+			jobs := b.N
+			raw, onSchema, wk, claimed := rate["chain"], rate["schema"], rate["worker"], rate["claimed"]
 			b.ReportMetric(raw, "chain-jobs/s")
 			b.ReportMetric(onSchema, "schema-chain-jobs/s")
 			b.ReportMetric(wk, "worker-jobs/s")
 			b.ReportMetric(wk/raw, "worker/chain")
 			b.ReportMetric(wk/onSchema, "worker/schema-chain")
-			claimed := float64(jobs) / claimedTime.Seconds()
 			b.ReportMetric(claimed, "claimed-worker-jobs/s")
 			b.ReportMetric(claimed/raw, "claimed-worker/chain")
 			b.ReportMetric(float64(cl2.acquireNanos.Load())/1e6/float64(jobs), "claimed-acquire-ms")

@@ -141,9 +141,9 @@ func (h *chainBench) chain(side string, step func(ctx context.Context, key strin
 	})
 }
 
-// round publishes n messages of new runs to side and waits until done reaches want. It
+// round publishes n messages of new runs to side name and waits until done reaches want. It
 // returns the time from the publish, or, for unclaimed runs, from making the messages.
-func (h *chainBench) round(side string, n int, claimed bool, done *atomic.Int64, want int64) time.Duration {
+func (h *chainBench) round(name string, n int, claimed bool, done *atomic.Int64, want int64) time.Duration {
 	var msgs []*queue.Message
 	if claimed {
 		msgs = h.messages(n, true)
@@ -152,16 +152,41 @@ func (h *chainBench) round(side string, n int, claimed bool, done *atomic.Int64,
 	if !claimed {
 		msgs = h.messages(n, false)
 	}
-	h.publish(side, msgs)
+	h.publish(name, msgs)
 	h.wait(want, done)
 	return time.Since(t0)
 }
 
-// rotate runs each of rounds once, the i-th first, so that over a benchmark no side
-// always runs right after the same other one (a side pays for the writes the one before
-// it left the database to flush).
-func rotate(i int, rounds ...func()) {
-	for k := range rounds {
-		rounds[(i+k)%len(rounds)]()
+// side is one side of a worker-against-chain benchmark: its name (its topic's and
+// subscription's), whether its runs are claimed first, as the ingress does, and the count
+// its finished jobs add to.
+type side struct {
+	name    string
+	claimed bool
+	done    *atomic.Int64
+}
+
+// rounds runs b.N jobs on every side, in rounds of round jobs, and returns each side's
+// rate in jobs/s by name. Each round starts with the next side, so that no side always
+// runs right after the same other one (a side pays for the writes the one before it left
+// the database to flush).
+func (h *chainBench) rounds(round int, sides ...side) map[string]float64 {
+	took := make([]time.Duration, len(sides))
+	jobs := 0
+	h.b.ResetTimer()
+	for r, done := 0, 0; done < h.b.N; r, done = r+1, done+round {
+		n := min(round, h.b.N-done)
+		want := int64(jobs + n)
+		for k := range sides {
+			i := (r + k) % len(sides)
+			took[i] += h.round(sides[i].name, n, sides[i].claimed, sides[i].done, want)
+		}
+		jobs += n
 	}
+	h.b.StopTimer()
+	rates := make(map[string]float64, len(sides))
+	for i, s := range sides {
+		rates[s.name] = float64(jobs) / took[i].Seconds()
+	}
+	return rates
 }
