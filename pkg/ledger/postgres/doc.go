@@ -20,9 +20,10 @@
 // client-side transaction: the ingress claim, the worker claim of a queued run, renew,
 // complete, release, fail, expedite, rescue and both effect writes. A worker claim's
 // statement takes a queued run with a conditional UPDATE (the usual case, cheaper than an
-// upsert) or creates an absent one with an INSERT … ON CONFLICT DO NOTHING and, when
-// neither wrote (a held or finished run, a takeover), runs the upsert that decides every
-// case: two statements. The ingress claim is an INSERT … ON
+// upsert) or creates an absent one with an INSERT … ON CONFLICT DO NOTHING (the
+// statement carries the payload for that, so a run whose payload is over 8 KiB is
+// created by the upsert instead) and, when neither wrote (a held or finished run, a
+// takeover), runs the upsert that decides every case: two statements. The ingress claim is an INSERT … ON
 // CONFLICT DO NOTHING that reads the existing run in the same statement, so a duplicate
 // is a read: no row version, no WAL record, no row lock (duplicates of one hot run do not
 // queue behind each other). In the one race it cannot see — the conflicting run was

@@ -199,9 +199,10 @@ func (l *Ledger) acquireOne(ctx context.Context, p *ledger.AcquireParams) (*ledg
 		s       runScan
 		now     time.Time
 	)
+	payload, noCreate := createArgs(p)
 	err := l.pool.QueryRow(ctx, l.q.acquireQueued, timeArg(p.Now), p.RunID, p.PayloadHash, p.AttemptID,
 		micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), driver.ClipText(p.Worker),
-		p.Namespace, p.Job, p.Key, timeArg(p.ScheduleTime), p.Payload, p.MustExist,
+		p.Namespace, p.Job, p.Key, timeArg(p.ScheduleTime), payload, noCreate,
 	).Scan(append(append([]any{&written}, s.dest()...), &now)...)
 	switch {
 	case err == nil:
@@ -210,6 +211,22 @@ func (l *Ledger) acquireOne(ctx context.Context, p *ledger.AcquireParams) (*ledg
 		return nil, interpretError("acquire run "+p.RunID, err)
 	}
 	return l.acquireAny(ctx, p)
+}
+
+// createInline is the largest payload a worker claim's first statement carries, to create
+// the run if it is absent: every claim of a queued run (the usual case, which does not
+// need it) would carry it too. A run with a larger payload that is absent is created by
+// the upsert after.
+const createInline = 8 << 10
+
+// createArgs returns what a worker claim's first statement creates an absent run with:
+// its payload, and noCreate when it must not create it (the run must exist, or its
+// payload is larger than createInline; the payload is then not sent).
+func createArgs(p *ledger.AcquireParams) (payload []byte, noCreate bool) {
+	if p.MustExist || len(p.Payload) > createInline {
+		return nil, true
+	}
+	return p.Payload, false
 }
 
 // acquireAny is a worker claim that acquireQueuedSQL neither took nor created: the upsert
@@ -684,7 +701,7 @@ func (l *Ledger) acquireBatch(ctx context.Context, batch []*acquireCall) {
 		namespaces, jobs, keys        []string
 		leases, retentions            []int64
 		payloads                      [][]byte
-		mustExist                     []bool
+		noCreate                      []bool
 	)
 	for _, c := range firsts {
 		p := c.in
@@ -692,10 +709,11 @@ func (l *Ledger) acquireBatch(ctx context.Context, batch []*acquireCall) {
 		leases, retentions = append(leases, micros(cmp.Or(p.Lease, ledger.DefaultLease))), append(retentions, micros(retention(p.Retention)))
 		worker = append(worker, driver.ClipText(p.Worker))
 		namespaces, jobs, keys = append(namespaces, p.Namespace), append(jobs, p.Job), append(keys, p.Key)
-		scheduled, payloads, mustExist = append(scheduled, timePtr(p.ScheduleTime)), append(payloads, p.Payload), append(mustExist, p.MustExist)
+		payload, no := createArgs(p)
+		scheduled, payloads, noCreate = append(scheduled, timePtr(p.ScheduleTime)), append(payloads, payload), append(noCreate, no)
 	}
 	taken, err := l.batchRuns(ctx, l.q.acquireQueuedBatch, now, ids, hashes, attempts, leases, retentions, worker,
-		namespaces, jobs, keys, scheduled, payloads, mustExist)
+		namespaces, jobs, keys, scheduled, payloads, noCreate)
 	if err != nil {
 		err = interpretError(fmt.Sprintf("acquire run (in a batch of %d worker claims)", len(firsts)), err)
 		for _, c := range firsts {

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -490,11 +491,14 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 // statements, one write of Bind/Execute/Sync is one round trip.
 type countingConn struct {
 	net.Conn
-	writes *atomic.Int64
+	writes, bytes *atomic.Int64
 }
 
 func (c countingConn) Write(b []byte) (int, error) {
 	c.writes.Add(1)
+	if c.bytes != nil {
+		c.bytes.Add(int64(len(b)))
+	}
 	return c.Conn.Write(b)
 }
 
@@ -520,7 +524,7 @@ func TestOneStatementPerTransition(t *testing.T) {
 	}
 	cfg.MaxConns = 1 // one connection, so its statement cache is warm after the first pass
 	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
-	var writes atomic.Int64
+	var writes, sent atomic.Int64
 	tracer := &countingTracer{}
 	cfg.ConnConfig.Tracer = tracer
 	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -528,7 +532,7 @@ func TestOneStatementPerTransition(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		return countingConn{Conn: c, writes: &writes}, nil
+		return countingConn{Conn: c, writes: &writes, bytes: &sent}, nil
 	}
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
@@ -543,8 +547,11 @@ func TestOneStatementPerTransition(t *testing.T) {
 	at := time.Now()
 
 	// statements are the operations that take more than one statement: a worker claim of
-	// a run that is neither queued nor absent tries acquireQueuedSQL first, then the upsert.
-	statements := map[string]int64{"Acquire (held)": 2}
+	// a run that is neither queued nor absent, or absent with a payload larger than
+	// createInline, tries acquireQueuedSQL first, then the upsert.
+	statements := map[string]int64{"Acquire (held)": 2, "Acquire (new run, large payload)": 2}
+	large := ledger.Identity{Job: "job", Payload: bytes.Repeat([]byte("x"), createInline+1)}
+	large.PayloadHash = ledger.PayloadHash(large.Payload)
 	// pass runs every operation once on fresh runs; ops reports the counts per operation.
 	pass := func(t *testing.T, check bool) {
 		count := func(name string, op func() error) {
@@ -575,6 +582,29 @@ func TestOneStatementPerTransition(t *testing.T) {
 			_, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, Job: "job", PayloadHash: "h"}, AttemptID: uuid.NewString()})
 			return err
 		})
+		count("Acquire (new run, large payload)", func() error {
+			p := large
+			p.RunID = ledger.KeyedRunID("rt", "job", uuid.NewString())
+			res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: p, AttemptID: uuid.NewString()})
+			if err == nil && (res.Outcome != ledger.OutcomeAcquired || len(res.Run.Payload) != len(p.Payload)) {
+				err = fmt.Errorf("outcome %v with a payload of %d bytes, want acquired with %d", res.Outcome, len(res.Run.Payload), len(p.Payload))
+			}
+			return err
+		})
+		// A claim of a queued run does not send its payload, however large.
+		queuedLarge := large
+		queuedLarge.RunID = ledger.KeyedRunID("rt", "job", uuid.NewString())
+		if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: queuedLarge, AttemptID: uuid.NewString()}); err != nil {
+			t.Fatal(err)
+		}
+		b0 := sent.Load()
+		count("Acquire (acquired, large payload)", func() error {
+			_, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: queuedLarge, AttemptID: uuid.NewString()})
+			return err
+		})
+		if n := sent.Load() - b0; check && n > createInline {
+			t.Errorf("a worker claim of a queued run with a payload of %d bytes sent %d bytes, want less than %d: the payload is not needed", len(queuedLarge.Payload), n, createInline)
+		}
 		count("Acquire (acquired)", func() error {
 			res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ident, AttemptID: uuid.NewString()})
 			if err == nil {

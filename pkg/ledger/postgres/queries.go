@@ -159,15 +159,16 @@ SELECT false, {s.runCols}, {now} FROM {runs} s WHERE s.run_id = $2 AND NOT EXIST
 // that exists and may be taken now (the ingress created it), which a conditional UPDATE
 // takes (acquireSQL's claimable arm for a queued run), and a run absent from the
 // statement's snapshot (a message published without the ingress), which an INSERT …
-// ON CONFLICT DO NOTHING creates running, unless the claim must find it; each with its
+// ON CONFLICT DO NOTHING creates running, unless $13 says not to (the claim must find it,
+// or its payload is too large to send with every claim: createArgs); each with its
 // started event. Under READ COMMITTED the UPDATE's WHERE is checked again on the latest
 // version of a row updated concurrently, so a run another claim took in between is not
 // taken twice, and the INSERT does nothing on a run committed after the snapshot. When
-// neither writes (held, finished, a takeover, a payload mismatch, a run that must exist,
-// or that race), Acquire runs acquireSQL, which decides every case. On queued runs it
+// neither writes (held, finished, a takeover, a payload mismatch, a run not to be created
+// here, or that race), Acquire runs acquireSQL, which decides every case. On queued runs it
 // costs less than the upsert (1.3–1.45× its rate at 32 goroutines, measured side by side).
 // $2 run, $3 payload hash, $4 attempt ID, $5 lease, $6 retention, $7 worker, $8
-// namespace, $9 job, $10 key, $11 schedule time, $12 payload, $13 must exist.
+// namespace, $9 job, $10 key, $11 schedule time, $12 payload, $13 not to be created here.
 const acquireQueuedSQL = `
 WITH up AS (
 	UPDATE {runs} r SET status = 'running', attempt = r.attempt + 1, attempt_id = $4, deadline = {now} + {us5},
@@ -191,15 +192,15 @@ SELECT true, *, {now} FROM taken`
 // acquireQueuedBatchSQL is acquireQueuedSQL for many runs (distinct IDs) in one
 // statement: $1 the callers' Now, $2 run IDs, $3 payload hashes, $4 attempt IDs, $5
 // leases and $6 retentions (µs), $7 workers, $8 namespaces, $9 jobs, $10 keys, $11
-// schedule times, $12 payloads, $13 must exist. It returns the runs it took or created;
-// Acquire decides the others one by one.
+// schedule times, $12 payloads, $13 not to be created here. It returns the runs it took
+// or created; Acquire decides the others one by one.
 const acquireQueuedBatchSQL = `
 WITH i AS (
 	SELECT t.*, coalesce(t.at, now()) AS now
 	FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[],
 		$8::text[], $9::text[], $10::text[], $11::timestamptz[], $12::bytea[], $13::boolean[])
 		AS t (at, run_id, payload_hash, attempt_id, lease, retention, worker,
-			namespace, job, run_key, schedule_time, payload, must_exist)
+			namespace, job, run_key, schedule_time, payload, no_create)
 ), up AS (
 	UPDATE {runs} r SET status = 'running', attempt = r.attempt + 1, attempt_id = i.attempt_id,
 		deadline = i.now + {us:lease}, not_before = NULL, updated_at = i.now,
@@ -213,7 +214,7 @@ WITH i AS (
 	SELECT i.run_id, i.namespace, i.job, i.run_key, i.schedule_time, i.payload_hash, i.payload,
 		'running', 1, i.attempt_id, i.now + {us:lease}, 0, '', i.now, i.now, i.now + {us:lease} + {us:retention}
 	FROM i
-	WHERE NOT i.must_exist AND NOT EXISTS (SELECT 1 FROM {runs} v WHERE v.run_id = i.run_id)
+	WHERE NOT i.no_create AND NOT EXISTS (SELECT 1 FROM {runs} v WHERE v.run_id = i.run_id)
 	ON CONFLICT (run_id) DO NOTHING
 	RETURNING {r.runCols}
 ), taken AS (
