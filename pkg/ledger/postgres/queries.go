@@ -40,6 +40,14 @@ import (
 //     EXISTS gate keeps it from running at all.)
 //   - Effects lock their run FOR SHARE first, so that a takeover cannot slip between the
 //     fence check and the effect write.
+//
+// A statement about given runs finds each by its primary key alone: it tests the status
+// as {r.status}, an expression that no index holds. A plain r.status = 'running' draws
+// the planner, whose statistics show few queued or running runs among many finished ones,
+// to an index that can answer it (runs_status_updated_idx leads with the status,
+// runs_rescue_idx holds only queued and running runs); to find the one run it then reads
+// every entry of that status, live or dead, so that each worker call cost more as the
+// backlog grew and as finished runs awaited vacuum (TestStatementsFindARunByItsKey).
 const (
 	runCols = `run_id, namespace, job, run_key, schedule_time, payload_hash, payload, status, attempt,
 	attempt_id, deadline, not_before, attempts_made, last_error, created_at, updated_at,
@@ -51,6 +59,8 @@ const (
 	effectCols = `effect_key, run_id, name, status, attempt, ref, created_at, updated_at, done_at, expire_at`
 
 	nowExpr = `coalesce($1::timestamptz, now())`
+	// statusExpr is a run's status as no index holds it (see above).
+	statusExpr = `(r.status || '')`
 	// rfc3339 renders a timestamptz as Go's time.RFC3339Nano does for a UTC time.
 	rfc3339 = `rtrim(rtrim(to_char(%s AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), '0'), '.') || 'Z'`
 )
@@ -173,7 +183,7 @@ const acquireQueuedSQL = `
 WITH up AS (
 	UPDATE {runs} r SET status = 'running', attempt = r.attempt + 1, attempt_id = $4, deadline = {now} + {us5},
 		not_before = NULL, updated_at = {now}, expire_at = {now} + {us5} + {us6}, took_over = false
-	WHERE r.run_id = $2 AND r.payload_hash = $3 AND r.status = 'queued' AND (r.not_before IS NULL OR r.not_before <= {now})
+	WHERE r.run_id = $2 AND r.payload_hash = $3 AND {r.status} = 'queued' AND (r.not_before IS NULL OR r.not_before <= {now})
 	RETURNING {r.runCols}
 ), ins AS (
 	INSERT INTO {runs} AS r ({newRunCols})
@@ -206,7 +216,7 @@ WITH i AS (
 		deadline = i.now + {us:lease}, not_before = NULL, updated_at = i.now,
 		expire_at = i.now + {us:lease} + {us:retention}, took_over = false
 	FROM i
-	WHERE r.run_id = i.run_id AND r.payload_hash = i.payload_hash AND r.status = 'queued'
+	WHERE r.run_id = i.run_id AND r.payload_hash = i.payload_hash AND {r.status} = 'queued'
 		AND (r.not_before IS NULL OR r.not_before <= i.now)
 	RETURNING {r.runCols}
 ), ins AS (
@@ -240,7 +250,7 @@ WITH i AS (
 		deadline = NULL, not_before = NULL, completed_at = i.now, updated_at = i.now,
 		expire_at = i.now + {us:retention}
 	FROM i
-	WHERE r.run_id = i.run_id AND r.status = 'running' AND r.attempt = i.attempt AND r.attempt_id = i.attempt_id
+	WHERE r.run_id = i.run_id AND {r.status} = 'running' AND r.attempt = i.attempt AND r.attempt_id = i.attempt_id
 	RETURNING {r.runCols}, i.now
 ), ev AS (
 	INSERT INTO {events} (run_id, at, kind, attempt, text) SELECT run_id, now, 'completed', attempt, '' FROM up
@@ -260,7 +270,7 @@ func fencedSQL(set, event, textSQL string) string {
 	return `
 WITH up AS (
 	UPDATE {runs} r SET ` + set + `
-	WHERE r.run_id = $2 AND r.status = 'running' AND r.attempt = $3 AND r.attempt_id = $4
+	WHERE r.run_id = $2 AND {r.status} = 'running' AND r.attempt = $3 AND r.attempt_id = $4
 	RETURNING true, {r.runCols}
 )` + ev + `
 SELECT *, {now} FROM up
@@ -306,8 +316,8 @@ WITH up AS (
 		attempt_id    = CASE WHEN r.status = 'running' THEN '' ELSE r.attempt_id END,
 		status = 'queued', not_before = NULL, deadline = {now} + {us6}, updated_at = {now},
 		expire_at = {now} + {us6} + {us7}
-	WHERE r.run_id = $2 AND r.status = $3 AND r.attempt = $4 AND r.deadline = $5
-		AND r.status IN ('queued', 'running') AND r.deadline < {now}
+	WHERE r.run_id = $2 AND {r.status} = $3 AND r.attempt = $4 AND r.deadline = $5
+		AND {r.status} IN ('queued', 'running') AND r.deadline < {now}
 	RETURNING true, {r.runCols}
 ), ev AS (
 	-- A running run's attempt lost its lease; a queued one was rescued.
@@ -327,7 +337,7 @@ WHERE NOT EXISTS (SELECT 1 FROM up)`
 const expediteSQL = `
 WITH up AS (
 	UPDATE {runs} r SET deadline = {now}, updated_at = {now}, expire_at = {now} + {us4}
-	WHERE r.run_id = $2 AND r.status = 'queued' AND r.attempt = 0 AND r.attempt_id = $3
+	WHERE r.run_id = $2 AND {r.status} = 'queued' AND r.attempt = 0 AND r.attempt_id = $3
 	RETURNING true, {r.runCols}
 )
 SELECT *, {now} FROM up
@@ -472,6 +482,7 @@ func buildQueries(schema string) queries {
 		"{now}", nowExpr,
 		"{rfc3339:r.deadline}", strings.Replace(rfc3339, "%s", "r.deadline", 1),
 		"{r.runCols}", cols("r", runCols),
+		"{r.status}", statusExpr,
 		"{s.runCols}", cols("s", runCols),
 		"{runCols}", runCols,
 		"{newRunCols}", newRunCols,

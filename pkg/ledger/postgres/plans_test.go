@@ -1,0 +1,220 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runonce/runonce/pkg/ledger"
+)
+
+// recordingTracer keeps every statement a pool runs, with its arguments, while on.
+type recordingTracer struct {
+	mu    sync.Mutex
+	on    bool
+	stmts []recorded
+}
+
+type recorded struct {
+	sql  string
+	args []any
+}
+
+func (t *recordingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.on {
+		t.stmts = append(t.stmts, recorded{d.SQL, d.Args})
+	}
+	return ctx
+}
+
+func (t *recordingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestStatementsFindARunByItsKey checks that every statement about given runs reads the
+// runs table through its primary key alone, in the plan a prepared statement keeps, as
+// the planner sees a ledger in production: many finished runs, and few queued or running
+// ones in the statistics. A status test
+// that an index can answer (runs_status_updated_idx leads with the status;
+// runs_rescue_idx holds only queued and running runs) draws the planner to that index,
+// which it believes holds a handful of entries; it then reads every entry of the status,
+// live or dead, to find the one run: a worker's call cost grew with the backlog and with
+// the finished runs not yet vacuumed.
+func TestStatementsFindARunByItsKey(t *testing.T) {
+	t.Parallel()
+	dsn := testDSN(t)
+	schema := newSchema(t, dsn)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracer := &recordingTracer{}
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	l, err := New(t.Context(), pool, &Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	runs := pgx.Identifier{schema, "runs"}.Sanitize()
+	if _, err := pool.Exec(ctx, `INSERT INTO `+runs+` (run_id, namespace, job, run_key, payload_hash, status,
+		attempt, attempts_made, created_at, updated_at, completed_at, expire_at)
+	SELECT 'done-' || n, '', 'job', n::text, 'h', 'completed', 1, 1, now(), now(), now(), now() + interval '1 day'
+	FROM generate_series(1, 20000) AS n`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE `+runs); err != nil {
+		t.Fatal(err)
+	}
+
+	tracer.mu.Lock()
+	tracer.on = true
+	tracer.mu.Unlock()
+	queued := func() ledger.Identity {
+		id := benchIdentity()
+		if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: uuid.NewString()}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	acquire := func(id ledger.Identity) ledger.Fence {
+		res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: id, AttemptID: uuid.NewString()})
+		if err != nil || res.Outcome != ledger.OutcomeAcquired {
+			t.Fatalf("acquire: %v, %v", res, err)
+		}
+		return ledger.Fence{RunID: res.Run.ID, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	f := acquire(queued())
+	_, err = l.Renew(ctx, &ledger.RenewParams{Fence: f})
+	check("renew", err)
+	_, err = l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: "e"})
+	check("begin effect", err)
+	_, err = l.CompleteEffect(ctx, &ledger.CompleteEffectParams{Fence: f, Name: "e"})
+	check("complete effect", err)
+	_, err = l.Complete(ctx, &ledger.CompleteParams{Fence: f})
+	check("complete", err)
+	f = acquire(benchIdentity())
+	_, err = l.Release(ctx, &ledger.ReleaseParams{Fence: f})
+	check("release", err)
+	f = acquire(benchIdentity())
+	_, err = l.Fail(ctx, &ledger.FailParams{Fence: f, Error: "x"})
+	check("fail", err)
+	at := time.Now()
+	c, err := l.Claim(ctx, &ledger.ClaimParams{Identity: benchIdentity(), AttemptID: uuid.NewString(), Now: at})
+	check("claim", err)
+	r, err := l.Expedite(ctx, &ledger.ExpediteParams{RunID: c.Run.ID, AttemptID: c.Run.AttemptID, Now: at})
+	check("expedite", err)
+	_, err = l.Rescue(ctx, &ledger.RescueParams{RunID: r.ID, Status: r.Status, Deadline: r.Deadline, Now: at.Add(time.Hour)})
+	check("rescue", err)
+	acqs := []*acquireCall{{in: &ledger.AcquireParams{Identity: queued(), AttemptID: "a"}},
+		{in: &ledger.AcquireParams{Identity: benchIdentity(), AttemptID: "b"}}}
+	l.acquireBatch(ctx, acqs)
+	var comps []*completeCall
+	for _, a := range acqs {
+		check("acquire in a batch", a.err)
+		comps = append(comps, &completeCall{in: &ledger.CompleteParams{Fence: ledger.Fence{RunID: a.out.Run.ID, Attempt: a.out.Run.Attempt, AttemptID: a.out.Run.AttemptID}}})
+	}
+	l.completeBatch(ctx, comps)
+	for _, c := range comps {
+		check("complete in a batch", c.err)
+	}
+	tracer.mu.Lock()
+	tracer.on = false
+	stmts := tracer.stmts
+	tracer.mu.Unlock()
+
+	kinds := map[string]bool{}
+	for _, s := range stmts {
+		kinds[l.queryName(s.sql)] = true
+		plan := genericPlan(t, pool, s)
+		for _, bad := range scansBesidesKeys(plan) {
+			t.Errorf("%s reads by %s, not by a primary key", l.queryName(s.sql), bad)
+		}
+	}
+	for _, want := range []string{"acquireQueued", "renew", "complete", "release", "fail", "expedite", "rescue",
+		"acquireQueuedBatch", "completeBatch", "beginEffect", "completeEffect"} {
+		if !kinds[want] {
+			t.Errorf("%s was not run (ran %v)", want, kinds)
+		}
+	}
+}
+
+// scansBesidesKeys lists the nodes of plan that read a table other than by its primary key.
+func scansBesidesKeys(plan map[string]any) []string {
+	var bad []string
+	node, _ := plan["Node Type"].(string)
+	index, _ := plan["Index Name"].(string)
+	rel, _ := plan["Relation Name"].(string)
+	switch {
+	case index != "" && !strings.HasSuffix(index, "_pkey"):
+		bad = append(bad, fmt.Sprintf("%s using %s", node, index))
+	case node == "Seq Scan" && rel != "":
+		bad = append(bad, fmt.Sprintf("%s on %s", node, rel))
+	}
+	children, _ := plan["Plans"].([]any)
+	for _, c := range children {
+		bad = append(bad, scansBesidesKeys(c.(map[string]any))...)
+	}
+	return bad
+}
+
+// queryName names one of l's statements, for messages.
+func (l *Ledger) queryName(sql string) string {
+	q := l.q
+	for name, s := range map[string]string{"claim": q.claim, "acquireQueued": q.acquireQueued, "acquire": q.acquire,
+		"renew": q.renew, "complete": q.complete, "release": q.release, "fail": q.fail, "expedite": q.expedite,
+		"rescue": q.rescue, "acquireQueuedBatch": q.acquireQueuedBatch, "completeBatch": q.completeBatch,
+		"beginEffect": q.beginEffect, "completeEffect": q.completeEffect, "claimBatch": q.claimBatch,
+		"claimLatest": q.claimLatest, "get": q.get} {
+		if s == sql {
+			return name
+		}
+	}
+	return strings.Join(strings.Fields(sql), " ")
+}
+
+// genericPlan returns the generic plan of s (the one a prepared statement keeps),
+// explained with its arguments.
+func genericPlan(t *testing.T, pool *pgxpool.Pool, s recorded) map[string]any {
+	t.Helper()
+	ctx := t.Context()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "PREPARE plan_test AS "+s.sql); err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	defer func() { _, _ = conn.Exec(context.Background(), "DEALLOCATE plan_test") }()
+	params := make([]string, len(s.args))
+	for i := range params {
+		params[i] = fmt.Sprintf("$%d", i+1)
+	}
+	var plan []map[string]any
+	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE plan_test("+strings.Join(params, ", ")+")",
+		append([]any{pgx.QueryExecModeSimpleProtocol}, s.args...)...).Scan(&plan); err != nil {
+		t.Fatalf("explain: %v", err)
+	}
+	return plan[0]["Plan"].(map[string]any)
+}
