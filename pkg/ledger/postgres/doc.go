@@ -14,6 +14,14 @@
 // default of 4 throttles an ingress at a quarter of its rate. Set pool_max_conns to fit
 // the server's max_connections across every process.
 //
+// Open's connections also set plan_cache_mode to force_generic_plan, unless the DSN sets
+// it (plan_cache_mode=auto, or in options): each statement is planned once per
+// connection and that plan kept. Every statement about given runs finds each by its
+// primary key, whatever its arguments, so one plan serves all of them. Under auto, the
+// server can plan a batched statement anew at every execution, because a plan made for
+// the batch's actual length looks cheaper than the generic one, and that planning costs
+// more than running the statement.
+//
 // # Guarantees
 //
 // Every transition is one SQL statement, so one round trip to the database, with no

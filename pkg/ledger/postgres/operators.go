@@ -84,7 +84,7 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 		return nil, err
 	}
 	q, args := l.listQuery(p, pos, size+1)
-	rows, err := l.pool.Query(ctx, q, args...)
+	rows, err := l.pool.Query(ctx, q, append([]any{planEach}, args...)...)
 	if err != nil {
 		return nil, interpretError("list runs", err)
 	}

@@ -516,9 +516,16 @@ func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*led
 	return s.effect(), nil
 }
 
+// planEach, as a statement's first argument, has pgx send it with its arguments quoted
+// in (the simple protocol), so that the server plans it for them at each execution: for
+// the scans (the listings, the rescuer's, the sweep), whose best plan depends on their
+// limit and bounds. Open's connections keep one generic plan per prepared statement
+// (see the package doc), and the sweep's would read every run to check effects' runs.
+const planEach = pgx.QueryExecModeSimpleProtocol
+
 // ListRescue implements ledger.Ledger over the partial index runs_rescue_idx.
 func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
-	rows, err := l.pool.Query(ctx, l.q.listRescue, timeArg(p.Now), cmp.Or(p.Limit, defaultRescueLimit))
+	rows, err := l.pool.Query(ctx, l.q.listRescue, planEach, timeArg(p.Now), cmp.Or(p.Limit, defaultRescueLimit))
 	if err != nil {
 		return nil, interpretError("list runs to rescue", err)
 	}
@@ -538,7 +545,7 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 // effects, skipping rows that are locked.
 func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
 	var n int64
-	if err := l.pool.QueryRow(ctx, l.q.sweep, timeArg(p.Now), cmp.Or(p.Limit, defaultSweepLimit)).Scan(&n); err != nil {
+	if err := l.pool.QueryRow(ctx, l.q.sweep, planEach, timeArg(p.Now), cmp.Or(p.Limit, defaultSweepLimit)).Scan(&n); err != nil {
 		return 0, interpretError("sweep", err)
 	}
 	return int(n), nil

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -49,35 +50,8 @@ func (t *recordingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQue
 // the finished runs not yet vacuumed.
 func TestStatementsFindARunByItsKey(t *testing.T) {
 	t.Parallel()
-	dsn := testDSN(t)
-	schema := newSchema(t, dsn)
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tracer := &recordingTracer{}
-	cfg.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	l, err := New(t.Context(), pool, &Options{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, pool, tracer := plannedLedger(t)
 	ctx := t.Context()
-	runs := pgx.Identifier{schema, "runs"}.Sanitize()
-	if _, err := pool.Exec(ctx, `INSERT INTO `+runs+` (run_id, namespace, job, run_key, payload_hash, status,
-		attempt, attempts_made, created_at, updated_at, completed_at, expire_at)
-	SELECT 'done-' || n, '', 'job', n::text, 'h', 'completed', 1, 1, now(), now(), now(), now() + interval '1 day'
-	FROM generate_series(1, 20000) AS n`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `ANALYZE `+runs); err != nil {
-		t.Fatal(err)
-	}
-
 	tracer.mu.Lock()
 	tracer.on = true
 	tracer.mu.Unlock()
@@ -102,7 +76,7 @@ func TestStatementsFindARunByItsKey(t *testing.T) {
 		}
 	}
 	f := acquire(queued())
-	_, err = l.Renew(ctx, &ledger.RenewParams{Fence: f})
+	_, err := l.Renew(ctx, &ledger.RenewParams{Fence: f})
 	check("renew", err)
 	_, err = l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: "e"})
 	check("begin effect", err)
@@ -156,6 +130,50 @@ func TestStatementsFindARunByItsKey(t *testing.T) {
 	}
 }
 
+// plannedLedger opens a ledger that holds 20,000 finished runs, with their histories
+// and an effect each, analyzed, on a pool whose statements tracer records while on.
+func plannedLedger(t *testing.T) (*Ledger, *pgxpool.Pool, *recordingTracer) {
+	t.Helper()
+	dsn := testDSN(t)
+	schema := newSchema(t, dsn)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracer := &recordingTracer{}
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l, err := New(t.Context(), pool, &Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	runs := pgx.Identifier{schema, "runs"}.Sanitize()
+	events := pgx.Identifier{schema, "run_events"}.Sanitize()
+	effects := pgx.Identifier{schema, "effects"}.Sanitize()
+	for _, sql := range []string{
+		`INSERT INTO ` + runs + ` (run_id, namespace, job, run_key, payload_hash, status,
+			attempt, attempts_made, created_at, updated_at, completed_at, expire_at)
+		SELECT 'done-' || n, '', 'job', n::text, 'h', 'completed', 1, 1, now(), now(), now(), now() + interval '1 day'
+		FROM generate_series(1, 20000) AS n`,
+		`INSERT INTO ` + events + ` (run_id, at, kind, attempt)
+		SELECT 'done-' || n, now(), k, 1 FROM generate_series(1, 20000) AS n, unnest(ARRAY['started', 'completed']) AS k`,
+		`INSERT INTO ` + effects + ` (effect_key, run_id, name, status, attempt, created_at, updated_at, done_at, expire_at)
+		SELECT 'done-' || n || '/e', 'done-' || n, 'e', 'done', 1, now(), now(), now(), now() + interval '1 day'
+		FROM generate_series(1, 20000) AS n`,
+		`ANALYZE ` + runs, `ANALYZE ` + events, `ANALYZE ` + effects,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return l, pool, tracer
+}
+
 // scansBesidesKeys lists the nodes of plan that read a table other than by its primary key.
 func scansBesidesKeys(plan map[string]any) []string {
 	var bad []string
@@ -182,7 +200,7 @@ func (l *Ledger) queryName(sql string) string {
 		"renew": q.renew, "complete": q.complete, "release": q.release, "fail": q.fail, "expedite": q.expedite,
 		"rescue": q.rescue, "acquireQueuedBatch": q.acquireQueuedBatch, "completeBatch": q.completeBatch,
 		"beginEffect": q.beginEffect, "completeEffect": q.completeEffect, "claimBatch": q.claimBatch,
-		"claimLatest": q.claimLatest, "get": q.get} {
+		"claimLatest": q.claimLatest, "get": q.get, "sweep": q.sweep, "listRescue": q.listRescue} {
 		if s == sql {
 			return name
 		}
@@ -217,4 +235,137 @@ func genericPlan(t *testing.T, pool *pgxpool.Pool, s recorded) map[string]any {
 		t.Fatalf("explain: %v", err)
 	}
 	return plan[0]["Plan"].(map[string]any)
+}
+
+// TestOpenKeepsOnePlan checks that Open's connections keep one plan per statement
+// (plan_cache_mode force_generic_plan). Under auto, the server can make a custom plan at
+// every execution of a batched statement, because one made for the batch's actual length
+// looks cheaper than the generic one: in BenchmarkWorkerCallsVsChain at 8 goroutines,
+// completeBatch ran on 213 custom plans and no generic one. A DSN that sets
+// plan_cache_mode wins. The scans are not kept: they are planned for their arguments.
+func TestOpenKeepsOnePlan(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		mode   string // the DSN's plan_cache_mode; empty: unset
+		custom bool   // whether custom plans are expected
+	}{{"", false}, {"auto", true}} {
+		t.Run(cmp.Or(tc.mode, "unset"), func(t *testing.T) {
+			t.Parallel()
+			dsn := withParam(t, testDSN(t), "pool_max_conns", "1")
+			if tc.mode != "" {
+				dsn = withParam(t, dsn, "plan_cache_mode", tc.mode)
+			}
+			l, err := Open(t.Context(), dsn, &Options{Schema: newSchema(t, dsn)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			ctx := t.Context()
+			for range 8 {
+				var acqs []*acquireCall
+				for range 3 {
+					acqs = append(acqs, &acquireCall{in: &ledger.AcquireParams{Identity: benchIdentity(), AttemptID: uuid.NewString()}})
+				}
+				l.acquireBatch(ctx, acqs)
+				var comps []*completeCall
+				for _, a := range acqs {
+					if a.err != nil {
+						t.Fatal(a.err)
+					}
+					comps = append(comps, &completeCall{in: &ledger.CompleteParams{Fence: ledger.Fence{RunID: a.out.Run.ID, Attempt: a.out.Run.Attempt, AttemptID: a.out.Run.AttemptID}}})
+				}
+				l.completeBatch(ctx, comps)
+				for _, c := range comps {
+					if c.err != nil {
+						t.Fatal(c.err)
+					}
+				}
+			}
+			if _, err := l.Sweep(ctx, &ledger.SweepParams{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.ListRescue(ctx, &ledger.ListRescueParams{}); err != nil {
+				t.Fatal(err)
+			}
+			// The pool's one connection ran every statement.
+			rows, err := l.pool.Query(ctx, `SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plans := map[string][2]int64{}
+			for rows.Next() {
+				var sql string
+				var generic, custom int64
+				if err := rows.Scan(&sql, &generic, &custom); err != nil {
+					t.Fatal(err)
+				}
+				plans[l.queryName(sql)] = [2]int64{generic, custom}
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"sweep", "listRescue"} {
+				if p, ok := plans[name]; ok {
+					t.Errorf("%s is a prepared statement (%d generic plans, %d custom), want it planned for its arguments", name, p[0], p[1])
+				}
+			}
+			for _, name := range []string{"acquireQueuedBatch", "completeBatch"} {
+				p, ok := plans[name]
+				switch {
+				case !ok:
+					t.Errorf("%s is not among the connection's prepared statements (%v)", name, plans)
+				case tc.custom && p[1] == 0:
+					t.Errorf("%s: %d generic plans and no custom one; with plan_cache_mode=%s in the DSN, want custom plans", name, p[0], tc.mode)
+				case !tc.custom && p[1] != 0:
+					t.Errorf("%s: %d custom plans in 8 executions (%d generic), want none", name, p[1], p[0])
+				}
+			}
+		})
+	}
+}
+
+// TestScansUseAnIndex checks that the rescuer's listing and the sweep, which are planned
+// for their arguments (planEach), read every table through an index on a ledger with
+// history (TestListingPlansUseIndexes checks List's shapes). The sweep's generic plan,
+// which Open's connections would otherwise keep, hashes every run's ID with a
+// sequential scan of the runs table.
+func TestScansUseAnIndex(t *testing.T) {
+	t.Parallel()
+	l, pool, tracer := plannedLedger(t)
+	ctx := t.Context()
+	tracer.mu.Lock()
+	tracer.on = true
+	tracer.mu.Unlock()
+	if _, err := l.ListRescue(ctx, &ledger.ListRescueParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Sweep(ctx, &ledger.SweepParams{Limit: 10}); err != nil {
+		t.Fatal(err)
+	}
+	tracer.mu.Lock()
+	tracer.on = false
+	stmts := tracer.stmts
+	tracer.mu.Unlock()
+	for _, s := range stmts {
+		var plan []map[string]any
+		if err := pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+s.sql, s.args...).Scan(&plan); err != nil {
+			t.Fatalf("explain %s: %v", l.queryName(s.sql), err)
+		}
+		for _, bad := range seqScans(plan[0]["Plan"].(map[string]any)) {
+			t.Errorf("%s: %s", l.queryName(s.sql), bad)
+		}
+	}
+}
+
+// seqScans lists the sequential scans in plan.
+func seqScans(plan map[string]any) []string {
+	var out []string
+	if plan["Node Type"] == "Seq Scan" {
+		out = append(out, fmt.Sprintf("Seq Scan on %v", plan["Relation Name"]))
+	}
+	children, _ := plan["Plans"].([]any)
+	for _, c := range children {
+		out = append(out, seqScans(c.(map[string]any))...)
+	}
+	return out
 }

@@ -124,7 +124,9 @@ type Ledger struct {
 var _ ledger.Ledger = (*Ledger)(nil)
 
 // New returns a ledger over pool, applying the migrations first unless opts.NoMigrate. The
-// pool stays the caller's: Close does not close it.
+// pool stays the caller's: Close does not close it. Open's pool sets plan_cache_mode to
+// force_generic_plan on its connections (see the package doc); a caller's pool should
+// too.
 func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Ledger, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: New needs a pool")
@@ -167,6 +169,9 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Ledger, error) {
 	if !setsPoolMaxConns(dsn) {
 		cfg.MaxConns = cmp.Or(o.MaxConns, DefaultMaxConns)
 	}
+	if !setsPlanCacheMode(cfg.ConnConfig.RuntimeParams) {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, interpretError("connect", err)
@@ -190,6 +195,13 @@ func setsPoolMaxConns(dsn string) bool {
 		return u.Query().Has("pool_max_conns")
 	}
 	return keyValueMaxConns.MatchString(dsn)
+}
+
+// setsPlanCacheMode reports whether a connection's settings choose plan_cache_mode,
+// as a parameter of its own or in options.
+func setsPlanCacheMode(params map[string]string) bool {
+	_, set := params["plan_cache_mode"]
+	return set || strings.Contains(params["options"], "plan_cache_mode")
 }
 
 // keyValueMaxConns matches pool_max_conns in a key=value DSN.
