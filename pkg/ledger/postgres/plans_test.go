@@ -39,6 +39,18 @@ func (t *recordingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pg
 
 func (t *recordingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// record returns the statements run while f runs.
+func (t *recordingTracer) record(f func()) []recorded {
+	t.mu.Lock()
+	t.on, t.stmts = true, nil
+	t.mu.Unlock()
+	f()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.on = false
+	return t.stmts
+}
+
 // TestStatementsFindARunByItsKey checks that every statement about given runs reads the
 // runs table through its primary key alone, in the plan a prepared statement keeps, as
 // the planner sees a ledger in production: many finished runs, and few queued or running
@@ -52,67 +64,62 @@ func TestStatementsFindARunByItsKey(t *testing.T) {
 	t.Parallel()
 	l, pool, tracer := plannedLedger(t)
 	ctx := t.Context()
-	tracer.mu.Lock()
-	tracer.on = true
-	tracer.mu.Unlock()
-	queued := func() ledger.Identity {
-		id := benchIdentity()
-		if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: uuid.NewString()}); err != nil {
-			t.Fatal(err)
+	stmts := tracer.record(func() {
+		queued := func() ledger.Identity {
+			id := benchIdentity()
+			if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: uuid.NewString()}); err != nil {
+				t.Fatal(err)
+			}
+			return id
 		}
-		return id
-	}
-	acquire := func(id ledger.Identity) ledger.Fence {
-		res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: id, AttemptID: uuid.NewString()})
-		if err != nil || res.Outcome != ledger.OutcomeAcquired {
-			t.Fatalf("acquire: %v, %v", res, err)
+		acquire := func(id ledger.Identity) ledger.Fence {
+			res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: id, AttemptID: uuid.NewString()})
+			if err != nil || res.Outcome != ledger.OutcomeAcquired {
+				t.Fatalf("acquire: %v, %v", res, err)
+			}
+			return ledger.Fence{RunID: res.Run.ID, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}
 		}
-		return ledger.Fence{RunID: res.Run.ID, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}
-	}
-	check := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
+		check := func(what string, err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
 		}
-	}
-	f := acquire(queued())
-	_, err := l.Renew(ctx, &ledger.RenewParams{Fence: f})
-	check("renew", err)
-	_, err = l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: "e"})
-	check("begin effect", err)
-	_, err = l.CompleteEffect(ctx, &ledger.CompleteEffectParams{Fence: f, Name: "e"})
-	check("complete effect", err)
-	_, err = l.Complete(ctx, &ledger.CompleteParams{Fence: f})
-	check("complete", err)
-	f = acquire(benchIdentity())
-	_, err = l.Release(ctx, &ledger.ReleaseParams{Fence: f})
-	check("release", err)
-	f = acquire(benchIdentity())
-	_, err = l.Fail(ctx, &ledger.FailParams{Fence: f, Error: "x"})
-	check("fail", err)
-	at := time.Now()
-	c, err := l.Claim(ctx, &ledger.ClaimParams{Identity: benchIdentity(), AttemptID: uuid.NewString(), Now: at})
-	check("claim", err)
-	r, err := l.Expedite(ctx, &ledger.ExpediteParams{RunID: c.Run.ID, AttemptID: c.Run.AttemptID, Now: at})
-	check("expedite", err)
-	_, err = l.Rescue(ctx, &ledger.RescueParams{RunID: r.ID, Status: r.Status, Deadline: r.Deadline, Now: at.Add(time.Hour)})
-	check("rescue", err)
-	acqs := []*acquireCall{{in: &ledger.AcquireParams{Identity: queued(), AttemptID: "a"}},
-		{in: &ledger.AcquireParams{Identity: benchIdentity(), AttemptID: "b"}}}
-	l.acquireBatch(ctx, acqs)
-	var comps []*completeCall
-	for _, a := range acqs {
-		check("acquire in a batch", a.err)
-		comps = append(comps, &completeCall{in: &ledger.CompleteParams{Fence: ledger.Fence{RunID: a.out.Run.ID, Attempt: a.out.Run.Attempt, AttemptID: a.out.Run.AttemptID}}})
-	}
-	l.completeBatch(ctx, comps)
-	for _, c := range comps {
-		check("complete in a batch", c.err)
-	}
-	tracer.mu.Lock()
-	tracer.on = false
-	stmts := tracer.stmts
-	tracer.mu.Unlock()
+		f := acquire(queued())
+		_, err := l.Renew(ctx, &ledger.RenewParams{Fence: f})
+		check("renew", err)
+		_, err = l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: "e"})
+		check("begin effect", err)
+		_, err = l.CompleteEffect(ctx, &ledger.CompleteEffectParams{Fence: f, Name: "e"})
+		check("complete effect", err)
+		_, err = l.Complete(ctx, &ledger.CompleteParams{Fence: f})
+		check("complete", err)
+		f = acquire(benchIdentity())
+		_, err = l.Release(ctx, &ledger.ReleaseParams{Fence: f})
+		check("release", err)
+		f = acquire(benchIdentity())
+		_, err = l.Fail(ctx, &ledger.FailParams{Fence: f, Error: "x"})
+		check("fail", err)
+		at := time.Now()
+		c, err := l.Claim(ctx, &ledger.ClaimParams{Identity: benchIdentity(), AttemptID: uuid.NewString(), Now: at})
+		check("claim", err)
+		r, err := l.Expedite(ctx, &ledger.ExpediteParams{RunID: c.Run.ID, AttemptID: c.Run.AttemptID, Now: at})
+		check("expedite", err)
+		_, err = l.Rescue(ctx, &ledger.RescueParams{RunID: r.ID, Status: r.Status, Deadline: r.Deadline, Now: at.Add(time.Hour)})
+		check("rescue", err)
+		acqs := []*acquireCall{{in: &ledger.AcquireParams{Identity: queued(), AttemptID: "a"}},
+			{in: &ledger.AcquireParams{Identity: benchIdentity(), AttemptID: "b"}}}
+		l.acquireBatch(ctx, acqs)
+		var comps []*completeCall
+		for _, a := range acqs {
+			check("acquire in a batch", a.err)
+			comps = append(comps, &completeCall{in: &ledger.CompleteParams{Fence: ledger.Fence{RunID: a.out.Run.ID, Attempt: a.out.Run.Attempt, AttemptID: a.out.Run.AttemptID}}})
+		}
+		l.completeBatch(ctx, comps)
+		for _, c := range comps {
+			check("complete in a batch", c.err)
+		}
+	})
 
 	kinds := map[string]bool{}
 	for _, s := range stmts {
@@ -131,7 +138,7 @@ func TestStatementsFindARunByItsKey(t *testing.T) {
 }
 
 // plannedLedger opens a ledger that holds 20,000 finished runs, with their histories
-// and an effect each, analyzed, on a pool whose statements tracer records while on.
+// and an effect each, analyzed, on a pool whose statements tracer records.
 func plannedLedger(t *testing.T) (*Ledger, *pgxpool.Pool, *recordingTracer) {
 	t.Helper()
 	dsn := testDSN(t)
@@ -333,19 +340,14 @@ func TestScansUseAnIndex(t *testing.T) {
 	t.Parallel()
 	l, pool, tracer := plannedLedger(t)
 	ctx := t.Context()
-	tracer.mu.Lock()
-	tracer.on = true
-	tracer.mu.Unlock()
-	if _, err := l.ListRescue(ctx, &ledger.ListRescueParams{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Sweep(ctx, &ledger.SweepParams{Limit: 10}); err != nil {
-		t.Fatal(err)
-	}
-	tracer.mu.Lock()
-	tracer.on = false
-	stmts := tracer.stmts
-	tracer.mu.Unlock()
+	stmts := tracer.record(func() {
+		if _, err := l.ListRescue(ctx, &ledger.ListRescueParams{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Sweep(ctx, &ledger.SweepParams{Limit: 10}); err != nil {
+			t.Fatal(err)
+		}
+	})
 	for _, s := range stmts {
 		var plan []map[string]any
 		if err := pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+s.sql, s.args...).Scan(&plan); err != nil {
