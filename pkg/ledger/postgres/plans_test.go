@@ -107,18 +107,7 @@ func TestStatementsFindARunByItsKey(t *testing.T) {
 		check("expedite", err)
 		_, err = l.Rescue(ctx, &ledger.RescueParams{RunID: r.ID, Status: r.Status, Deadline: r.Deadline, Now: at.Add(time.Hour)})
 		check("rescue", err)
-		acqs := []*acquireCall{{in: &ledger.AcquireParams{Identity: queued(), AttemptID: "a"}},
-			{in: &ledger.AcquireParams{Identity: benchIdentity(), AttemptID: "b"}}}
-		l.acquireBatch(ctx, acqs)
-		var comps []*completeCall
-		for _, a := range acqs {
-			check("acquire in a batch", a.err)
-			comps = append(comps, &completeCall{in: &ledger.CompleteParams{Fence: ledger.Fence{RunID: a.out.Run.ID, Attempt: a.out.Run.Attempt, AttemptID: a.out.Run.AttemptID}}})
-		}
-		l.completeBatch(ctx, comps)
-		for _, c := range comps {
-			check("complete in a batch", c.err)
-		}
+		batchRound(t, l, queued(), benchIdentity())
 	})
 
 	kinds := map[string]bool{}
@@ -133,6 +122,31 @@ func TestStatementsFindARunByItsKey(t *testing.T) {
 		"acquireQueuedBatch", "completeBatch", "beginEffect", "completeEffect"} {
 		if !kinds[want] {
 			t.Errorf("%s was not run (ran %v)", want, kinds)
+		}
+	}
+}
+
+// batchRound claims the runs ids name in one batched statement (acquireBatch), then
+// completes them in another (completeBatch), failing t on any error.
+func batchRound(t *testing.T, l *Ledger, ids ...ledger.Identity) {
+	t.Helper()
+	ctx := t.Context()
+	var acqs []*acquireCall
+	for _, id := range ids {
+		acqs = append(acqs, &acquireCall{in: &ledger.AcquireParams{Identity: id, AttemptID: uuid.NewString()}})
+	}
+	l.acquireBatch(ctx, acqs)
+	var comps []*completeCall
+	for _, a := range acqs {
+		if a.err != nil {
+			t.Fatalf("acquire in a batch: %v", a.err)
+		}
+		comps = append(comps, &completeCall{in: &ledger.CompleteParams{Fence: ledger.Fence{RunID: a.out.Run.ID, Attempt: a.out.Run.Attempt, AttemptID: a.out.Run.AttemptID}}})
+	}
+	l.completeBatch(ctx, comps)
+	for _, c := range comps {
+		if c.err != nil {
+			t.Fatalf("complete in a batch: %v", c.err)
 		}
 	}
 }
@@ -269,24 +283,7 @@ func TestOpenKeepsOnePlan(t *testing.T) {
 			defer l.Close()
 			ctx := t.Context()
 			for range 8 {
-				var acqs []*acquireCall
-				for range 3 {
-					acqs = append(acqs, &acquireCall{in: &ledger.AcquireParams{Identity: benchIdentity(), AttemptID: uuid.NewString()}})
-				}
-				l.acquireBatch(ctx, acqs)
-				var comps []*completeCall
-				for _, a := range acqs {
-					if a.err != nil {
-						t.Fatal(a.err)
-					}
-					comps = append(comps, &completeCall{in: &ledger.CompleteParams{Fence: ledger.Fence{RunID: a.out.Run.ID, Attempt: a.out.Run.Attempt, AttemptID: a.out.Run.AttemptID}}})
-				}
-				l.completeBatch(ctx, comps)
-				for _, c := range comps {
-					if c.err != nil {
-						t.Fatal(c.err)
-					}
-				}
+				batchRound(t, l, benchIdentity(), benchIdentity(), benchIdentity())
 			}
 			if _, err := l.Sweep(ctx, &ledger.SweepParams{}); err != nil {
 				t.Fatal(err)
