@@ -19,23 +19,31 @@ import (
 // a tracer that counts its statements.
 func oneLane(t *testing.T) (*Ledger, *countingTracer) {
 	t.Helper()
+	tracer := &countingTracer{}
+	return tracedLedger(t, tracer, Options{Batches: 1}), tracer
+}
+
+// tracedLedger opens a ledger with opts over a fresh schema, on a pool of its own whose
+// connections report their statements to tracer.
+func tracedLedger(t *testing.T, tracer pgx.QueryTracer, opts Options) *Ledger {
+	t.Helper()
 	dsn := testDSN(t)
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tracer := &countingTracer{}
 	cfg.ConnConfig.Tracer = tracer
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	l, err := New(t.Context(), pool, &Options{Schema: newSchema(t, dsn), Batches: 1})
+	opts.Schema = newSchema(t, dsn)
+	l, err := New(t.Context(), pool, &opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l, tracer
+	return l
 }
 
 // hold runs stmt in a transaction left open, then starts call, which is to wait for

@@ -155,23 +155,9 @@ func batchRound(t *testing.T, l *Ledger, ids ...ledger.Identity) {
 // and an effect each, analyzed, on a pool whose statements tracer records.
 func plannedLedger(t *testing.T) (*Ledger, *pgxpool.Pool, *recordingTracer) {
 	t.Helper()
-	dsn := testDSN(t)
-	schema := newSchema(t, dsn)
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tracer := &recordingTracer{}
-	cfg.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	l, err := New(t.Context(), pool, &Options{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := tracedLedger(t, tracer, Options{})
+	pool, schema := l.pool, l.Schema()
 	ctx := t.Context()
 	runs := pgx.Identifier{schema, "runs"}.Sanitize()
 	events := pgx.Identifier{schema, "run_events"}.Sanitize()
