@@ -24,7 +24,7 @@ func oneLane(t *testing.T) (*Ledger, *countingTracer) {
 }
 
 // tracedLedger opens a ledger with opts over a fresh schema, on a pool of its own whose
-// connections report their statements to tracer.
+// connections are Open's (ConfigureConn) and report their statements to tracer.
 func tracedLedger(t *testing.T, tracer pgx.QueryTracer, opts Options) *Ledger {
 	t.Helper()
 	dsn := testDSN(t)
@@ -32,6 +32,7 @@ func tracedLedger(t *testing.T, tracer pgx.QueryTracer, opts Options) *Ledger {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ConfigureConn(cfg.ConnConfig)
 	cfg.ConnConfig.Tracer = tracer
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {

@@ -14,13 +14,13 @@
 // default of 4 throttles an ingress at a quarter of its rate. Set pool_max_conns to fit
 // the server's max_connections across every process.
 //
-// Open's connections also set plan_cache_mode to force_generic_plan, unless the DSN sets
-// it (plan_cache_mode=auto, or in options): each statement is planned once per
-// connection and that plan kept. Every statement about given runs finds each by its
-// primary key, whatever its arguments, so one plan serves all of them. Under auto, the
-// server can plan a batched statement anew at every execution, because a plan made for
-// the batch's actual length looks cheaper than the generic one, and that planning costs
-// more than running the statement.
+// Open's connections also plan the ledger's statements as they are written, unless the
+// DSN chooses otherwise (ConfigureConn): each statement is planned once per connection and
+// that plan kept (plan_cache_mode=force_generic_plan), and reads by an index
+// (enable_seqscan, enable_hashjoin and enable_mergejoin off). Every statement about given
+// runs finds each by its primary key, whatever its arguments and however large the
+// planner believes the tables, so one plan serves all of them. A pool passed to New
+// should be configured the same way.
 //
 // # Guarantees
 //

@@ -124,9 +124,9 @@ type Ledger struct {
 var _ ledger.Ledger = (*Ledger)(nil)
 
 // New returns a ledger over pool, applying the migrations first unless opts.NoMigrate. The
-// pool stays the caller's: Close does not close it. Open's pool sets plan_cache_mode to
-// force_generic_plan on its connections (see the package doc); a caller's pool should
-// too.
+// pool stays the caller's: Close does not close it. Open's pool plans the ledger's
+// statements as they are written (ConfigureConn); a caller's pool should too: call
+// ConfigureConn on its ConnConfig before creating it.
 func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Ledger, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: New needs a pool")
@@ -169,9 +169,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Ledger, error) {
 	if !setsPoolMaxConns(dsn) {
 		cfg.MaxConns = cmp.Or(o.MaxConns, DefaultMaxConns)
 	}
-	if !setsPlanCacheMode(cfg.ConnConfig.RuntimeParams) {
-		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	}
+	ConfigureConn(cfg.ConnConfig)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, interpretError("connect", err)
@@ -197,11 +195,45 @@ func setsPoolMaxConns(dsn string) bool {
 	return keyValueMaxConns.MatchString(dsn)
 }
 
-// setsPlanCacheMode reports whether a connection's settings choose plan_cache_mode,
-// as a parameter of its own or in options.
-func setsPlanCacheMode(params map[string]string) bool {
-	_, set := params["plan_cache_mode"]
-	return set || strings.Contains(params["options"], "plan_cache_mode")
+// ConfigureConn sets the server settings under which the ledger's statements are planned
+// as they are written, each unless cfg already sets it (as a parameter of its own or in
+// options); Open's connections take them. They are:
+//
+//   - plan_cache_mode=force_generic_plan: each statement is planned once per connection,
+//     and that plan kept. Every statement about given runs finds each by its primary key,
+//     whatever its arguments, so one plan serves all of them. Under auto, the server can
+//     plan a batched statement anew at every execution, because a plan made for the
+//     batch's actual length looks cheaper than the generic one, and that planning costs
+//     more than running the statement.
+//   - enable_seqscan, enable_hashjoin and enable_mergejoin off: every statement reads by
+//     an index, probing the primary key once per run it is about. The planner would
+//     choose otherwise where it believes a table small, a belief that a kept plan keeps
+//     while the table grows: on a new ledger, whose tables were never analysed (the
+//     planner takes each for ten pages), a batched statement joined its runs by a hash
+//     over a sequential scan of every run, and read the whole table at every execution
+//     until autovacuum's first ANALYZE. A statement with no index to use still runs, by
+//     a sequential scan.
+func ConfigureConn(cfg *pgx.ConnConfig) {
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	for _, s := range [...]struct{ name, value string }{
+		{"plan_cache_mode", "force_generic_plan"},
+		{"enable_seqscan", "off"},
+		{"enable_hashjoin", "off"},
+		{"enable_mergejoin", "off"},
+	} {
+		if !setsParam(cfg.RuntimeParams, s.name) {
+			cfg.RuntimeParams[s.name] = s.value
+		}
+	}
+}
+
+// setsParam reports whether a connection's settings choose the server setting name, as
+// a parameter of its own or in options.
+func setsParam(params map[string]string, name string) bool {
+	_, set := params[name]
+	return set || strings.Contains(params["options"], name)
 }
 
 // keyValueMaxConns matches pool_max_conns in a key=value DSN.
