@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
@@ -56,4 +57,46 @@ func BenchmarkWorkerCallsVsChain(b *testing.B) {
 			b.ReportMetric(rates["worker"]/rates["chain"], "worker/chain")
 		})
 	}
+}
+
+// BenchmarkNewLedgerGrows runs a worker's two ledger calls for b.N new runs (Acquire,
+// then Complete) at 8 goroutines on a new ledger, in four quarters one after another,
+// and reports each quarter's jobs/s and the last's over the first's. Its tables are never
+// analysed while it runs (autovacuum's first round comes within a minute): a statement
+// whose kept plan reads the whole runs table slows as the table grows, and the ratio
+// shows it (TestStatementsFindARunByItsKey's new ledger). Run it with -benchtime 32000x.
+func BenchmarkNewLedgerGrows(b *testing.B) {
+	l := openTest(b, nil)
+	ctx := b.Context()
+	job := func() error {
+		res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: benchIdentity(), AttemptID: uuid.NewString(), Lease: time.Minute})
+		if err != nil {
+			return err
+		}
+		_, err = l.Complete(ctx, &ledger.CompleteParams{Fence: ledger.Fence{RunID: res.Run.ID, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}})
+		return err
+	}
+	const goroutines = 8
+	var rates [4]float64
+	for q := range rates {
+		n := b.N / len(rates) / goroutines
+		var g errgroup.Group
+		start := time.Now()
+		for range goroutines {
+			g.Go(func() error {
+				for range n {
+					if err := job(); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		rates[q] = float64(n*goroutines) / time.Since(start).Seconds()
+		b.ReportMetric(rates[q], fmt.Sprintf("quarter%d-jobs/s", q+1))
+	}
+	b.ReportMetric(rates[3]/rates[0], "last/first")
 }
