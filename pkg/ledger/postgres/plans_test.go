@@ -71,10 +71,10 @@ func TestStatementsFindARunByItsKey(t *testing.T) {
 	t.Parallel()
 	for _, state := range []struct {
 		name string
-		fill func(t *testing.T, l *Ledger)
+		fill func(testing.TB, *Ledger)
 	}{
 		{"with history", fillHistory},
-		{"new", func(*testing.T, *Ledger) {}},
+		{"new", func(testing.TB, *Ledger) {}},
 	} {
 		t.Run(state.name, func(t *testing.T) {
 			t.Parallel()
@@ -189,7 +189,7 @@ func plannedLedger(t *testing.T) (*Ledger, *pgxpool.Pool, *recordingTracer) {
 
 // fillHistory writes 20,000 finished runs into l, with their histories and an effect
 // each, and analyses its tables.
-func fillHistory(t *testing.T, l *Ledger) {
+func fillHistory(t testing.TB, l *Ledger) {
 	t.Helper()
 	runs, events, effects := l.tables()
 	for _, sql := range []string{
@@ -210,8 +210,22 @@ func fillHistory(t *testing.T, l *Ledger) {
 	analyse(t, l)
 }
 
+// sweptEmpty fills l as fillHistory does, deletes every record, as a sweep does when
+// all have expired, and analyses the tables, whose pages remain.
+func sweptEmpty(t testing.TB, l *Ledger) {
+	t.Helper()
+	fillHistory(t, l)
+	runs, events, effects := l.tables()
+	for _, table := range []string{runs, events, effects} {
+		if _, err := l.pool.Exec(t.Context(), `DELETE FROM `+table); err != nil {
+			t.Fatal(err)
+		}
+	}
+	analyse(t, l)
+}
+
 // analyse runs ANALYZE on l's tables.
-func analyse(t *testing.T, l *Ledger) {
+func analyse(t testing.TB, l *Ledger) {
 	t.Helper()
 	runs, events, effects := l.tables()
 	for _, table := range []string{runs, events, effects} {
