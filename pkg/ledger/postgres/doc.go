@@ -89,11 +89,12 @@
 //	     created_at, updated_at, completed_at, expire_at, took_over, result, progress)
 //	  runs_rescue_idx    ON runs (deadline) WHERE status IN ('queued', 'running')
 //	  runs_expire_at_idx ON runs (expire_at)
-//	  runs_created_idx ON runs (created_at DESC, run_id DESC)
-//	  runs_status_updated_idx ON runs (status, updated_at DESC, run_id DESC)
+//	  runs_created_idx ON runs (created_at DESC, run_id COLLATE "C" DESC)
+//	  runs_status_updated_idx ON runs (status, updated_at DESC, run_id COLLATE "C" DESC)
 //	                     the operators' listing, newest first: two indexes serve every
 //	                     filter (migration 00007), since each index costs every
-//	                     transition a write
+//	                     transition a write; the run ID in the C collation, so that
+//	                     only the primary key finds a run by its ID (migration 00009)
 //	effects(effect_key text PRIMARY KEY, run_id, name, status, attempt, ref,
 //	        created_at, updated_at, done_at, expire_at)
 //	  effects_expire_at_idx ON effects (expire_at)

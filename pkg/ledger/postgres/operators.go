@@ -103,6 +103,11 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 	return driver.Page(p, out, size), nil
 }
 
+// listID is the listing's tie-breaker, the run ID as its indexes hold it (migration
+// 00009): in the C collation, which nothing but the listing uses, so that only the
+// primary key can find a run by its ID.
+const listID = `run_id COLLATE "C"`
+
 // listQuery is List's statement and its arguments: at most limit runs after pos. A
 // listing by update time with no status is one scan of runs_status_updated_idx per
 // status, each limited, merged (a MergeAppend) and limited again: no index orders all
@@ -133,10 +138,10 @@ func (l *Ledger) listQuery(p *ledger.ListParams, pos driver.Position, limit int)
 		add(col+" < ?", driver.Micros(before))
 	}
 	if pos.RunID != "" {
-		add("("+col+", run_id) < (?, ?)", pos.At, pos.RunID)
+		add("("+col+", "+listID+") < (?, ?)", pos.At, pos.RunID)
 	}
 	args = append(args, limit)
-	order := fmt.Sprintf(" ORDER BY %s DESC, run_id DESC LIMIT $%d", col, len(args))
+	order := fmt.Sprintf(" ORDER BY %s DESC, %s DESC LIMIT $%d", col, listID, len(args))
 	selectWhere := func(conds []string) string {
 		if len(conds) == 0 {
 			return l.q.listRuns

@@ -48,6 +48,18 @@ import (
 // runs_rescue_idx holds only queued and running runs); to find the one run it then reads
 // every entry of that status, live or dead, so that each worker call cost more as the
 // backlog grew and as finished runs awaited vacuum (TestStatementsFindARunByItsKey).
+//
+// Nor may the statistics choose another way to a run. On tables analysed while empty, or
+// emptied by a sweep, every index looks alike to the planner, and a plan made then is
+// kept as the table grows:
+//
+//   - The listing's indexes end with the run ID in the C collation (migration 00009),
+//     which no statement here compares in, so that the ID cannot be a condition on them.
+//   - A batched statement also tests r.run_id = ANY($2), the batch's IDs: its join to
+//     the batch read the whole primary key as the outer side otherwise.
+//   - A worker claim's INSERT of an absent run leaves an existing one to its ON CONFLICT
+//     DO NOTHING (which probes the key), with no NOT EXISTS probe: that one needs only
+//     the ID, which an index-only scan of any index holding it can answer, whole.
 const (
 	runCols = `run_id, namespace, job, run_key, schedule_time, payload_hash, payload, status, attempt,
 	attempt_id, deadline, not_before, attempts_made, last_error, created_at, updated_at,
@@ -189,7 +201,7 @@ WITH up AS (
 	INSERT INTO {runs} AS r ({newRunCols})
 	SELECT $2::text, $8::text, $9::text, $10::text, $11::timestamptz, $3::text, $12::bytea,
 		'running', 1, $4::text, {now} + {us5}, 0, '', {now}, {now}, {now} + {us5} + {us6}
-	WHERE NOT $13::boolean AND NOT EXISTS (SELECT 1 FROM {runs} v WHERE v.run_id = $2::text)
+	WHERE NOT $13::boolean
 	ON CONFLICT (run_id) DO NOTHING
 	RETURNING {r.runCols}
 ), taken AS (
@@ -203,7 +215,8 @@ SELECT true, *, {now} FROM taken`
 // statement: $1 the callers' Now, $2 run IDs, $3 payload hashes, $4 attempt IDs, $5
 // leases and $6 retentions (µs), $7 workers, $8 namespaces, $9 jobs, $10 keys, $11
 // schedule times, $12 payloads, $13 not to be created here. It returns the runs it took
-// or created; Acquire decides the others one by one.
+// or created; Acquire decides the others one by one. A run the UPDATE took conflicts with
+// the INSERT (whichever runs first), which then does nothing, as on a run that exists.
 const acquireQueuedBatchSQL = `
 WITH i AS (
 	SELECT t.*, coalesce(t.at, now()) AS now
@@ -216,7 +229,7 @@ WITH i AS (
 		deadline = i.now + {us:lease}, not_before = NULL, updated_at = i.now,
 		expire_at = i.now + {us:lease} + {us:retention}, took_over = false
 	FROM i
-	WHERE r.run_id = i.run_id AND r.payload_hash = i.payload_hash AND {r.status} = 'queued'
+	WHERE r.run_id = i.run_id AND r.run_id = ANY($2::text[]) AND r.payload_hash = i.payload_hash AND {r.status} = 'queued'
 		AND (r.not_before IS NULL OR r.not_before <= i.now)
 	RETURNING {r.runCols}
 ), ins AS (
@@ -224,7 +237,7 @@ WITH i AS (
 	SELECT i.run_id, i.namespace, i.job, i.run_key, i.schedule_time, i.payload_hash, i.payload,
 		'running', 1, i.attempt_id, i.now + {us:lease}, 0, '', i.now, i.now, i.now + {us:lease} + {us:retention}
 	FROM i
-	WHERE NOT i.no_create AND NOT EXISTS (SELECT 1 FROM {runs} v WHERE v.run_id = i.run_id)
+	WHERE NOT i.no_create
 	ON CONFLICT (run_id) DO NOTHING
 	RETURNING {r.runCols}
 ), taken AS (
@@ -250,7 +263,7 @@ WITH i AS (
 		deadline = NULL, not_before = NULL, completed_at = i.now, updated_at = i.now,
 		expire_at = i.now + {us:retention}
 	FROM i
-	WHERE r.run_id = i.run_id AND {r.status} = 'running' AND r.attempt = i.attempt AND r.attempt_id = i.attempt_id
+	WHERE r.run_id = i.run_id AND r.run_id = ANY($2::text[]) AND {r.status} = 'running' AND r.attempt = i.attempt AND r.attempt_id = i.attempt_id
 	RETURNING {r.runCols}, i.now
 ), ev AS (
 	INSERT INTO {events} (run_id, at, kind, attempt, text) SELECT run_id, now, 'completed', attempt, '' FROM up
