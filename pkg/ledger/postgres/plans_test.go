@@ -211,6 +211,13 @@ func plannedLedger(t *testing.T) (*Ledger, *pgxpool.Pool, *recordingTracer) {
 // each, and analyses its tables.
 func fillHistory(t testing.TB, l *Ledger) {
 	t.Helper()
+	writeHistory(t, l)
+	analyse(t, l)
+}
+
+// writeHistory writes fillHistory's runs, histories and effects into l.
+func writeHistory(t testing.TB, l *Ledger) {
+	t.Helper()
 	runs, events, effects := l.tables()
 	for _, sql := range []string{
 		`INSERT INTO ` + runs + ` (run_id, namespace, job, run_key, payload_hash, status,
@@ -227,14 +234,13 @@ func fillHistory(t testing.TB, l *Ledger) {
 			t.Fatal(err)
 		}
 	}
-	analyse(t, l)
 }
 
-// sweptEmpty fills l as fillHistory does, deletes every record, as a sweep does when
-// all have expired, and analyses the tables, whose pages remain.
+// sweptEmpty writes fillHistory's records into l, deletes every one, as a sweep does
+// when all have expired, and analyses the tables, whose pages remain.
 func sweptEmpty(t testing.TB, l *Ledger) {
 	t.Helper()
-	fillHistory(t, l)
+	writeHistory(t, l)
 	runs, events, effects := l.tables()
 	for _, table := range []string{runs, events, effects} {
 		if _, err := l.pool.Exec(t.Context(), `DELETE FROM `+table); err != nil {

@@ -78,7 +78,7 @@ func BenchmarkNewLedgerGrows(b *testing.B) {
 		fill func(testing.TB, *Ledger)
 	}{
 		{"never-analysed", func(testing.TB, *Ledger) {}},
-		{"analysed-empty", analyse},
+		{"analysed-empty", emptyAnalysed},
 		{"swept-empty", sweptEmpty},
 	} {
 		b.Run(state.name, func(b *testing.B) {
