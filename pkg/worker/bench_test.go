@@ -152,3 +152,27 @@ func BenchmarkNoopJobs(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkProcess is the worker's own cost of a delivery, on the in-memory ledger: b.N
+// deliveries of new runs of a no-op job, processed one after another with Process (no
+// queue), with allocations reported.
+func BenchmarkProcess(b *testing.B) {
+	mux := worker.NewMux()
+	mux.HandleFunc("noop", func(context.Context, *worker.Job) error { return nil })
+	w, err := worker.New(&worker.Config{Ledger: memory.New(nil), Handler: mux, Lease: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(w.CancelJobs)
+	msgs := make([]*queue.Message, b.N)
+	for i := range msgs {
+		msgs[i] = message("noop", fmt.Sprint("k", i), "")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for _, m := range msgs {
+		if v := w.Process(b.Context(), &queue.Delivery{Message: m, PublishTime: time.Now()}); v.Outcome != worker.OutcomeCompleted {
+			b.Fatalf("outcome %s", v.Outcome)
+		}
+	}
+}

@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"sync"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -15,11 +17,30 @@ type metrics struct {
 	rescues        metric.Int64Counter
 	nackedHeld     metric.Int64Counter
 	batchItems     metric.Int64Counter
+
+	// The options of the bounded attributes (a registered job's name, an outcome, a
+	// reason), each made once: building an attribute set sorts and hashes it, and
+	// allocates, on every delivery otherwise.
+	jobs, outcomes, reasons attrs
+}
+
+// attrs holds one measurement option per value of an attribute.
+type attrs struct {
+	key  string
+	opts sync.Map // value → metric.MeasurementOption
+}
+
+func (a *attrs) option(v string) metric.MeasurementOption {
+	if o, ok := a.opts.Load(v); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o, _ := a.opts.LoadOrStore(v, metric.WithAttributeSet(attribute.NewSet(attribute.String(a.key, v))))
+	return o.(metric.MeasurementOption)
 }
 
 func newMetrics(m metric.Meter) (*metrics, error) {
 	var (
-		out metrics
+		out = metrics{jobs: attrs{key: "job"}, outcomes: attrs{key: "outcome"}, reasons: attrs{key: "reason"}}
 		err error
 		e   error
 	)
@@ -46,17 +67,11 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 	return &out, err
 }
 
-func (m *metrics) outcome(o string) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("outcome", o))
-}
+func (m *metrics) outcome(o string) metric.MeasurementOption { return m.outcomes.option(o) }
 
-func (m *metrics) job(name string) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("job", name))
-}
+func (m *metrics) job(name string) metric.MeasurementOption { return m.jobs.option(name) }
 
-func (m *metrics) reason(r string) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("reason", r))
-}
+func (m *metrics) reason(r string) metric.MeasurementOption { return m.reasons.option(r) }
 
 func (m *metrics) batch(job, batch, outcome string) metric.MeasurementOption {
 	return metric.WithAttributes(attribute.String("job", job), attribute.String("batch", batch), attribute.String("outcome", outcome))
