@@ -9,41 +9,21 @@ import (
 	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
-// List implements ledger.Ledger: one indexed query (migration 0003's runs_*_created and
-// runs_*_updated indexes), newest first, keyset-paginated on (time, run_id).
+// List implements ledger.Ledger: one query over the listing's indexes (migration 0006
+// says which serves what), newest first, keyset-paginated on (time, run_id); the payload
+// and the history are not read.
 func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
 	size, pos, err := driver.ValidateList(p)
 	if err != nil {
 		return nil, err
 	}
-	col, after, before := p.TimeRange()
-	var where []string
-	var args []any
-	add := func(cond string, v ...any) { where = append(where, cond); args = append(args, v...) }
-	if p.Status != "" {
-		add("status = ?", string(p.Status))
+	sorted := false
+	if p.Status != "" && !p.ByUpdated() {
+		if sorted, err = l.fewOfStatus(ctx, p.Status); err != nil {
+			return nil, fmt.Errorf("sqlite: list runs: count runs %s: %w", p.Status, interpret(err))
+		}
 	}
-	if p.Job != "" {
-		add("job = ?", p.Job)
-	}
-	if p.Namespace != "" {
-		add("namespace = ?", p.Namespace)
-	}
-	if !after.IsZero() {
-		add(col+" >= ?", micros(driver.Micros(after)))
-	}
-	if !before.IsZero() {
-		add(col+" < ?", micros(driver.Micros(before)))
-	}
-	if pos.RunID != "" {
-		add("("+col+", run_id) < (?, ?)", micros(pos.At), pos.RunID)
-	}
-	q := "SELECT " + listColumns + " FROM runs"
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	q += " ORDER BY " + col + " DESC, run_id DESC LIMIT ?"
-	args = append(args, size+1)
+	q, args := listQuery(p, pos, size+1, sorted)
 	rows, err := l.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list runs: %w", interpret(err))
@@ -97,4 +77,77 @@ func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) (
 		}
 	}
 	return out, nil
+}
+
+// listSortMax is the most runs of one status that List sorts by creation time (read by
+// runs_status_updated); a status with more is listed by a filtered scan of runs_created
+// instead, which finds a page among them soon. SQLite has no statistics to choose with.
+const listSortMax = 10_000
+
+// fewOfStatus reports whether at most listSortMax runs have status st, counting at most
+// one more (an index-only range of runs_status_updated).
+func (l *Ledger) fewOfStatus(ctx context.Context, st ledger.Status) (bool, error) {
+	var n int
+	err := l.db.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM runs INDEXED BY runs_status_updated
+		WHERE status = ? LIMIT ?)`, string(st), listSortMax+1).Scan(&n)
+	return n <= listSortMax, err
+}
+
+// listQuery is List's query and its arguments: at most limit runs after pos. Each shape
+// names the index it reads (INDEXED BY), so that the plan does not rest on SQLite's
+// guesses without statistics; sorted says that a listing of one status by creation time
+// reads that status's rows of runs_status_updated and sorts them (there are few), not
+// runs_created. A listing by update time with no status is one scan of
+// runs_status_updated per status, each limited, merged and limited again: no index orders
+// all runs by update time.
+func listQuery(p *ledger.ListParams, pos driver.Position, limit int, sorted bool) (string, []any) {
+	col, after, before := p.TimeRange()
+	var (
+		where []string
+		args  []any
+	)
+	add := func(cond string, v ...any) { where = append(where, cond); args = append(args, v...) }
+	if p.Job != "" {
+		add("job = ?", p.Job)
+	}
+	if p.Namespace != "" {
+		add("namespace = ?", p.Namespace)
+	}
+	if !after.IsZero() {
+		add(col+" >= ?", micros(driver.Micros(after)))
+	}
+	if !before.IsZero() {
+		add(col+" < ?", micros(driver.Micros(before)))
+	}
+	if pos.RunID != "" {
+		add("("+col+", run_id) < (?, ?)", micros(pos.At), pos.RunID)
+	}
+	order := " ORDER BY " + col + " DESC, run_id DESC LIMIT ?"
+	selectWhere := func(index string, conds []string) string {
+		q := "SELECT " + listColumns + " FROM runs INDEXED BY " + index
+		if len(conds) > 0 {
+			q += " WHERE " + strings.Join(conds, " AND ")
+		}
+		return q
+	}
+	switch {
+	case p.Status == "" && !p.ByUpdated():
+		return selectWhere("runs_created", where) + order, append(args, limit)
+	case p.Status != "":
+		index := "runs_status_updated"
+		if !p.ByUpdated() && !sorted {
+			index = "runs_created"
+		}
+		conds := append([]string{"status = ?"}, where...)
+		return selectWhere(index, conds) + order, append(append([]any{string(p.Status)}, args...), limit)
+	}
+	var (
+		scans   []string
+		allArgs []any
+	)
+	for _, st := range ledger.Statuses() {
+		scans = append(scans, "SELECT * FROM ("+selectWhere("runs_status_updated", append([]string{"status = ?"}, where...))+order+")")
+		allArgs = append(append(append(allArgs, string(st)), args...), limit)
+	}
+	return "SELECT * FROM (" + strings.Join(scans, " UNION ALL ") + ")" + order, append(allArgs, limit)
 }
