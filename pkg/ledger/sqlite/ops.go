@@ -17,13 +17,10 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 	if err != nil {
 		return nil, err
 	}
-	sorted := false
-	if p.Status != "" && !p.ByUpdated() {
-		if sorted, err = l.fewOfStatus(ctx, p.Status); err != nil {
-			return nil, fmt.Errorf("sqlite: list runs: count runs %s: %w", p.Status, interpret(err))
-		}
+	q, args, err := l.listQuery(ctx, p, pos, size+1)
+	if err != nil {
+		return nil, err
 	}
-	q, args := listQuery(p, pos, size+1, sorted)
 	rows, err := l.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list runs: %w", interpret(err))
@@ -95,12 +92,19 @@ func (l *Ledger) fewOfStatus(ctx context.Context, st ledger.Status) (bool, error
 
 // listQuery is List's query and its arguments: at most limit runs after pos. Each shape
 // names the index it reads (INDEXED BY), so that the plan does not rest on SQLite's
-// guesses without statistics; sorted says that a listing of one status by creation time
-// reads that status's rows of runs_status_updated and sorts them (there are few), not
-// runs_created. A listing by update time with no status is one scan of
-// runs_status_updated per status, each limited, merged and limited again: no index orders
-// all runs by update time.
-func listQuery(p *ledger.ListParams, pos driver.Position, limit int, sorted bool) (string, []any) {
+// guesses without statistics. A listing of one status by creation time reads that
+// status's rows of runs_status_updated and sorts them when there are few
+// (fewOfStatus), runs_created otherwise. A listing by update time with no status is one
+// scan of runs_status_updated per status, each limited, merged and limited again: no
+// index orders all runs by update time.
+func (l *Ledger) listQuery(ctx context.Context, p *ledger.ListParams, pos driver.Position, limit int) (string, []any, error) {
+	sorted := false
+	if p.Status != "" && !p.ByUpdated() {
+		var err error
+		if sorted, err = l.fewOfStatus(ctx, p.Status); err != nil {
+			return "", nil, fmt.Errorf("sqlite: list runs: count runs %s: %w", p.Status, interpret(err))
+		}
+	}
 	col, after, before := p.TimeRange()
 	var (
 		where []string
@@ -132,14 +136,14 @@ func listQuery(p *ledger.ListParams, pos driver.Position, limit int, sorted bool
 	}
 	switch {
 	case p.Status == "" && !p.ByUpdated():
-		return selectWhere("runs_created", where) + order, append(args, limit)
+		return selectWhere("runs_created", where) + order, append(args, limit), nil
 	case p.Status != "":
 		index := "runs_status_updated"
 		if !p.ByUpdated() && !sorted {
 			index = "runs_created"
 		}
 		conds := append([]string{"status = ?"}, where...)
-		return selectWhere(index, conds) + order, append(append([]any{string(p.Status)}, args...), limit)
+		return selectWhere(index, conds) + order, append(append([]any{string(p.Status)}, args...), limit), nil
 	}
 	var (
 		scans   []string
@@ -149,5 +153,5 @@ func listQuery(p *ledger.ListParams, pos driver.Position, limit int, sorted bool
 		scans = append(scans, "SELECT * FROM ("+selectWhere("runs_status_updated", append([]string{"status = ?"}, where...))+order+")")
 		allArgs = append(append(append(allArgs, string(st)), args...), limit)
 	}
-	return "SELECT * FROM (" + strings.Join(scans, " UNION ALL ") + ")" + order, append(allArgs, limit)
+	return "SELECT * FROM (" + strings.Join(scans, " UNION ALL ") + ")" + order, append(allArgs, limit), nil
 }
