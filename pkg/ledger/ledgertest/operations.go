@@ -410,7 +410,8 @@ func testHistoryBounded(t *testing.T, h Harness) {
 	id := newRunID()
 	f.claim(id)
 	long := strings.Repeat("é", ledger.MaxEventText) // 2 bytes a rune: cut on a rune boundary
-	for i := 0; i < ledger.MaxHistory/2+3; i++ {
+	const cycles = ledger.MaxHistory/2 + 3
+	for i := 0; i < cycles; i++ {
 		r := f.hold(id, longLease)
 		if _, err := f.l.Release(f.ctx, &ledger.ReleaseParams{Fence: fence(r), Error: long}); err != nil {
 			t.Fatal(err)
@@ -419,6 +420,19 @@ func testHistoryBounded(t *testing.T, h Harness) {
 	hist := f.get(id).History
 	if len(hist) != ledger.MaxHistory {
 		t.Fatalf("history holds %d events, want the latest %d", len(hist), ledger.MaxHistory)
+	}
+	// The claim's event and 2 a cycle (started, released): the oldest of those kept is the
+	// started of the attempt that follows the dropped ones.
+	first := int64(cycles - ledger.MaxHistory/2 + 1)
+	for i, e := range hist {
+		kind, attempt := ledger.EventStarted, first+int64(i/2)
+		if i%2 == 1 {
+			kind = ledger.EventReleased
+		}
+		if e.Kind != kind || e.Attempt != attempt {
+			t.Fatalf("event %d of the history is %s of attempt %d, want %s of attempt %d: the latest %d in order",
+				i, e.Kind, e.Attempt, kind, attempt, ledger.MaxHistory)
+		}
 	}
 	last := hist[len(hist)-1]
 	if last.Kind != ledger.EventReleased || len(last.Text) > ledger.MaxEventText || !strings.HasPrefix(long, last.Text) || !utf8Valid(last.Text) {
