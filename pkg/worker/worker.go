@@ -557,36 +557,46 @@ func (w *Worker) call(ctx context.Context, j *Job) (err error) {
 // armed again for what is left. f runs on the timer's call, never within at, so a
 // caller may hold a lock f takes. The returned stop prevents the call.
 func (w *Worker) at(t time.Time, f func()) (stop func()) {
-	var (
-		mu      sync.Mutex
-		stopped bool
-		cur     func() bool
-	)
-	var fire func()
-	fire = func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		if left := t.Sub(w.cfg.Now()); left > 0 {
-			cur = w.cfg.AfterFunc(left, fire)
-			mu.Unlock()
-			return
-		}
-		stopped = true
-		mu.Unlock()
-		f()
+	c := &timedCall{w: w, t: t, f: f}
+	c.mu.Lock()
+	c.cur = w.cfg.AfterFunc(max(t.Sub(w.cfg.Now()), 0), c.fire)
+	c.mu.Unlock()
+	return c.stop
+}
+
+// timedCall is one call of at, in one allocation rather than one per variable its
+// closures would share (at runs three times a job).
+type timedCall struct {
+	w *Worker
+	t time.Time
+	f func()
+
+	mu      sync.Mutex
+	stopped bool
+	cur     func() bool // stops the timer armed last
+}
+
+func (c *timedCall) fire() {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return
 	}
-	mu.Lock()
-	cur = w.cfg.AfterFunc(max(t.Sub(w.cfg.Now()), 0), fire)
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		cur()
+	if left := c.t.Sub(c.w.cfg.Now()); left > 0 {
+		c.cur = c.w.cfg.AfterFunc(left, c.fire)
+		c.mu.Unlock()
+		return
 	}
+	c.stopped = true
+	c.mu.Unlock()
+	c.f()
+}
+
+func (c *timedCall) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopped = true
+	c.cur()
 }
 
 // keeper renews an attempt's lease every third of it, by Config.Now, until stopped. A
