@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/runonce/runonce/pkg/ledger"
@@ -134,6 +135,8 @@ func (l *Ledger) listQuery(ctx context.Context, p *ledger.ListParams, pos driver
 		}
 		return q
 	}
+	// byStatus is the filters of one status's rows, its argument first.
+	byStatus := append([]string{"status = ?"}, where...)
 	switch {
 	case p.Status == "" && !p.ByUpdated():
 		return selectWhere("runs_created", where) + order, append(args, limit), nil
@@ -142,16 +145,15 @@ func (l *Ledger) listQuery(ctx context.Context, p *ledger.ListParams, pos driver
 		if !p.ByUpdated() && !sorted {
 			index = "runs_created"
 		}
-		conds := append([]string{"status = ?"}, where...)
-		return selectWhere(index, conds) + order, append(append([]any{string(p.Status)}, args...), limit), nil
+		return selectWhere(index, byStatus) + order, append(append([]any{string(p.Status)}, args...), limit), nil
 	}
-	var (
-		scans   []string
-		allArgs []any
-	)
-	for _, st := range ledger.Statuses() {
-		scans = append(scans, "SELECT * FROM ("+selectWhere("runs_status_updated", append([]string{"status = ?"}, where...))+order+")")
+	// The same limited scan for each status, merged.
+	scan := "SELECT * FROM (" + selectWhere("runs_status_updated", byStatus) + order + ")"
+	statuses := ledger.Statuses()
+	var allArgs []any
+	for _, st := range statuses {
 		allArgs = append(append(append(allArgs, string(st)), args...), limit)
 	}
-	return "SELECT * FROM (" + strings.Join(scans, " UNION ALL ") + ")" + order, append(allArgs, limit), nil
+	return "SELECT * FROM (" + strings.Join(slices.Repeat([]string{scan}, len(statuses)), " UNION ALL ") + ")" + order,
+		append(allArgs, limit), nil
 }
