@@ -24,9 +24,12 @@
 //
 // # Guarantees
 //
-// Every transition is one SQL statement, so one round trip to the database, with no
-// client-side transaction: the ingress claim, the worker claim of a queued run, renew,
-// complete, release, fail, expedite, rescue and both effect writes. A worker claim's
+// Every transition that applies is one SQL statement, so one round trip to the database,
+// with no client-side transaction: the ingress claim, the worker claim of a queued run,
+// renew, complete, release, fail, expedite, rescue and both effect writes. When a fenced
+// transition does not apply (a repeat, a lost lease), a second statement reads the run
+// for the verdict: the statement that writes does not carry that read, which every
+// execution would pay to start. A worker claim's
 // statement takes a queued run with a conditional UPDATE (the usual case, cheaper than an
 // upsert) or creates an absent one with an INSERT … ON CONFLICT DO NOTHING (the
 // statement carries the payload for that, so a run whose payload is over 8 KiB is
@@ -60,11 +63,11 @@
 // second call for a run already in the batch) is decided alone with the statements
 // above, so that every answer is the one it would have been unbatched.
 //
-// Each statement is conditional on the
-// record it changes (the fence: status, attempt number and attempt ID), and the rows it
-// returns say what happened; when it changed nothing, it returns the record as it stands
-// (read under a row lock, so that it is the latest committed version, not the statement's
-// snapshot), and the verdict — an idempotent repeat, ErrLeaseLost with what the record
+// Each statement is conditional on the record it changes (the fence: status, attempt
+// number and attempt ID), and the rows it returns say what happened; when it changed
+// nothing, the record as it stands is read (under a row lock, so that it is the latest
+// committed version, not a snapshot's: by the worker claim's upsert, or by the fenced
+// transitions' second statement), and the verdict — an idempotent repeat, ErrLeaseLost with what the record
 // holds, Held until …, Terminal — is taken by the pure rules of package ledger
 // (driver.ApplyComplete and friends) over that record, so the two cannot disagree.
 //

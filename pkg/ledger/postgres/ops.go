@@ -382,27 +382,31 @@ func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Ru
 		})
 }
 
-// fenced runs a conditional UPDATE of one run whose answer is (written, run columns, now):
-// the updated run, or the run as it stands (locked) when the condition failed, or no row
-// when the run is absent. When nothing was written, verdict (the state machine's rule for
-// the transition) decides between an idempotent repeat (it answers the run and writes
-// nothing) and a refusal (its error).
+// fenced runs a conditional UPDATE of one run whose answer is (run columns, now): the
+// updated run, or no row when the condition failed. Only then does it read the run as it
+// stands, locked (lockedRunSQL, with args[0], the caller's Now), and verdict (the state
+// machine's rule for the transition) decides between an idempotent repeat (it answers
+// the run and writes nothing) and a refusal (its error), or that the run does not exist.
 func (l *Ledger) fenced(ctx context.Context, op, sql, runID string, args []any,
 	verdict func(cur *ledger.Run, now time.Time) (next, answer *ledger.Run, err error),
 ) (*ledger.Run, error) {
 	var (
-		written bool
-		s       runScan
-		now     time.Time
+		s   runScan
+		now time.Time
 	)
-	err := l.pool.QueryRow(ctx, sql, args...).Scan(append(append([]any{&written}, s.dest()...), &now)...)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, interpretError(op+" run "+runID, err)
-	}
-	if written {
+	err := l.pool.QueryRow(ctx, sql, args...).Scan(append(s.dest(), &now)...)
+	if err == nil {
 		return s.run(), nil
 	}
-	cur := s.run() // nil when absent
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, interpretError(op+" run "+runID, err)
+	}
+	// Not written: read the run, with the time, for the verdict.
+	err = l.pool.QueryRow(ctx, l.q.lockedRun, args[0], runID).Scan(append(s.dest(), &now)...)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, interpretError(op+" run "+runID+" (not changed: reading it)", err)
+	}
+	cur := s.run() // nil when absent (verdict takes no time then)
 	next, answer, err := verdict(cur, now.UTC())
 	if err != nil {
 		return nil, err

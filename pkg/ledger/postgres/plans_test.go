@@ -137,6 +137,8 @@ func statementsFindARunByItsKey(t *testing.T, l *Ledger, tracer *recordingTracer
 		check("complete effect", err)
 		_, err = l.Complete(ctx, &ledger.CompleteParams{Fence: f})
 		check("complete", err)
+		_, err = l.Complete(ctx, &ledger.CompleteParams{Fence: f}) // a repeat: the UPDATE, then lockedRun
+		check("repeated complete", err)
 		f = acquire(benchIdentity())
 		_, err = l.Release(ctx, &ledger.ReleaseParams{Fence: f})
 		check("release", err)
@@ -164,7 +166,7 @@ func statementsFindARunByItsKey(t *testing.T, l *Ledger, tracer *recordingTracer
 			t.Errorf("%s reads by %s, not by a primary key", l.queryName(s.sql), bad)
 		}
 	}
-	for _, want := range []string{"acquireQueued", "renew", "complete", "release", "fail", "expedite", "rescue",
+	for _, want := range []string{"acquireQueued", "renew", "complete", "lockedRun", "release", "fail", "expedite", "rescue",
 		"acquireQueuedBatch", "completeBatch", "beginEffect", "completeEffect"} {
 		if !kinds[want] {
 			t.Errorf("%s was not run (ran %v)", want, kinds)
@@ -307,7 +309,7 @@ func (l *Ledger) queryName(sql string) string {
 		"renew": q.renew, "complete": q.complete, "release": q.release, "fail": q.fail, "expedite": q.expedite,
 		"rescue": q.rescue, "acquireQueuedBatch": q.acquireQueuedBatch, "completeBatch": q.completeBatch,
 		"beginEffect": q.beginEffect, "completeEffect": q.completeEffect, "claimBatch": q.claimBatch,
-		"claimLatest": q.claimLatest, "get": q.get, "sweep": q.sweep, "listRescue": q.listRescue} {
+		"claimLatest": q.claimLatest, "lockedRun": q.lockedRun, "get": q.get, "sweep": q.sweep, "listRescue": q.listRescue} {
 		if s == sql {
 			return name
 		}

@@ -513,7 +513,8 @@ func (t *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQuer
 
 // TestOneStatementPerTransition checks that every operation is one query and one network
 // write (one round trip) on a warm connection, but a worker claim of a run that is held
-// (two): a query tracer counts statements, a wrapped net.Conn counts writes.
+// and a fenced transition that does not apply (two): a query tracer counts statements, a
+// wrapped net.Conn counts writes.
 func TestOneStatementPerTransition(t *testing.T) {
 	t.Parallel()
 	dsn := testDSN(t)
@@ -548,8 +549,10 @@ func TestOneStatementPerTransition(t *testing.T) {
 
 	// statements are the operations that take more than one statement: a worker claim of
 	// a run that is neither queued nor absent, or absent with a payload larger than
-	// createInline, tries acquireQueuedSQL first, then the upsert.
-	statements := map[string]int64{"Acquire (held)": 2, "Acquire (new run, large payload)": 2}
+	// createInline, tries acquireQueuedSQL first, then the upsert; a fenced transition
+	// that changes nothing (a repeat, a stale fence) reads the run after its UPDATE.
+	statements := map[string]int64{"Acquire (held)": 2, "Acquire (new run, large payload)": 2,
+		"Renew (fenced out)": 2, "Release (repeat)": 2, "Complete (repeat)": 2}
 	large := ledger.Identity{Job: "job", Payload: bytes.Repeat([]byte("x"), createInline+1)}
 	large.PayloadHash = ledger.PayloadHash(large.Payload)
 	// pass runs every operation once on fresh runs; ops reports the counts per operation.

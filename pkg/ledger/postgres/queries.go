@@ -33,11 +33,11 @@ import (
 //     again in that race, the other upserts lock instead.
 //   - Fenced UPDATE (Renew, Complete, Release, Fail, Rescue, Expedite): the WHERE
 //     carries the fence; PostgreSQL re-checks it on the latest version of a concurrently
-//     updated row. When nothing was updated, a FOR SHARE read, which also follows the
-//     update chain to the latest version and locks it, returns the record so that the
-//     caller can tell an idempotent repeat from a fenced-out attempt. (If the UPDATE did
-//     update the row, the locking read skips it as modified by this command; the NOT
-//     EXISTS gate keeps it from running at all.)
+//     updated row. When nothing was updated, a second statement (lockedRunSQL) reads the
+//     record FOR SHARE, which waits for a concurrent writer and returns the latest
+//     version, so that the caller can tell an idempotent repeat from a fenced-out
+//     attempt. The read is not a branch of the UPDATE's statement: every execution would
+//     pay to start it, and it runs only when a transition does not apply.
 //   - Effects lock their run FOR SHARE first, so that a takeover cannot slip between the
 //     fence check and the effect write.
 //
@@ -284,13 +284,15 @@ func fencedSQL(set, event, textSQL string) string {
 WITH up AS (
 	UPDATE {runs} r SET ` + set + `
 	WHERE r.run_id = $2 AND {r.status} = 'running' AND r.attempt = $3 AND r.attempt_id = $4
-	RETURNING true, {r.runCols}
+	RETURNING {r.runCols}
 )` + ev + `
-SELECT *, {now} FROM up
-UNION ALL
-SELECT false, {s.runCols}, {now} FROM (SELECT * FROM {runs} WHERE run_id = $2 FOR SHARE) s
-WHERE NOT EXISTS (SELECT 1 FROM up)`
+SELECT *, {now} FROM up`
 }
+
+// lockedRunSQL reads a run that a fenced UPDATE did not change, FOR SHARE (the latest
+// version, once a concurrent writer has committed), with the time: $1 the caller's Now,
+// $2 the run.
+const lockedRunSQL = `SELECT {runCols}, {now} FROM {runs} WHERE run_id = $2 FOR SHARE`
 
 // $5: lease, $6: retention, $7: progress (NULL: unchanged).
 var renewSQL = fencedSQL(`deadline = {now} + {us5}, updated_at = {now}, progress = coalesce($7::bytea, r.progress),
@@ -331,7 +333,7 @@ WITH up AS (
 		expire_at = {now} + {us6} + {us7}
 	WHERE r.run_id = $2 AND {r.status} = $3 AND r.attempt = $4 AND r.deadline = $5
 		AND {r.status} IN ('queued', 'running') AND r.deadline < {now}
-	RETURNING true, {r.runCols}
+	RETURNING {r.runCols}
 ), ev AS (
 	-- A running run's attempt lost its lease; a queued one was rescued.
 	INSERT INTO {events} (run_id, at, kind, attempt, text)
@@ -341,22 +343,16 @@ WITH up AS (
 		CASE WHEN $3 = 'running' THEN last_error ELSE '' END
 	FROM up
 )
-SELECT *, {now} FROM up
-UNION ALL
-SELECT false, {s.runCols}, {now} FROM (SELECT * FROM {runs} WHERE run_id = $2 FOR SHARE) s
-WHERE NOT EXISTS (SELECT 1 FROM up)`
+SELECT *, {now} FROM up`
 
 // $2 run, $3 the ingress claim's attempt ID, $4 retention.
 const expediteSQL = `
 WITH up AS (
 	UPDATE {runs} r SET deadline = {now}, updated_at = {now}, expire_at = {now} + {us4}
 	WHERE r.run_id = $2 AND {r.status} = 'queued' AND r.attempt = 0 AND r.attempt_id = $3
-	RETURNING true, {r.runCols}
+	RETURNING {r.runCols}
 )
-SELECT *, {now} FROM up
-UNION ALL
-SELECT false, {s.runCols}, {now} FROM (SELECT * FROM {runs} WHERE run_id = $2 FOR SHARE) s
-WHERE NOT EXISTS (SELECT 1 FROM up)`
+SELECT *, {now} FROM up`
 
 const getSQL = `SELECT {runCols} FROM {runs} WHERE run_id = $1`
 
@@ -472,7 +468,7 @@ SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM e)`
 // queries are the statements with the schema's table names filled in.
 type queries struct {
 	claim, claimBatch, claimLatest, acquire, acquireQueued, acquireQueuedBatch, completeBatch, renew, complete, fail, release string
-	rescue, expedite                                                                                                          string
+	rescue, expedite, lockedRun                                                                                               string
 	get, lockRun, getEffect, beginEffect, completeEffect, listRescue, sweep                                                   string
 	getWithHistory, lockForOperator, writeRun, addEvent, listRuns, listEffects                                                string
 }
@@ -523,6 +519,7 @@ func buildQueries(schema string) queries {
 		release:            fill(releaseSQL),
 		rescue:             fill(rescueSQL),
 		expedite:           fill(expediteSQL),
+		lockedRun:          fill(lockedRunSQL),
 		get:                fill(getSQL),
 		lockRun:            fill(lockRunSQL),
 		getEffect:          fill(getEffectSQL),
