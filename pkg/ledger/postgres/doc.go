@@ -29,17 +29,16 @@
 // renew, complete, release, fail, expedite, rescue and both effect writes. When a fenced
 // transition does not apply (a repeat, a lost lease), a second statement reads the run
 // for the verdict: the statement that writes does not carry that read, which every
-// execution would pay to start. A worker claim's
-// statement takes a queued run with a conditional UPDATE (the usual case, cheaper than an
-// upsert) or creates an absent one with an INSERT … ON CONFLICT DO NOTHING (the
-// statement carries the payload for that, so a run whose payload is over 8 KiB is
-// created by the upsert instead) and, when neither wrote (a held or finished run, a
-// takeover), runs the upsert that decides every case: two statements. The ingress claim is an INSERT … ON
-// CONFLICT DO NOTHING that reads the existing run in the same statement, so a duplicate
-// is a read: no row version, no WAL record, no row lock (duplicates of one hot run do not
-// queue behind each other). In the one race it cannot see — the conflicting run was
-// committed by a concurrent claim after the statement's snapshot — a second statement
-// reads it.
+// execution would pay to start. A worker claim's statement takes a queued run with a
+// conditional UPDATE (the usual case, cheaper than an upsert) or creates an absent one
+// with an INSERT … ON CONFLICT DO NOTHING (the statement carries the payload for that, so
+// a run whose payload is over 8 KiB is created by the upsert instead) and, when neither
+// wrote (a held or finished run, a takeover), runs the upsert that decides every case:
+// two statements. The ingress claim is an INSERT … ON CONFLICT DO NOTHING that reads the
+// existing run in the same statement, so a duplicate is a read: no row version, no WAL
+// record, no row lock (duplicates of one hot run do not queue behind each other). In the
+// one race it cannot see — the conflicting run was committed by a concurrent claim after
+// the statement's snapshot — a second statement reads it.
 //
 // Concurrent ingress claims share statements, as River's batch completer shares
 // completions (and so do worker claims and completions, below): up to Options.Batches
@@ -67,9 +66,10 @@
 // number and attempt ID), and the rows it returns say what happened; when it changed
 // nothing, the record as it stands is read (under a row lock, so that it is the latest
 // committed version, not a snapshot's: by the worker claim's upsert, or by the fenced
-// transitions' second statement), and the verdict — an idempotent repeat, ErrLeaseLost with what the record
-// holds, Held until …, Terminal — is taken by the pure rules of package ledger
-// (driver.ApplyComplete and friends) over that record, so the two cannot disagree.
+// transitions' second statement), and the verdict — an idempotent repeat, ErrLeaseLost
+// with what the record holds, Held until …, Terminal — is taken by the pure rules of
+// package ledger (driver.ApplyComplete and friends) over that record, so the two cannot
+// disagree.
 //
 // Time comes from the database: every statement computes coalesce($now, now()), so leases,
 // deadlines and expiry are judged by PostgreSQL's clock, never the caller's; a params' Now
