@@ -55,9 +55,15 @@ start_postgres() {
 }
 
 # start_redis runs redis-server as the ledger's documented safe configuration: appendonly
-# yes with appendfsync always, so that an acknowledged claim survives a restart.
+# yes with appendfsync always, so that an acknowledged claim survives a restart. It
+# installs Debian's redis-server first when the machine has none, so that every caller
+# (the tests, make bench-floors) starts on a fresh machine.
 start_redis() {
 	local port
+	if ! command -v redis-server >/dev/null; then
+		log "installing redis-server (Debian's, for the Redis ledger)"
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+	fi
 	port=$(free_port)
 	mkdir -p "$dir/redis"
 	setsid redis-server --bind 127.0.0.1 --port "$port" --dir "$dir/redis" \

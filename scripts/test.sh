@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The project's one test command (the README's and CI's): installs the pinned linters,
-# installs redis-server and chromium when missing, fetches the google provider's schema (npm, cached;
+# installs chromium when missing, fetches the google provider's schema (npm, cached;
 # deploy/tools.sh), starts every service the tests need (PostgreSQL, Redis, the
-# Firestore, Pub/Sub and Spanner emulators),
-# runs gofmt, go vet, staticcheck and the whole suite with -race, and stops what it
+# Firestore, Pub/Sub and Spanner emulators; services.sh installs redis-server when
+# missing), runs gofmt, go vet, staticcheck and the whole suite with -race, and stops what it
 # started, whatever happens. Extra arguments go to `go test` (e.g. -run Ledger).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,11 +16,6 @@ gobin=$(go env GOPATH)/bin
 if ! "$gobin/staticcheck" -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
 	echo "test: installing staticcheck $STATICCHECK_VERSION" >&2
 	go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
-fi
-
-if ! command -v redis-server >/dev/null; then
-	echo "test: installing redis-server (Debian's, for the Redis ledger's tests)" >&2
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
 fi
 
 if ! command -v chromium >/dev/null; then
