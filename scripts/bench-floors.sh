@@ -30,6 +30,9 @@ bench -bench BenchmarkPostgresNoopJobsVsChain -benchtime 2000x "$@" ./pkg/worker
 # The worker's two PostgreSQL calls per job against the raw chain's two statements, with
 # no Pub/Sub: what the worker's ratio owes to the statements alone.
 bench -bench BenchmarkWorkerCallsVsChain -benchtime 4000x "$@" ./pkg/ledger/postgres/
+# The same chain's two statements on the ledger's own runs table, with and without the
+# history rows and the secondary indexes: the floor that the schema sets the worker.
+bench -bench BenchmarkSchemaFloor -benchtime 4000x "$@" ./pkg/ledger/postgres/
 bench -bench BenchmarkFirestoreNoopJobsVsChain -benchtime 2000x "$@" ./pkg/worker/
 # The real stack's binaries over PostgreSQL and the Pub/Sub emulator: the ingress against
 # the bare handler, its peak RSS at 1,000 requests/s, and 1, 2 and 4 worker processes on
