@@ -43,6 +43,19 @@ func Rounds(b *testing.B, round int, kinds []Kind) map[string]float64 {
 	return rates
 }
 
+// Warm runs n operations of every kind over conc goroutines before the benchmark's timer
+// starts, untimed: for a service that is still getting faster after it started, such as
+// an emulator on a JVM, whose first rounds would otherwise measure its warm-up more than
+// either kind. It fails the benchmark on the first error.
+func Warm(b *testing.B, conc, n int, kinds []Kind) {
+	b.Helper()
+	for _, kind := range kinds {
+		if _, _, err := spread(b.Context(), conc, n, kind.Op); err != nil {
+			b.Fatalf("warming %s: %v", kind.Name, err)
+		}
+	}
+}
+
 // rounds runs Interleaved's rounds and returns each kind's rate by name and its
 // operations' latencies, sorted, in the order of kinds.
 func rounds(b *testing.B, conc, round int, kinds []Kind) (map[string]float64, [][]time.Duration) {
