@@ -25,18 +25,10 @@ import (
 func BenchmarkSchemaFloor(b *testing.B) {
 	for _, n := range []int{8, 32} {
 		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
-			ctx := b.Context()
 			l := openTest(b, nil)
 			pkOnly := openTest(b, nil)
 			dropSecondaryIndexes(b, pkOnly, "runs")
-			table := pgx.Identifier{l.Schema(), "chain"}.Sanitize()
-			if _, err := l.pool.Exec(ctx, `CREATE TABLE `+table+` (key text PRIMARY KEY, status text, attempt_id text, deadline timestamptz)`); err != nil {
-				b.Fatal(err)
-			}
-			chain := twoStatements{
-				`INSERT INTO ` + table + ` (key, status, attempt_id, deadline) VALUES ($1, 'running', $2, now() + interval '30 seconds') ON CONFLICT DO NOTHING`,
-				`UPDATE ` + table + ` SET status = 'completed', deadline = NULL WHERE key = $1 AND attempt_id = $2`,
-			}
+			chain := rawChain(b, l)
 			schema, noHistory, pk := schemaStatements(l, true), schemaStatements(l, false), schemaStatements(pkOnly, false)
 			warm(b, l.pool, chain.claim, chain.complete, schema.claim, schema.complete, noHistory.claim, noHistory.complete,
 				l.q.acquireQueued, l.q.complete)
@@ -59,6 +51,21 @@ func BenchmarkSchemaFloor(b *testing.B) {
 // twoStatements are a no-op job's claim and completion, each taking the run's key ($1)
 // and attempt ID ($2).
 type twoStatements struct{ claim, complete string }
+
+// rawChain creates the raw chain's one-index table in l's schema and returns its two
+// statements: an INSERT … ON CONFLICT DO NOTHING of a running row, and the UPDATE that
+// completes it.
+func rawChain(tb testing.TB, l *Ledger) twoStatements {
+	tb.Helper()
+	table := pgx.Identifier{l.Schema(), "chain"}.Sanitize()
+	if _, err := l.pool.Exec(tb.Context(), `CREATE TABLE `+table+` (key text PRIMARY KEY, status text, attempt_id text, deadline timestamptz)`); err != nil {
+		tb.Fatal(err)
+	}
+	return twoStatements{
+		`INSERT INTO ` + table + ` (key, status, attempt_id, deadline) VALUES ($1, 'running', $2, now() + interval '30 seconds') ON CONFLICT DO NOTHING`,
+		`UPDATE ` + table + ` SET status = 'completed', deadline = NULL WHERE key = $1 AND attempt_id = $2`,
+	}
+}
 
 // op runs the two statements for a new run on l's pool.
 func (s twoStatements) op(l *Ledger) func(context.Context) error {

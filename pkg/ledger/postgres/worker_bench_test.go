@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/runonce/runonce/internal/benchloop"
@@ -25,23 +24,10 @@ func BenchmarkWorkerCallsVsChain(b *testing.B) {
 	for _, n := range []int{8, 32} {
 		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
 			l := openTest(b, nil)
-			ctx := b.Context()
-			table := pgx.Identifier{l.Schema(), "chain"}.Sanitize()
-			if _, err := l.pool.Exec(ctx, `CREATE TABLE `+table+` (key text PRIMARY KEY, status text, attempt_id text, deadline timestamptz)`); err != nil {
-				b.Fatal(err)
-			}
-			claimSQL := `INSERT INTO ` + table + ` (key, status, attempt_id, deadline) VALUES ($1, 'running', $2, now() + interval '30 seconds') ON CONFLICT DO NOTHING`
-			completeSQL := `UPDATE ` + table + ` SET status = 'completed', deadline = NULL WHERE key = $1 AND attempt_id = $2`
-			warm(b, l.pool, claimSQL, completeSQL, l.q.acquireQueued, l.q.complete)
+			chain := rawChain(b, l)
+			warm(b, l.pool, chain.claim, chain.complete, l.q.acquireQueued, l.q.complete)
 			rates := benchloop.Interleaved(b, n, 400, []benchloop.Kind{
-				{Name: "chain", Op: func(ctx context.Context) error {
-					key, attempt := uuid.NewString(), uuid.NewString()
-					if _, err := l.pool.Exec(ctx, claimSQL, key, attempt); err != nil {
-						return err
-					}
-					_, err := l.pool.Exec(ctx, completeSQL, key, attempt)
-					return err
-				}},
+				{Name: "chain", Op: chain.op(l)},
 				{Name: "worker", Op: func(ctx context.Context) error { return workerJob(ctx, l) }},
 			})
 			b.ReportMetric(rates["worker"]/rates["chain"], "worker/chain")
