@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	_ "github.com/runonce/runonce/pkg/ledger/postgres"
 )
@@ -65,42 +66,32 @@ func BenchmarkPostgresNoopJobsVsChain(b *testing.B) {
 				_, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
 				pool.Close()
 			})
-			table := pgx.Identifier{schema, "chain"}.Sanitize()
-			if _, err := pool.Exec(ctx, `CREATE TABLE `+table+` (key text PRIMARY KEY, status text, attempt_id text, deadline timestamptz)`); err != nil {
+			rawSQL, err := benchloop.RawChain(ctx, pool, schema)
+			if err != nil {
 				b.Fatal(err)
 			}
 			// The same chain on the ledger's own tables (its runs table's indexes, the
 			// history's inserts): the floor of these two statements on that schema.
-			runs, events := pgx.Identifier{schema, "runs"}.Sanitize(), pgx.Identifier{schema, "run_events"}.Sanitize()
-			schemaClaimSQL := `WITH ins AS (INSERT INTO ` + runs + ` (run_id, namespace, job, run_key, payload_hash, payload,
-				status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
-				VALUES ($1, 'ns', 'noop', $1, 'h', '\x7b7d', 'running', 1, $2, now() + interval '30 seconds', 0, '', now(), now(), now() + interval '14 days')
-				ON CONFLICT DO NOTHING RETURNING run_id)
-				INSERT INTO ` + events + ` (run_id, at, kind, attempt) SELECT run_id, now(), 'started', 1 FROM ins`
-			schemaCompleteSQL := `WITH up AS (UPDATE ` + runs + ` SET status = 'completed', attempts_made = attempts_made + 1, deadline = NULL,
-				completed_at = now(), updated_at = now(), expire_at = now() + interval '14 days' WHERE run_id = $1 AND attempt_id = $2 RETURNING run_id)
-				INSERT INTO ` + events + ` (run_id, at, kind, attempt) SELECT run_id, now(), 'completed', 1 FROM up`
-			claimSQL := `INSERT INTO ` + table + ` (key, status, attempt_id, deadline) VALUES ($1, 'running', $2, now() + interval '30 seconds') ON CONFLICT DO NOTHING`
-			completeSQL := `UPDATE ` + table + ` SET status = 'completed', deadline = NULL WHERE key = $1 AND attempt_id = $2`
+			schemaSQL := benchloop.SchemaChain(schema, true)
 
 			h := newChainBench(b, "bench", l, conc, "chain", "schema", "worker", "claimed")
 			// chain runs claim and complete per message on name's side.
 			claimNanos := map[string]*atomic.Int64{"chain": new(atomic.Int64), "schema": new(atomic.Int64)}
-			chain := func(name, claim, complete string, done *atomic.Int64) {
+			chain := func(name string, c benchloop.Chain, done *atomic.Int64) {
 				h.chain(name, func(ctx context.Context, key string) error {
 					attempt := uuid.NewString()
 					t0 := time.Now()
-					if _, err := pool.Exec(ctx, claim, key, attempt); err != nil {
+					if _, err := pool.Exec(ctx, c.Claim, key, attempt); err != nil {
 						return err
 					}
 					claimNanos[name].Add(int64(time.Since(t0)))
-					_, err := pool.Exec(ctx, complete, key, attempt)
+					_, err := pool.Exec(ctx, c.Complete, key, attempt)
 					return err
 				}, done)
 			}
 			var chainDone, schemaDone atomic.Int64
-			chain("chain", claimSQL, completeSQL, &chainDone)
-			chain("schema", schemaClaimSQL, schemaCompleteSQL, &schemaDone)
+			chain("chain", rawSQL, &chainDone)
+			chain("schema", schemaSQL, &schemaDone)
 			cl := h.worker("worker")
 			// The same worker's code on runs the ingress claimed first (the deployed flow).
 			cl2 := h.worker("claimed")

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/runonce/runonce/internal/benchloop"
@@ -29,15 +28,17 @@ func BenchmarkSchemaFloor(b *testing.B) {
 			pkOnly := openTest(b, nil)
 			dropSecondaryIndexes(b, pkOnly, "runs")
 			chain := rawChain(b, l)
-			schema, noHistory, pk := schemaStatements(l, true), schemaStatements(l, false), schemaStatements(pkOnly, false)
-			warm(b, l.pool, chain.claim, chain.complete, schema.claim, schema.complete, noHistory.claim, noHistory.complete,
+			schema := benchloop.SchemaChain(l.Schema(), true)
+			noHistory := benchloop.SchemaChain(l.Schema(), false)
+			pk := benchloop.SchemaChain(pkOnly.Schema(), false)
+			warm(b, l.pool, chain.Claim, chain.Complete, schema.Claim, schema.Complete, noHistory.Claim, noHistory.Complete,
 				l.q.acquireQueued, l.q.complete)
-			warm(b, pkOnly.pool, pk.claim, pk.complete)
+			warm(b, pkOnly.pool, pk.Claim, pk.Complete)
 			kinds := []benchloop.Kind{
-				{Name: "chain", Op: chain.op(l)},
-				{Name: "schema", Op: schema.op(l)},
-				{Name: "schema-no-history", Op: noHistory.op(l)},
-				{Name: "schema-pk-only", Op: pk.op(pkOnly)},
+				{Name: "chain", Op: chain.Job(l.pool)},
+				{Name: "schema", Op: schema.Job(l.pool)},
+				{Name: "schema-no-history", Op: noHistory.Job(l.pool)},
+				{Name: "schema-pk-only", Op: pk.Job(pkOnly.pool)},
 				{Name: "worker", Op: func(ctx context.Context) error { return workerJob(ctx, l) }},
 			}
 			rates := benchloop.Interleaved(b, n, 400, kinds)
@@ -48,56 +49,14 @@ func BenchmarkSchemaFloor(b *testing.B) {
 	}
 }
 
-// twoStatements are a no-op job's claim and completion, each taking the run's key ($1)
-// and attempt ID ($2).
-type twoStatements struct{ claim, complete string }
-
-// rawChain creates the raw chain's one-index table in l's schema and returns its two
-// statements: an INSERT … ON CONFLICT DO NOTHING of a running row, and the UPDATE that
-// completes it.
-func rawChain(tb testing.TB, l *Ledger) twoStatements {
+// rawChain creates the raw chain's table in l's schema and returns its statements.
+func rawChain(tb testing.TB, l *Ledger) benchloop.Chain {
 	tb.Helper()
-	table := pgx.Identifier{l.Schema(), "chain"}.Sanitize()
-	if _, err := l.pool.Exec(tb.Context(), `CREATE TABLE `+table+` (key text PRIMARY KEY, status text, attempt_id text, deadline timestamptz)`); err != nil {
+	c, err := benchloop.RawChain(tb.Context(), l.pool, l.Schema())
+	if err != nil {
 		tb.Fatal(err)
 	}
-	return twoStatements{
-		`INSERT INTO ` + table + ` (key, status, attempt_id, deadline) VALUES ($1, 'running', $2, now() + interval '30 seconds') ON CONFLICT DO NOTHING`,
-		`UPDATE ` + table + ` SET status = 'completed', deadline = NULL WHERE key = $1 AND attempt_id = $2`,
-	}
-}
-
-// op runs the two statements for a new run on l's pool.
-func (s twoStatements) op(l *Ledger) func(context.Context) error {
-	return func(ctx context.Context) error {
-		key, attempt := uuid.NewString(), uuid.NewString()
-		if _, err := l.pool.Exec(ctx, s.claim, key, attempt); err != nil {
-			return err
-		}
-		_, err := l.pool.Exec(ctx, s.complete, key, attempt)
-		return err
-	}
-}
-
-// schemaStatements are the chain's two statements on l's runs table, each with a history
-// row when history is set.
-func schemaStatements(l *Ledger, history bool) twoStatements {
-	runs, events := pgx.Identifier{l.Schema(), "runs"}.Sanitize(), pgx.Identifier{l.Schema(), "run_events"}.Sanitize()
-	s := twoStatements{
-		`INSERT INTO ` + runs + ` (run_id, namespace, job, run_key, payload_hash, payload,
-			status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
-			VALUES ($1, 'ns', 'noop', $1, 'h', '\x7b7d', 'running', 1, $2, now() + interval '30 seconds', 0, '', now(), now(), now() + interval '14 days')
-			ON CONFLICT DO NOTHING`,
-		`UPDATE ` + runs + ` SET status = 'completed', attempts_made = attempts_made + 1, deadline = NULL,
-			completed_at = now(), updated_at = now(), expire_at = now() + interval '14 days' WHERE run_id = $1 AND attempt_id = $2`,
-	}
-	if history {
-		s.claim = `WITH ins AS (` + s.claim + ` RETURNING run_id)
-			INSERT INTO ` + events + ` (run_id, at, kind, attempt) SELECT run_id, now(), 'started', 1 FROM ins`
-		s.complete = `WITH up AS (` + s.complete + ` RETURNING run_id)
-			INSERT INTO ` + events + ` (run_id, at, kind, attempt) SELECT run_id, now(), 'completed', 1 FROM up`
-	}
-	return s
+	return c
 }
 
 // dropSecondaryIndexes drops every index of l's table but its primary key's.

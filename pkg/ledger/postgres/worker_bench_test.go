@@ -25,9 +25,9 @@ func BenchmarkWorkerCallsVsChain(b *testing.B) {
 		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
 			l := openTest(b, nil)
 			chain := rawChain(b, l)
-			warm(b, l.pool, chain.claim, chain.complete, l.q.acquireQueued, l.q.complete)
+			warm(b, l.pool, chain.Claim, chain.Complete, l.q.acquireQueued, l.q.complete)
 			rates := benchloop.Interleaved(b, n, 400, []benchloop.Kind{
-				{Name: "chain", Op: chain.op(l)},
+				{Name: "chain", Op: chain.Job(l.pool)},
 				{Name: "worker", Op: func(ctx context.Context) error { return workerJob(ctx, l) }},
 			})
 			b.ReportMetric(rates["worker"]/rates["chain"], "worker/chain")
