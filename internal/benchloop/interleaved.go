@@ -21,6 +21,13 @@ type Kind struct {
 // right after the same other one (a kind pays for the writes the one before it left the
 // database to flush). It reports NAME-ops/s for each and returns the rates by name. It
 // fails the benchmark on the first error.
+//
+// With each rate it reports where the cores went (on Linux): NAME-cpu-us/op, the CPU
+// this process spent per operation of the kind (clients, handler, service clients), and
+// NAME-machine-cpu-us/op, the whole machine's, the services' processes included. On a
+// machine that the benchmark saturates a kind's rate is about its cores over the
+// latter, so the two kinds' machine CPU per operation says what a ratio owes to
+// runonce's own work and what to the work it asks of the services.
 func Interleaved(b *testing.B, conc, round int, kinds []Kind) map[string]float64 {
 	b.Helper()
 	rates, _ := rounds(b, conc, round, kinds)
@@ -60,6 +67,10 @@ func Warm(b *testing.B, conc, n int, kinds []Kind) {
 // operations' latencies, sorted, in the order of kinds.
 func rounds(b *testing.B, conc, round int, kinds []Kind) (map[string]float64, [][]time.Duration) {
 	took := make([]time.Duration, len(kinds))
+	cpu := make([]cpuTimes, len(kinds))
+	for i := range cpu {
+		cpu[i].ok = true
+	}
 	lat := make([][]time.Duration, len(kinds))
 	ops := 0
 	b.ResetTimer()
@@ -68,10 +79,13 @@ func rounds(b *testing.B, conc, round int, kinds []Kind) (map[string]float64, []
 		for j := range kinds {
 			i := (r + j) % len(kinds)
 			kind := kinds[i]
+			c0 := cpuNow()
 			d, l, err := spread(b.Context(), conc, k, kind.Op)
 			if err != nil {
 				b.Fatalf("%s: %v", kind.Name, err)
 			}
+			c := cpuNow().sub(c0)
+			cpu[i] = cpuTimes{self: cpu[i].self + c.self, machine: cpu[i].machine + c.machine, ok: cpu[i].ok && c.ok}
 			took[i] += d
 			lat[i] = append(lat[i], l...)
 		}
@@ -82,6 +96,10 @@ func rounds(b *testing.B, conc, round int, kinds []Kind) (map[string]float64, []
 	for i, kind := range kinds {
 		rates[kind.Name] = float64(ops) / took[i].Seconds()
 		slices.Sort(lat[i])
+		if cpu[i].ok {
+			b.ReportMetric(float64(cpu[i].self.Microseconds())/float64(ops), kind.Name+"-cpu-us/op")
+			b.ReportMetric(float64(cpu[i].machine.Microseconds())/float64(ops), kind.Name+"-machine-cpu-us/op")
+		}
 	}
 	return rates, lat
 }
