@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runonce/runonce/internal/obs"
@@ -153,4 +155,67 @@ func TestTextLogger(t *testing.T) {
 	if obs.IsTerminal(&b) {
 		t.Error("a strings.Builder is a terminal")
 	}
+}
+
+// TestHandlerTracing: with no tracer, Handler puts nothing between the server and the
+// handler (no wrapped writer, no span) and WithTrace still hands it the caller's trace;
+// with one, each request is a server span, child of the caller's, named by its route.
+func TestHandlerTracing(t *testing.T) {
+	t.Parallel()
+	const caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	serve := func(t *testing.T, tr *obs.Tracing) (w http.ResponseWriter, rec *httptest.ResponseRecorder, sc trace.SpanContext) {
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /v1/jobs/{job}", func(got http.ResponseWriter, r *http.Request) {
+			w, sc = got, trace.SpanContextFromContext(r.Context())
+		})
+		req := httptest.NewRequest(http.MethodPost, "/v1/jobs/etl", nil)
+		req.Header.Set("Traceparent", caller)
+		rec = httptest.NewRecorder()
+		tr.Handler(obs.WithTrace("proj", mux)).ServeHTTP(rec, req)
+		return w, rec, sc
+	}
+	t.Run("none", func(t *testing.T) {
+		t.Parallel()
+		for name, tr := range map[string]*obs.Tracing{"nil": nil, "none": mustTracing(t, nil)} {
+			w, rec, sc := serve(t, tr)
+			if w != http.ResponseWriter(rec) {
+				t.Errorf("%s: the handler got a %T, want the server's own writer", name, w)
+			}
+			if sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || sc.SpanID().String() != "00f067aa0ba902b7" {
+				t.Errorf("%s: the handler's span context %v, want the caller's", name, sc)
+			}
+		}
+	})
+	t.Run("recorded", func(t *testing.T) {
+		t.Parallel()
+		spans := tracetest.NewInMemoryExporter()
+		tr := mustTracing(t, spans)
+		_, _, sc := serve(t, tr)
+		// Shutdown would flush, then empty the exporter.
+		if err := tr.TracerProvider().(*sdktrace.TracerProvider).ForceFlush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		got := spans.GetSpans()
+		if len(got) != 1 {
+			t.Fatalf("%d spans, want the request's server span", len(got))
+		}
+		s := got[0]
+		if s.Name != "POST /v1/jobs/{job}" || s.SpanKind != trace.SpanKindServer || s.Parent.SpanID().String() != "00f067aa0ba902b7" || !s.Parent.IsRemote() {
+			t.Errorf("span %q kind %v parent %v (remote %v): want the route's server span under the caller's", s.Name, s.SpanKind, s.Parent.SpanID(), s.Parent.IsRemote())
+		}
+		if sc.SpanID() != s.SpanContext.SpanID() || sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+			t.Errorf("the handler's span context %v, want the server span's %v", sc, s.SpanContext)
+		}
+	})
+}
+
+// mustTracing returns the tracing of Export.Traces "none", or one that records into
+// spans.
+func mustTracing(t *testing.T, spans sdktrace.SpanExporter) *obs.Tracing {
+	t.Helper()
+	tr, err := obs.NewTracing(context.Background(), obs.Export{Traces: obs.ExportNone, Service: "test"}, spans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
 }

@@ -92,9 +92,14 @@ func (t *Tracing) Tracer(name string) trace.Tracer { return t.orDefault().Provid
 
 // Handler returns h with a server span per request (otelhttp), child of the caller's
 // trace context, named by the route pattern (e.g. "POST /v1/jobs/{job}"); probes and
-// /metrics get none.
+// /metrics get none. Without a tracer (a nil Tracing, Export.Traces "none") it returns
+// h itself: spans that record nothing cost each request about 20 µs of CPU, and
+// WithTrace under it carries the caller's trace context all the same.
 func (t *Tracing) Handler(h http.Handler) http.Handler {
 	t = t.orDefault()
+	if _, off := t.Provider.(noop.TracerProvider); off {
+		return h
+	}
 	return otelhttp.NewHandler(h, "http.server",
 		otelhttp.WithTracerProvider(t.Provider), otelhttp.WithPropagators(t.Propagator),
 		otelhttp.WithFilter(func(r *http.Request) bool { // no spans for probes and scrapes
