@@ -129,6 +129,42 @@ func encodeRun(r *ledger.Run) map[string]any {
 	}
 }
 
+// sparseFields are the run fields that no query filters or orders on. A new run's
+// document (encodeNewRun) leaves each out while it is zero (null, 0 or ""), which
+// decodeRun reads back as the zero it stood for; a later Update writes every field.
+// The fields a query reads (status, job, namespace, deadline, created_at, updated_at,
+// expire_at) are always written: a query does not see a document without its field.
+var sparseFields = []string{
+	"schedule_time", fieldPayload, "attempt", "attempt_id", "not_before", "attempts_made",
+	"last_error", "result", "progress", "completed_at",
+}
+
+// encodeNewRun returns the document that creates run r: encodeRun's fields but the
+// sparse ones that are zero. A queued run has eight of them zero: each costs Firestore
+// a value to store and index entries to write in every new run's commit.
+func encodeNewRun(r *ledger.Run) map[string]any {
+	m := encodeRun(r)
+	for _, f := range sparseFields {
+		switch v := m[f].(type) {
+		case nil:
+			delete(m, f)
+		case []byte:
+			if v == nil {
+				delete(m, f)
+			}
+		case int64:
+			if v == 0 {
+				delete(m, f)
+			}
+		case string:
+			if v == "" {
+				delete(m, f)
+			}
+		}
+	}
+	return m
+}
+
 // updates turns a document's fields into a field-by-field Update, in a stable order.
 func updates(m map[string]any) []firestore.Update {
 	out := make([]firestore.Update, 0, len(m))

@@ -34,6 +34,12 @@
 //	effect_seq              integer    bumped by every effect write, to fence it (below)
 //	history                 string     the run's latest events (ledger.Run.History) as JSON
 //
+// A document that creates a run leaves out schedule_time, payload, attempt, attempt_id,
+// not_before, attempts_made, last_error, result, progress and completed_at while they
+// are zero (null, 0 or ""), and a reader takes an absent field for its zero: no query
+// filters or orders on them, and each field a new run does not write is one value and
+// two index entries fewer in its commit. Every later write sets every field.
+//
 // An effect is one document in PREFIX+"effects" whose ID is ledger.EffectKey(run ID,
 // name), with run_id, name, status (pending | done), attempt, created_at, updated_at,
 // done_at and expire_at.

@@ -176,7 +176,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	}
 	// created_at and updated_at are the estimate of the server's time the claim
 	// decided at: stored, so that the listing's index sees the new run at once.
-	data := encodeRun(next)
+	data := encodeNewRun(next)
 	for range maxAttempts {
 		sent := l.clock.Local()
 		wr, err := ref.Create(ctx, data)
@@ -274,7 +274,7 @@ func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *led
 		}
 		switch {
 		case c.put != nil && cur == nil:
-			wr, err := ref.Create(ctx, encodeRun(c.put))
+			wr, err := ref.Create(ctx, encodeNewRun(c.put))
 			if err = mapErr(rpcCreate, err, "%s run %s", op, id); errors.Is(err, errExists) {
 				return fmt.Errorf("%w: %w", errStale, err)
 			}
