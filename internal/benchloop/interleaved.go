@@ -50,18 +50,45 @@ func Rounds(b *testing.B, round int, kinds []Kind) map[string]float64 {
 	return rates
 }
 
-// Warm runs n operations of every kind over conc goroutines before the benchmark's timer
-// starts, untimed: for a service that is still getting faster after it started, such as
-// an emulator on a JVM, whose first rounds would otherwise measure its warm-up more than
-// either kind. It fails the benchmark on the first error.
-func Warm(b *testing.B, conc, n int, kinds []Kind) {
+// Warm runs blocks of n operations of every kind over conc goroutines before the
+// benchmark's timer starts, untimed, until the service has stopped getting faster: for
+// one that warms up after it started, such as an emulator on a JVM, whose first rounds
+// would otherwise measure its warm-up more than either kind. It runs at least
+// minWarmBlocks and at most maxWarmBlocks, and stops after the first block whose machine
+// CPU per operation is not 10% below the least of the blocks before it (on Linux;
+// elsewhere it runs minWarmBlocks). It returns how many
+// operations it ran (to report once the benchmark has run: b.ResetTimer deletes any
+// metric reported before). It fails the benchmark on the first error.
+func Warm(b *testing.B, conc, n int, kinds []Kind) int {
 	b.Helper()
-	for _, kind := range kinds {
-		if _, _, err := spread(b.Context(), conc, n, kind.Op); err != nil {
-			b.Fatalf("warming %s: %v", kind.Name, err)
+	var best time.Duration
+	ops := 0
+	for block := 1; ; block++ {
+		c0 := cpuNow()
+		for _, kind := range kinds {
+			if _, _, err := spread(b.Context(), conc, n, kind.Op); err != nil {
+				b.Fatalf("warming %s: %v", kind.Name, err)
+			}
+		}
+		ops += n * len(kinds)
+		c := cpuNow().sub(c0)
+		perOp := c.machine / time.Duration(n*len(kinds))
+		b.Logf("warm-up block %d: %v of machine CPU per operation", block, perOp)
+		if block >= maxWarmBlocks || (block >= minWarmBlocks && (!c.ok || perOp > best*9/10)) {
+			break
+		}
+		if best == 0 || perOp < best {
+			best = perOp
 		}
 	}
+	return ops
 }
+
+// Warm runs from minWarmBlocks to maxWarmBlocks blocks.
+const (
+	minWarmBlocks = 3
+	maxWarmBlocks = 16
+)
 
 // rounds runs Interleaved's rounds and returns each kind's rate by name and its
 // operations' latencies, sorted, in the order of kinds.
