@@ -10,12 +10,6 @@ import (
 	"time"
 )
 
-// cpuTimes is the CPU time this process and the whole machine had spent at one instant.
-type cpuTimes struct {
-	self, machine time.Duration
-	ok            bool // both could be read
-}
-
 // cpuNow reads this process's CPU time (getrusage) and the machine's busy time
 // (/proc/stat's first line, every state but idle and iowait): the two that say, on a
 // machine that the benchmark saturates, where the cores went.
@@ -47,9 +41,4 @@ func cpuNow() cpuTimes {
 	}
 	// /proc/stat counts in USER_HZ, 100 on every Linux architecture Go supports.
 	return cpuTimes{self: self, machine: time.Duration(busy) * 10 * time.Millisecond, ok: true}
-}
-
-// sub returns the CPU spent between o and t.
-func (t cpuTimes) sub(o cpuTimes) cpuTimes {
-	return cpuTimes{self: t.self - o.self, machine: t.machine - o.machine, ok: t.ok && o.ok}
 }

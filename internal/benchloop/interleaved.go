@@ -56,9 +56,9 @@ func Rounds(b *testing.B, round int, kinds []Kind) map[string]float64 {
 // would otherwise measure its warm-up more than either kind. It runs at least
 // minWarmBlocks and at most maxWarmBlocks, and stops after the first block whose machine
 // CPU per operation is not 10% below the least of the blocks before it (on Linux;
-// elsewhere it runs minWarmBlocks). It returns how many
-// operations it ran (to report once the benchmark has run: b.ResetTimer deletes any
-// metric reported before). It fails the benchmark on the first error.
+// elsewhere it runs minWarmBlocks). It returns how many operations it ran, to report
+// once the benchmark has run (b.ResetTimer deletes any metric reported before). It
+// fails the benchmark on the first error.
 func Warm(b *testing.B, conc, n int, kinds []Kind) int {
 	b.Helper()
 	var best time.Duration
@@ -111,8 +111,7 @@ func rounds(b *testing.B, conc, round int, kinds []Kind) (map[string]float64, []
 			if err != nil {
 				b.Fatalf("%s: %v", kind.Name, err)
 			}
-			c := cpuNow().sub(c0)
-			cpu[i] = cpuTimes{self: cpu[i].self + c.self, machine: cpu[i].machine + c.machine, ok: cpu[i].ok && c.ok}
+			cpu[i] = cpu[i].add(cpuNow().sub(c0))
 			took[i] += d
 			lat[i] = append(lat[i], l...)
 		}

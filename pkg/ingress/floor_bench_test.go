@@ -103,8 +103,8 @@ func dropSchema(tb testing.TB, dsn, schema string) {
 // runonce's ingress over a Firestore ledger; and duplicates of one queued run through it.
 // Each kind first runs untimed, in blocks of firestoreWarmup, until the emulator has
 // stopped getting faster (benchloop.Warm). It reports each rate, p50/p99 and the ratios
-// to the bare handler, and the requests the warm-up took (warm-ops). It needs FIRESTORE_EMULATOR_HOST and
-// PUBSUB_EMULATOR_HOST.
+// to the bare handler, and the requests the warm-up took (warm-ops). It needs
+// FIRESTORE_EMULATOR_HOST and PUBSUB_EMULATOR_HOST.
 func BenchmarkFirestoreIngressVsBare(b *testing.B) {
 	if os.Getenv("FIRESTORE_EMULATOR_HOST") == "" {
 		b.Skip("set FIRESTORE_EMULATOR_HOST (and PUBSUB_EMULATOR_HOST): scripts/services.sh start DIR")
