@@ -32,25 +32,32 @@ const (
 )
 
 // runDoc is a run document as stored. Times are Timestamps, or null when zero.
+//
+// The fields marked omitempty are those no query filters or orders on: a new run's
+// document (encodeNewRun) leaves each out while it is zero (null, 0 or ""), and
+// decoding takes an absent field for its zero. The fields a query reads (status, job,
+// namespace, deadline, created_at, updated_at, expire_at) are always written: a query
+// does not see a document without its field. Only the creating writes encode a runDoc;
+// every later write sets every field (encodeRun).
 type runDoc struct {
 	Namespace    string     `firestore:"namespace"`
 	Job          string     `firestore:"job"`
 	Key          string     `firestore:"key"`
-	ScheduleTime *time.Time `firestore:"schedule_time"`
+	ScheduleTime *time.Time `firestore:"schedule_time,omitempty"`
 	PayloadHash  string     `firestore:"payload_hash"`
-	Payload      []byte     `firestore:"payload"`
+	Payload      []byte     `firestore:"payload,omitempty"`
 	Status       string     `firestore:"status"`
-	Attempt      int64      `firestore:"attempt"`
-	AttemptID    string     `firestore:"attempt_id"`
+	Attempt      int64      `firestore:"attempt,omitempty"`
+	AttemptID    string     `firestore:"attempt_id,omitempty"`
 	Deadline     *time.Time `firestore:"deadline"`
-	NotBefore    *time.Time `firestore:"not_before"`
-	AttemptsMade int64      `firestore:"attempts_made"`
-	LastError    string     `firestore:"last_error"`
-	Result       []byte     `firestore:"result"`
-	Progress     []byte     `firestore:"progress"`
+	NotBefore    *time.Time `firestore:"not_before,omitempty"`
+	AttemptsMade int64      `firestore:"attempts_made,omitempty"`
+	LastError    string     `firestore:"last_error,omitempty"`
+	Result       []byte     `firestore:"result,omitempty"`
+	Progress     []byte     `firestore:"progress,omitempty"`
 	CreatedAt    *time.Time `firestore:"created_at"`
 	UpdatedAt    *time.Time `firestore:"updated_at"`
-	CompletedAt  *time.Time `firestore:"completed_at"`
+	CompletedAt  *time.Time `firestore:"completed_at,omitempty"`
 	ExpireAt     *time.Time `firestore:"expire_at"`
 	History      string     `firestore:"history"`
 }
@@ -82,6 +89,15 @@ func stamp(t time.Time) any {
 		return nil
 	}
 	return driver.Micros(t)
+}
+
+// stampPtr is a time as a runDoc stores it: nil (null) when zero.
+func stampPtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	m := driver.Micros(t)
+	return &m
 }
 
 func unstamp(t *time.Time) time.Time {
@@ -129,40 +145,20 @@ func encodeRun(r *ledger.Run) map[string]any {
 	}
 }
 
-// sparseFields are the run fields that no query filters or orders on. A new run's
-// document (encodeNewRun) leaves each out while it is zero (null, 0 or ""), which
-// decodeRun reads back as the zero it stood for; a later Update writes every field.
-// The fields a query reads (status, job, namespace, deadline, created_at, updated_at,
-// expire_at) are always written: a query does not see a document without its field.
-var sparseFields = []string{
-	"schedule_time", fieldPayload, "attempt", "attempt_id", "not_before", "attempts_made",
-	"last_error", "result", "progress", "completed_at",
-}
-
-// encodeNewRun returns the document that creates run r: encodeRun's fields but the
-// sparse ones that are zero. A queued run has eight of them zero: each costs Firestore
-// a value to store and index entries to write in every new run's commit.
-func encodeNewRun(r *ledger.Run) map[string]any {
-	m := encodeRun(r)
-	for _, f := range sparseFields {
-		switch v := m[f].(type) {
-		case nil:
-			delete(m, f)
-		case []byte:
-			if v == nil {
-				delete(m, f)
-			}
-		case int64:
-			if v == 0 {
-				delete(m, f)
-			}
-		case string:
-			if v == "" {
-				delete(m, f)
-			}
-		}
+// encodeNewRun returns the document that creates run r: every field but the sparse
+// ones (runDoc's omitempty) that are zero. A queued run has eight of them zero: each
+// costs Firestore a value to store and index entries to write in every new run's
+// commit. A struct, not encodeRun's map: the client converts it with its cached field
+// list, and allocates a quarter less than for a map of the same fields.
+func encodeNewRun(r *ledger.Run) *runDoc {
+	return &runDoc{
+		Namespace: r.Namespace, Job: r.Job, Key: r.Key, ScheduleTime: stampPtr(r.ScheduleTime),
+		PayloadHash: r.PayloadHash, Payload: r.Payload, Status: string(r.Status),
+		Attempt: r.Attempt, AttemptID: r.AttemptID, Deadline: stampPtr(r.Deadline), NotBefore: stampPtr(r.NotBefore),
+		AttemptsMade: r.AttemptsMade, LastError: r.LastError, Result: r.Result, Progress: r.Progress,
+		CreatedAt: stampPtr(r.CreatedAt), UpdatedAt: stampPtr(r.UpdatedAt), CompletedAt: stampPtr(r.CompletedAt),
+		ExpireAt: stampPtr(r.ExpireAt), History: encodeHistory(r.History),
 	}
-	return m
 }
 
 // updates turns a document's fields into a field-by-field Update, in a stable order.
