@@ -38,7 +38,7 @@ func TestMigrate(t *testing.T) {
 		}
 	})
 	env := config.Env{"RUNONCE_LEDGER": dsn}
-	for i, want := range []string{"applied [1 2 3 4 5 6 7 8 9]; now at version 9", "up to date at version 9"} {
+	for i, want := range []string{"applied [1 2 3 4 5 6 7 8 9 10]; now at version 10", "up to date at version 10"} {
 		var out bytes.Buffer
 		if err := run(t.Context(), []string{"-schema", schema}, env, &out, io.Discard); err != nil {
 			t.Fatalf("run %d: %v", i, err)

@@ -40,23 +40,26 @@ func RawChain(ctx context.Context, pool *pgxpool.Pool, schema string) (Chain, er
 }
 
 // SchemaChain is the raw chain's two statements on the PostgreSQL ledger's runs table in
-// schema, each with a history row in its run_events table when history is set: the
-// floor of two statements on that schema.
+// schema, with the history the ledger keeps when history is set (the claim's row in
+// run_events; the completion's event is the row, completed_event): the floor of two
+// statements on that schema.
 func SchemaChain(schema string, history bool) Chain {
 	runs, events := pgx.Identifier{schema, "runs"}.Sanitize(), pgx.Identifier{schema, "run_events"}.Sanitize()
+	event := ""
+	if history {
+		event = ", completed_event = true"
+	}
 	c := Chain{
 		`INSERT INTO ` + runs + ` (run_id, namespace, job, run_key, payload_hash, payload,
 			status, attempt, attempt_id, deadline, attempts_made, last_error, created_at, updated_at, expire_at)
 			VALUES ($1, 'ns', 'noop', $1, 'h', '\x7b7d', 'running', 1, $2, now() + interval '30 seconds', 0, '', now(), now(), now() + interval '14 days')
 			ON CONFLICT DO NOTHING`,
 		`UPDATE ` + runs + ` SET status = 'completed', attempts_made = attempts_made + 1, deadline = NULL,
-			completed_at = now(), updated_at = now(), expire_at = now() + interval '14 days' WHERE run_id = $1 AND attempt_id = $2`,
+			completed_at = now(), updated_at = now(), expire_at = now() + interval '14 days'` + event + ` WHERE run_id = $1 AND attempt_id = $2`,
 	}
 	if history {
 		c.Claim = `WITH ins AS (` + c.Claim + ` RETURNING run_id)
 			INSERT INTO ` + events + ` (run_id, at, kind, attempt) SELECT run_id, now(), 'started', 1 FROM ins`
-		c.Complete = `WITH up AS (` + c.Complete + ` RETURNING run_id)
-			INSERT INTO ` + events + ` (run_id, at, kind, attempt) SELECT run_id, now(), 'completed', 1 FROM up`
 	}
 	return c
 }

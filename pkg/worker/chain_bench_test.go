@@ -71,7 +71,7 @@ func BenchmarkPostgresNoopJobsVsChain(b *testing.B) {
 				b.Fatal(err)
 			}
 			// The same chain on the ledger's own tables (its runs table's indexes, the
-			// history's inserts): the floor of these two statements on that schema.
+			// history it keeps): the floor of these two statements on that schema.
 			schemaSQL := benchloop.SchemaChain(schema, true)
 
 			h := newChainBench(b, "bench", l, conc, "chain", "schema", "worker", "claimed")

@@ -438,6 +438,25 @@ func testHistoryBounded(t *testing.T, h Harness) {
 	if last.Kind != ledger.EventReleased || len(last.Text) > ledger.MaxEventText || !strings.HasPrefix(long, last.Text) || !utf8Valid(last.Text) {
 		t.Fatalf("the latest event is %s with %d bytes of text; want released, at most %d bytes, cut on a rune", last.Kind, len(last.Text), ledger.MaxEventText)
 	}
+	// A completion is the last event, and the history stays the latest MaxHistory: the
+	// oldest cycle kept moves on by one.
+	r := f.hold(id, longLease)
+	done, err := f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(r)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist = f.get(id).History
+	if len(hist) != ledger.MaxHistory {
+		t.Fatalf("history of the completed run holds %d events, want the latest %d", len(hist), ledger.MaxHistory)
+	}
+	if e := hist[0]; e.Kind != ledger.EventStarted || e.Attempt != first+1 {
+		t.Fatalf("the oldest event kept after the completion is %s of attempt %d, want started of attempt %d", e.Kind, e.Attempt, first+1)
+	}
+	end := hist[len(hist)-2:]
+	if end[0].Kind != ledger.EventStarted || end[1].Kind != ledger.EventCompleted || end[0].Attempt != r.Attempt || end[1].Attempt != r.Attempt ||
+		!end[1].At.Equal(done.CompletedAt) || end[1].Text != "" {
+		t.Fatalf("the history ends with %+v, want started and completed of attempt %d, completed at %v", end, r.Attempt, done.CompletedAt)
+	}
 }
 
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }

@@ -463,4 +463,7 @@ func TestWorkerCallsShareStatements(t *testing.T) {
 	if h := r.History; len(h) != 3 || h[2].Kind != ledger.EventCompleted || string(r.Result) != `{"ok":true}` || r.CompletedAt.IsZero() {
 		t.Errorf("a run completed in a batch: history %+v, result %q, completed at %v", h, r.Result, r.CompletedAt)
 	}
+	if n := storedEvents(t, l, acqs[1].p.RunID); n != 1 {
+		t.Errorf("a run completed in a batch has %d rows of run_events, want 1 (started; the completion is the row)", n)
+	}
 }

@@ -107,7 +107,10 @@
 //	           reads the latest 50; the sweep's statement deletes them with their run (no
 //	           foreign key: its check trigger ran in every transition). The ingress
 //	           claim's event is no row of it: the claim sets runs.ingress_claim, and Get
-//	           puts the event (at created_at, attempt 0) first (migration 00008)
+//	           puts the event (at created_at, attempt 0) first (migration 00008); nor is
+//	           the completion's: completed is terminal, so the completing statements set
+//	           runs.completed_event, and Get puts the event (at completed_at, of the
+//	           run's attempt) last (migration 00010)
 //
 // The operators' transitions (Retry, Cancel, OperatorRelease) are rare: each is one
 // transaction that locks the run, decides with the driver's rule and writes.

@@ -420,16 +420,24 @@ func (l *Ledger) fenced(ctx context.Context, op, sql, runID string, args []any,
 // Get implements ledger.Ledger.
 func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
 	var (
-		s       runScan
-		claimed bool
-		history []byte
+		s                  runScan
+		claimed, completed bool
+		history            []byte
 	)
-	if err := l.pool.QueryRow(ctx, l.q.getWithHistory, p.RunID).Scan(append(s.dest(), &claimed, &history)...); err != nil {
+	if err := l.pool.QueryRow(ctx, l.q.getWithHistory, p.RunID).Scan(append(s.dest(), &claimed, &completed, &history)...); err != nil {
 		return nil, interpretError("get run "+p.RunID, err)
 	}
 	r := s.run()
 	if err := json.Unmarshal(history, &r.History); err != nil {
 		return nil, fmt.Errorf("postgres: get run %s: history: %w", p.RunID, err)
+	}
+	if completed {
+		// The completion's event, kept as the row itself (migration 00010): the last of
+		// the history, since completed is terminal.
+		r.History = append(r.History, ledger.Event{At: r.CompletedAt, Kind: ledger.EventCompleted, Attempt: r.Attempt})
+		if n := len(r.History) - ledger.MaxHistory; n > 0 {
+			r.History = r.History[n:]
+		}
 	}
 	if claimed && len(r.History) < ledger.MaxHistory {
 		// The ingress claim's event, kept as the row itself (migration 00008): the

@@ -1029,11 +1029,7 @@ func TestSweepDeletesHistory(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("Sweep: %d records, %v; want the one run", n, err)
 	}
-	var events int
-	if err := l.pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{l.schema, "run_events"}.Sanitize()+` WHERE run_id = $1`, id).Scan(&events); err != nil {
-		t.Fatal(err)
-	}
-	if events != 0 {
+	if events := storedEvents(t, l, id); events != 0 {
 		t.Errorf("%d events of the swept run left behind", events)
 	}
 	if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ident, AttemptID: uuid.NewString()}); err != nil {

@@ -253,7 +253,8 @@ SELECT {runCols} FROM taken`
 // completeBatchSQL is the completing fencedSQL for many runs (distinct IDs) in one
 // statement: $1 the callers' Now, $2 run IDs, $3 attempts, $4 attempt IDs, $5 retentions
 // (µs), $6 results, $7 progress (NULL: unchanged). It returns the runs it completed;
-// Complete decides the others one by one.
+// Complete decides the others one by one. Like finishSQL("completed"), it adds no row of
+// run_events: the completion's event is the row (completed_event, migration 00010).
 const completeBatchSQL = `
 WITH i AS (
 	SELECT t.*, coalesce(t.at, now()) AS now
@@ -263,12 +264,10 @@ WITH i AS (
 	UPDATE {runs} r SET status = 'completed', attempts_made = r.attempts_made + 1, result = i.result,
 		progress = coalesce(i.progress, r.progress),
 		deadline = NULL, not_before = NULL, completed_at = i.now, updated_at = i.now,
-		expire_at = i.now + {us:retention}
+		expire_at = i.now + {us:retention}, completed_event = true
 	FROM i
 	WHERE r.run_id = i.run_id AND r.run_id = ANY($2::text[]) AND {r.status} = 'running' AND r.attempt = i.attempt AND r.attempt_id = i.attempt_id
-	RETURNING {r.runCols}, i.now
-), ev AS (
-	INSERT INTO {events} (run_id, at, kind, attempt, text) SELECT run_id, now, 'completed', attempt, '' FROM up
+	RETURNING {r.runCols}
 )
 SELECT {up.runCols} FROM up`
 
@@ -302,18 +301,22 @@ var renewSQL = fencedSQL(`deadline = {now} + {us5}, updated_at = {now}, progress
 
 // $5: error text, $6: retention, $7: result (NULL: none), $8: progress (NULL: unchanged),
 // $9 (failed only): the error text cut for the history (driver.ClipText).
+//
+// A completion adds no row of run_events: completed is terminal, so its event is the
+// last of the history, and the row implies it (completed_event, migration 00010; Get
+// appends it). A failure adds its event, since Retry can take the run on.
 func finishSQL(status string) string {
-	text := `''`
-	if status == "failed" {
-		// The history's text is the run's last error: the failure's, or the one before
-		// (at most 256 characters, so at most ledger.MaxEventText bytes).
-		text = `CASE WHEN $9::text <> '' THEN $9::text ELSE left(last_error, 256) END`
-	}
-	return fencedSQL(`status = '`+status+`', attempts_made = r.attempts_made + 1,
+	set := `status = '` + status + `', attempts_made = r.attempts_made + 1,
 		last_error = CASE WHEN $5::text <> '' THEN $5::text ELSE r.last_error END, result = $7::bytea,
 		progress = coalesce($8::bytea, r.progress),
 		deadline = NULL, not_before = NULL, completed_at = {now}, updated_at = {now},
-		expire_at = {now} + {us6}`, status, text)
+		expire_at = {now} + {us6}`
+	if status == "completed" {
+		return fencedSQL(set+`, completed_event = true`, "", "")
+	}
+	// The history's text is the run's last error: the failure's, or the one before (at
+	// most 256 characters, so at most ledger.MaxEventText bytes).
+	return fencedSQL(set, status, `CASE WHEN $9::text <> '' THEN $9::text ELSE left(last_error, 256) END`)
 }
 
 // $5: error text, $6: retry after (0: none), $7: retry after + pickup timeout, $8: retention,
@@ -359,9 +362,10 @@ SELECT *, {now} FROM up`
 const getSQL = `SELECT {runCols} FROM {runs} WHERE run_id = $1`
 
 // getWithHistorySQL reads a run, whether the ingress claim created it (its claimed
-// event is the row: Get puts it first), and the latest {maxHistory} stored events of its
-// history, oldest first, as a JSON array of ledger.Event, in one statement.
-const getWithHistorySQL = `SELECT {runCols}, ingress_claim, (
+// event is the row: Get puts it first), whether its completion's event is the row (Get
+// puts it last), and the latest {maxHistory} stored events of its history, oldest
+// first, as a JSON array of ledger.Event, in one statement.
+const getWithHistorySQL = `SELECT {runCols}, ingress_claim, completed_event, (
 	SELECT coalesce(json_agg(json_build_object('at', e.at, 'kind', e.kind, 'attempt', e.attempt,
 		'worker', e.worker, 'actor', e.actor, 'text', e.text) ORDER BY e.seq), '[]')
 	FROM (SELECT * FROM {events} WHERE run_id = $1 ORDER BY seq DESC LIMIT {maxHistory}) e

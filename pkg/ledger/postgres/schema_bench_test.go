@@ -13,8 +13,9 @@ import (
 // BenchmarkSchemaFloor alternates rounds, at 8 and 32 goroutines, of the raw chain's two
 // statements for a no-op job (an INSERT … ON CONFLICT DO NOTHING of a running row into a
 // one-index table, then the UPDATE that completes it) and of the same two statements on
-// the ledger's runs table: as the ledger's schema has it, with a history row each
-// (schema); without the history rows (schema-no-history); and on a runs table that keeps
+// the ledger's runs table: as the ledger's schema has it, with the claim's history row
+// and the completion's event in the row (schema); without any history
+// (schema-no-history); and on a runs table that keeps
 // only its primary key (schema-pk-only: its secondary indexes dropped, whatever the
 // migrations made them, so that its updates may be HOT). With the worker's two ledger
 // calls (worker, as BenchmarkWorkerCallsVsChain), it shows how much of the worker's
