@@ -120,18 +120,31 @@ func TestCompletedEventIsTheRow(t *testing.T) {
 	}
 }
 
-// TestCompletedEventMigratesDown checks that migrating below 00010 stores the completion
-// events the rows held, last in each history, so that the code before reads them.
-func TestCompletedEventMigratesDown(t *testing.T) {
+// TestHistoryMigratesDown checks that migrating below 00008 stores again the events the
+// rows held (the ingress claim's, migration 00008; the completion's, 00010), each where
+// the history has it, so that the code before reads the history as it was.
+func TestHistoryMigratesDown(t *testing.T) {
 	t.Parallel()
 	l := openTest(t, nil)
 	ctx := t.Context()
 	id := benchIdentity()
-	res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: id, AttemptID: "w"})
-	if err != nil {
+	if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: "ingress"}); err != nil {
 		t.Fatal(err)
 	}
-	done, err := l.Complete(ctx, &ledger.CompleteParams{Fence: ledger.Fence{RunID: id.RunID, Attempt: res.Run.Attempt, AttemptID: "w"}})
+	hold := func(attempt string) ledger.Fence {
+		res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: id, AttemptID: attempt})
+		if err != nil || res.Outcome != ledger.OutcomeAcquired {
+			t.Fatalf("Acquire = %+v, %v", res, err)
+		}
+		return ledger.Fence{RunID: id.RunID, Attempt: res.Run.Attempt, AttemptID: attempt}
+	}
+	if _, err := l.Release(ctx, &ledger.ReleaseParams{Fence: hold("w1"), Error: "again"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Complete(ctx, &ledger.CompleteParams{Fence: hold("w2")}); err != nil {
+		t.Fatal(err)
+	}
+	want, err := l.Get(ctx, &ledger.GetParams{RunID: id.RunID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,10 +160,10 @@ func TestCompletedEventMigratesDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.DownTo(ctx, 9); err != nil {
-		t.Fatalf("migrate down to 9: %v", err)
+	if _, err := p.DownTo(ctx, 7); err != nil {
+		t.Fatalf("migrate down to 7: %v", err)
 	}
-	rows, err := db.QueryContext(ctx, `SELECT kind, at, attempt FROM run_events WHERE run_id = $1 ORDER BY seq`, id.RunID)
+	rows, err := db.QueryContext(ctx, `SELECT kind, at, attempt, text FROM run_events WHERE run_id = $1 ORDER BY seq`, id.RunID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +171,7 @@ func TestCompletedEventMigratesDown(t *testing.T) {
 	var got []ledger.Event
 	for rows.Next() {
 		var e ledger.Event
-		if err := rows.Scan(&e.Kind, &e.At, &e.Attempt); err != nil {
+		if err := rows.Scan(&e.Kind, &e.At, &e.Attempt, &e.Text); err != nil {
 			t.Fatal(err)
 		}
 		got = append(got, e)
@@ -166,9 +179,13 @@ func TestCompletedEventMigratesDown(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].Kind != ledger.EventStarted || got[1].Kind != ledger.EventCompleted ||
-		!got[1].At.Equal(done.CompletedAt) || got[1].Attempt != done.Attempt {
-		t.Errorf("stored history after migrating down: %+v, want started, then completed at %v of attempt %d", got, done.CompletedAt, done.Attempt)
+	if len(got) != len(want.History) {
+		t.Fatalf("stored history after migrating down: %+v, want %+v", got, want.History)
+	}
+	for i, e := range want.History {
+		if g := got[i]; g.Kind != e.Kind || !g.At.Equal(e.At) || g.Attempt != e.Attempt || g.Text != e.Text {
+			t.Errorf("event %d stored after migrating down: %+v, want %+v (history %+v)", i, g, e, got)
+		}
 	}
 }
 

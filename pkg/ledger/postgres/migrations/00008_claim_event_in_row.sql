@@ -7,5 +7,18 @@
 ALTER TABLE runs ADD COLUMN ingress_claim boolean NOT NULL DEFAULT false;
 
 -- +goose Down
-INSERT INTO run_events (run_id, at, kind, attempt) SELECT run_id, created_at, 'claimed', 0 FROM runs WHERE ingress_claim;
+-- The claim's event is the first of its run's history, and the history is read in seq
+-- order: the run's stored events are taken out and written again after it, in their order.
+WITH moved AS (
+    DELETE FROM run_events e USING runs r WHERE e.run_id = r.run_id AND r.ingress_claim
+    RETURNING e.*
+)
+INSERT INTO run_events (run_id, at, kind, attempt, worker, actor, text)
+SELECT run_id, at, kind, attempt, worker, actor, text FROM (
+    SELECT run_id, created_at AS at, 'claimed' AS kind, 0::bigint AS attempt, '' AS worker, '' AS actor, '' AS text, 0::bigint AS seq
+    FROM runs WHERE ingress_claim
+    UNION ALL
+    SELECT run_id, at, kind, attempt, worker, actor, text, seq FROM moved
+) h
+ORDER BY run_id, seq;
 ALTER TABLE runs DROP COLUMN ingress_claim;
