@@ -40,3 +40,29 @@ func TestCPUNowCountsWork(t *testing.T) {
 		t.Errorf("machine busy time %v in %v of wall time on %d CPUs", c.machine, wall, runtime.NumCPU())
 	}
 }
+
+// TestCPUSpentAddsSpans checks that CPUSpent adds up its spans and only those: two spans
+// of 50 ms of spinning, each followed by 100 ms more that no span covers.
+func TestCPUSpentAddsSpans(t *testing.T) {
+	spin := func(d time.Duration) {
+		c0 := cpuNow()
+		for x := 0; ; x++ {
+			if x%100000 == 0 && cpuNow().sub(c0).self >= d {
+				return
+			}
+		}
+	}
+	var s CPUSpent
+	for range 2 {
+		m := MarkCPU()
+		spin(50 * time.Millisecond)
+		s.AddSince(m)
+		spin(100 * time.Millisecond) // outside every span
+	}
+	if s.bad || s.spans != 2 {
+		t.Fatalf("spent %+v, want two spans read", s)
+	}
+	if s.sum.self < 100*time.Millisecond || s.sum.self > 150*time.Millisecond {
+		t.Errorf("two spans of 50 ms of CPU add up to %v", s.sum.self)
+	}
+}

@@ -94,10 +94,7 @@ const (
 // operations' latencies, sorted, in the order of kinds.
 func rounds(b *testing.B, conc, round int, kinds []Kind) (map[string]float64, [][]time.Duration) {
 	took := make([]time.Duration, len(kinds))
-	cpu := make([]cpuTimes, len(kinds))
-	for i := range cpu {
-		cpu[i].ok = true
-	}
+	cpu := make([]CPUSpent, len(kinds))
 	lat := make([][]time.Duration, len(kinds))
 	ops := 0
 	b.ResetTimer()
@@ -106,12 +103,12 @@ func rounds(b *testing.B, conc, round int, kinds []Kind) (map[string]float64, []
 		for j := range kinds {
 			i := (r + j) % len(kinds)
 			kind := kinds[i]
-			c0 := cpuNow()
+			m := MarkCPU()
 			d, l, err := spread(b.Context(), conc, k, kind.Op)
 			if err != nil {
 				b.Fatalf("%s: %v", kind.Name, err)
 			}
-			cpu[i] = cpu[i].add(cpuNow().sub(c0))
+			cpu[i].AddSince(m)
 			took[i] += d
 			lat[i] = append(lat[i], l...)
 		}
@@ -122,10 +119,7 @@ func rounds(b *testing.B, conc, round int, kinds []Kind) (map[string]float64, []
 	for i, kind := range kinds {
 		rates[kind.Name] = float64(ops) / took[i].Seconds()
 		slices.Sort(lat[i])
-		if cpu[i].ok {
-			b.ReportMetric(float64(cpu[i].self.Microseconds())/float64(ops), kind.Name+"-cpu-us/op")
-			b.ReportMetric(float64(cpu[i].machine.Microseconds())/float64(ops), kind.Name+"-machine-cpu-us/op")
-		}
+		cpu[i].Report(b, kind.Name, ops)
 	}
 	return rates, lat
 }

@@ -9,6 +9,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/google/uuid"
 
+	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
 	"github.com/runonce/runonce/pkg/worker"
@@ -142,12 +143,14 @@ func (h *chainBench) chain(side string, step func(ctx context.Context, key strin
 }
 
 // round publishes n messages of new runs to side name and waits until done reaches want. It
-// returns the time from the publish, or, for unclaimed runs, from making the messages.
-func (h *chainBench) round(name string, n int, claimed bool, done *atomic.Int64, want int64) time.Duration {
+// returns the time from the publish, or, for unclaimed runs, from making the messages,
+// and adds the CPU spent over that time to cpu.
+func (h *chainBench) round(name string, n int, claimed bool, done *atomic.Int64, want int64, cpu *benchloop.CPUSpent) time.Duration {
 	var msgs []*queue.Message
 	if claimed {
 		msgs = h.messages(n, true)
 	}
+	defer cpu.AddSince(benchloop.MarkCPU())
 	t0 := time.Now()
 	if !claimed {
 		msgs = h.messages(n, false)
@@ -167,11 +170,13 @@ type side struct {
 }
 
 // rounds runs b.N jobs on every side, in rounds of round jobs, and returns each side's
-// rate in jobs/s by name. Each round starts with the next side, so that no side always
-// runs right after the same other one (a side pays for the writes the one before it left
-// the database to flush).
+// rate in jobs/s by name, reporting each side's CPU per job as benchloop.Interleaved does
+// (NAME-cpu-us/op, NAME-machine-cpu-us/op: on a saturated machine, where its rate went).
+// Each round starts with the next side, so that no side always runs right after the same
+// other one (a side pays for the writes the one before it left the database to flush).
 func (h *chainBench) rounds(round int, sides ...side) map[string]float64 {
 	took := make([]time.Duration, len(sides))
+	cpu := make([]benchloop.CPUSpent, len(sides))
 	jobs := 0
 	h.b.ResetTimer()
 	for r, done := 0, 0; done < h.b.N; r, done = r+1, done+round {
@@ -179,7 +184,7 @@ func (h *chainBench) rounds(round int, sides ...side) map[string]float64 {
 		want := int64(jobs + n)
 		for k := range sides {
 			i := (r + k) % len(sides)
-			took[i] += h.round(sides[i].name, n, sides[i].claimed, sides[i].done, want)
+			took[i] += h.round(sides[i].name, n, sides[i].claimed, sides[i].done, want, &cpu[i])
 		}
 		jobs += n
 	}
@@ -187,6 +192,7 @@ func (h *chainBench) rounds(round int, sides ...side) map[string]float64 {
 	rates := make(map[string]float64, len(sides))
 	for i, s := range sides {
 		rates[s.name] = float64(jobs) / took[i].Seconds()
+		cpu[i].Report(h.b, s.name, jobs)
 	}
 	return rates
 }
