@@ -51,30 +51,42 @@ func Rounds(b *testing.B, round int, kinds []Kind) map[string]float64 {
 }
 
 // Warm runs blocks of n operations of every kind over conc goroutines before the
-// benchmark's timer starts, untimed, until the service has stopped getting faster: for
-// one that warms up after it started, such as an emulator on a JVM, whose first rounds
-// would otherwise measure its warm-up more than either kind. It runs at least
-// minWarmBlocks and at most maxWarmBlocks, and stops after the first block whose machine
-// CPU per operation is not 10% below the least of the blocks before it (on Linux;
-// elsewhere it runs minWarmBlocks). It returns how many operations it ran, to report
-// once the benchmark has run (b.ResetTimer deletes any metric reported before). It
-// fails the benchmark on the first error.
+// benchmark's timer starts, untimed, until the service has stopped getting faster
+// (WarmUntilSteady): for one that warms up after it started, such as an emulator on a
+// JVM, whose first rounds would otherwise measure its warm-up more than either kind. It
+// returns how many operations it ran, to report once the benchmark has run
+// (b.ResetTimer deletes any metric reported before). It fails the benchmark on the
+// first error.
 func Warm(b *testing.B, conc, n int, kinds []Kind) int {
 	b.Helper()
-	var best time.Duration
-	ops := 0
-	for block := 1; ; block++ {
-		c0 := cpuNow()
+	return WarmUntilSteady(b, func() int {
 		for _, kind := range kinds {
 			if _, _, err := spread(b.Context(), conc, n, kind.Op); err != nil {
 				b.Fatalf("warming %s: %v", kind.Name, err)
 			}
 		}
-		ops += n * len(kinds)
+		return n * len(kinds)
+	})
+}
+
+// WarmUntilSteady runs block, untimed, until the machine has stopped getting faster: at
+// least minWarmBlocks and at most maxWarmBlocks times, stopping after the first block
+// whose machine CPU per operation is not 10% below the least of the blocks before it
+// (on Linux; elsewhere it runs minWarmBlocks). block runs one block of operations and
+// returns how many; WarmUntilSteady returns how many all blocks ran. It is Warm for a
+// benchmark that runs its own rounds.
+func WarmUntilSteady(b *testing.B, block func() int) int {
+	b.Helper()
+	var best time.Duration
+	ops := 0
+	for n := 1; ; n++ {
+		c0 := cpuNow()
+		k := block()
+		ops += k
 		c := cpuNow().sub(c0)
-		perOp := c.machine / time.Duration(n*len(kinds))
-		b.Logf("warm-up block %d: %v of machine CPU per operation", block, perOp)
-		if block >= maxWarmBlocks || (block >= minWarmBlocks && (!c.ok || perOp > best*9/10)) {
+		perOp := c.machine / time.Duration(max(k, 1))
+		b.Logf("warm-up block %d: %v of machine CPU per operation", n, perOp)
+		if n >= maxWarmBlocks || (n >= minWarmBlocks && (!c.ok || perOp > best*9/10)) {
 			break
 		}
 		if best == 0 || perOp < best {

@@ -174,17 +174,21 @@ type side struct {
 // (NAME-cpu-us/op, NAME-machine-cpu-us/op: on a saturated machine, where its rate went).
 // Each round starts with the next side, so that no side always runs right after the same
 // other one (a side pays for the writes the one before it left the database to flush).
+// Jobs the sides did before (warm's) are not counted.
 func (h *chainBench) rounds(round int, sides ...side) map[string]float64 {
 	took := make([]time.Duration, len(sides))
 	cpu := make([]benchloop.CPUSpent, len(sides))
+	base := make([]int64, len(sides)) // each side's jobs done before the timed rounds
+	for i, s := range sides {
+		base[i] = s.done.Load()
+	}
 	jobs := 0
 	h.b.ResetTimer()
 	for r, done := 0, 0; done < h.b.N; r, done = r+1, done+round {
 		n := min(round, h.b.N-done)
-		want := int64(jobs + n)
 		for k := range sides {
 			i := (r + k) % len(sides)
-			took[i] += h.round(sides[i].name, n, sides[i].claimed, sides[i].done, want, &cpu[i])
+			took[i] += h.round(sides[i].name, n, sides[i].claimed, sides[i].done, base[i]+int64(jobs+n), &cpu[i])
 		}
 		jobs += n
 	}
@@ -195,4 +199,17 @@ func (h *chainBench) rounds(round int, sides ...side) map[string]float64 {
 		cpu[i].Report(h.b, s.name, jobs)
 	}
 	return rates
+}
+
+// warm runs untimed rounds of round jobs of every side until the emulators have stopped
+// getting faster (benchloop.WarmUntilSteady), and returns how many jobs they ran: the
+// first rounds on a JVM emulator measure its warm-up more than either side.
+func (h *chainBench) warm(round int, sides ...side) int {
+	var untimed benchloop.CPUSpent
+	return benchloop.WarmUntilSteady(h.b, func() int {
+		for _, s := range sides {
+			h.round(s.name, round, s.claimed, s.done, s.done.Load()+int64(round), &untimed)
+		}
+		return round * len(sides)
+	})
 }
