@@ -52,8 +52,8 @@ func TestClaimEventIsTheRow(t *testing.T) {
 	}
 }
 
-// TestCompletedEventIsTheRow checks that a completion, alone or in a batch, writes no row
-// of run_events (its event is the run's row, migration 00010) and that Get puts the
+// TestCompletedEventIsTheRow checks that a completion, alone or among concurrent ones,
+// writes no row of run_events (its event is the run's row, migration 00010) and that Get puts the
 // completed event last, at the completion, of the run's attempt; and that a failure still
 // stores its event.
 func TestCompletedEventIsTheRow(t *testing.T) {
@@ -93,7 +93,8 @@ func TestCompletedEventIsTheRow(t *testing.T) {
 	}
 	check("a completion alone", alone)
 
-	// Completions that arrive together share the batch's statement.
+	// Completions that arrive together: those that find the lane busy share a batch's
+	// statement (TestWorkerCallsShareStatements makes sure of one such batch).
 	fences := make([]ledger.Fence, 16)
 	for i := range fences {
 		fences[i] = running()
