@@ -31,7 +31,8 @@ bench -bench BenchmarkPostgresNoopJobsVsChain -benchtime 2000x "$@" ./pkg/worker
 # no Pub/Sub: what the worker's ratio owes to the statements alone.
 bench -bench BenchmarkWorkerCallsVsChain -benchtime 4000x "$@" ./pkg/ledger/postgres/
 # The same chain's two statements on the ledger's own runs table, with and without the
-# history rows and the secondary indexes: the floor that the schema sets the worker.
+# history rows and the secondary indexes: the floor that the schema sets the worker; and
+# the worker's calls unbatched and on a runs table with an index fewer.
 bench -bench BenchmarkSchemaFloor -benchtime 4000x "$@" ./pkg/ledger/postgres/
 bench -bench BenchmarkFirestoreNoopJobsVsChain -benchtime 2000x "$@" ./pkg/worker/
 # The real stack's binaries over PostgreSQL and the Pub/Sub emulator: the ingress against

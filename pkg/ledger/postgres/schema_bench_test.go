@@ -15,32 +15,46 @@ import (
 // one-index table, then the UPDATE that completes it) and of the same two statements on
 // the ledger's runs table: as the ledger's schema has it, with the claim's history row
 // and the completion's event in the row (schema); without any history
-// (schema-no-history); and on a runs table that keeps
-// only its primary key (schema-pk-only: its secondary indexes dropped, whatever the
-// migrations made them, so that its updates may be HOT). With the worker's two ledger
+// (schema-no-history); on a runs table that keeps only its primary key (schema-pk-only:
+// its secondary indexes dropped, whatever the migrations made them, so that its updates
+// may be HOT); and on one without the listing's index by creation time, the one index
+// whose columns no transition changes (schema-fewer-indexes), which a table of a run's
+// mutable columns apart from the others would leave out. With the worker's two ledger
 // calls (worker, as BenchmarkWorkerCallsVsChain), it shows how much of the worker's
 // distance from the chain is its schema's: no statement shape can take a worker claim and
-// completion below what two plain statements on that schema cost. It reports each rate
-// (ops/s) and each over the chain's.
+// completion below what two plain statements on that schema cost. The worker's calls run
+// also unbatched (worker-unbatched: Options.Batches −1) and on the table without that
+// index (worker-fewer-indexes), which say whether batching and index entries are what
+// keep the worker from its schema's floor. It reports each rate (ops/s) and each over the
+// chain's.
 func BenchmarkSchemaFloor(b *testing.B) {
 	for _, n := range []int{8, 32} {
 		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
 			l := openTest(b, nil)
 			pkOnly := openTest(b, nil)
 			dropSecondaryIndexes(b, pkOnly, "runs")
+			fewer := openTest(b, nil)
+			dropIndex(b, fewer, "runs_created_idx")
+			unbatched := openTest(b, &Options{Batches: -1})
 			chain := rawChain(b, l)
 			schema := benchloop.SchemaChain(l.Schema(), true)
 			noHistory := benchloop.SchemaChain(l.Schema(), false)
 			pk := benchloop.SchemaChain(pkOnly.Schema(), false)
+			fewerSchema := benchloop.SchemaChain(fewer.Schema(), true)
 			warm(b, l.pool, chain.Claim, chain.Complete, schema.Claim, schema.Complete, noHistory.Claim, noHistory.Complete,
 				l.q.acquireQueued, l.q.complete)
 			warm(b, pkOnly.pool, pk.Claim, pk.Complete)
+			warm(b, fewer.pool, fewerSchema.Claim, fewerSchema.Complete, fewer.q.acquireQueued, fewer.q.complete)
+			warm(b, unbatched.pool, unbatched.q.acquireQueued, unbatched.q.complete)
 			kinds := []benchloop.Kind{
 				{Name: "chain", Op: chain.Job(l.pool)},
 				{Name: "schema", Op: schema.Job(l.pool)},
 				{Name: "schema-no-history", Op: noHistory.Job(l.pool)},
 				{Name: "schema-pk-only", Op: pk.Job(pkOnly.pool)},
+				{Name: "schema-fewer-indexes", Op: fewerSchema.Job(fewer.pool)},
 				{Name: "worker", Op: func(ctx context.Context) error { return workerJob(ctx, l) }},
+				{Name: "worker-unbatched", Op: func(ctx context.Context) error { return workerJob(ctx, unbatched) }},
+				{Name: "worker-fewer-indexes", Op: func(ctx context.Context) error { return workerJob(ctx, fewer) }},
 			}
 			rates := benchloop.Interleaved(b, n, 400, kinds)
 			for _, k := range kinds[1:] {
@@ -80,5 +94,13 @@ func dropSecondaryIndexes(tb testing.TB, l *Ledger, table string) {
 		if _, err := l.pool.Exec(ctx, `DROP INDEX `+name); err != nil {
 			tb.Fatal(err)
 		}
+	}
+}
+
+// dropIndex drops the index name of l's schema.
+func dropIndex(tb testing.TB, l *Ledger, name string) {
+	tb.Helper()
+	if _, err := l.pool.Exec(tb.Context(), `DROP INDEX `+pgx.Identifier{l.Schema(), name}.Sanitize()); err != nil {
+		tb.Fatal(err)
 	}
 }
