@@ -50,8 +50,10 @@
 // a claim costs a fraction of one statement. One at a time makes the batches as large
 // as the load: the database commits once for all of them, and several processes still
 // run their statements side by side. A database with cores to spare and statements slow
-// to answer (far away, or waiting on locks) may do more with more (Options.Batches). Several claims of one run in a batch are one
-// row: the first is the claim, the others its duplicates, as if they came just after it.
+// to answer (far away, or waiting on locks) may do more with more (Options.Batches, or
+// the URL's batches=N; batches=off turns batching off). Several claims of one run in a
+// batch are one row: the first is the claim, the others its duplicates, as if they came
+// just after it.
 // A batch is one transaction: if it fails, every claim in it fails (retryable; none is
 // written). A claim whose context ends while it waits answers at once with
 // ErrUnavailable: its batch may still write it, as a statement cut short may.

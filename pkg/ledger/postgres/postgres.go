@@ -37,6 +37,9 @@ const (
 	// ParamMigrate is the negation of Options.NoMigrate: migrate=false opens without
 	// applying migrations.
 	ParamMigrate = "migrate"
+	// ParamBatches is Options.Batches: batches=N lets N batched statements of each kind
+	// run at once (N ≥ 1), batches=off turns batching off.
+	ParamBatches = "batches"
 )
 
 func init() {
@@ -72,6 +75,7 @@ type Options struct {
 	// free runs at once; calls that arrive while all are busy wait for the next to
 	// finish and share its statement (at most MaxBatch calls in one). Zero means
 	// DefaultBatches; a negative value turns batching off, each call its own statement.
+	// A URL's batches parameter sets it (batches=2, batches=off).
 	Batches int
 }
 
@@ -155,7 +159,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Ledger, error
 
 // Open connects to the database dsn names (a postgres:// URL or a key=value connection
 // string, as pgx takes it) and returns a ledger that owns its pool. In a URL, the query
-// parameters schema and migrate override opts.Schema and opts.NoMigrate.
+// parameters schema, migrate and batches override opts.Schema, opts.NoMigrate and
+// opts.Batches.
 func Open(ctx context.Context, dsn string, opts *Options) (*Ledger, error) {
 	o := opts.withDefaults()
 	dsn, err := stripParams(dsn, &o)
@@ -263,6 +268,12 @@ func stripParams(dsn string, o *Options) (string, error) {
 				return "", fmt.Errorf("postgres: query parameter %s=%q is not a boolean", k, v)
 			}
 			o.NoMigrate = !b
+		case ParamBatches:
+			n, err := parseBatches(v)
+			if err != nil {
+				return "", err
+			}
+			o.Batches = n
 		default:
 			if strings.HasPrefix(strings.ToLower(k), "runonce") {
 				unknown = append(unknown, strconv.Quote(k))
@@ -272,11 +283,25 @@ func stripParams(dsn string, o *Options) (string, error) {
 		q.Del(k)
 	}
 	if len(unknown) > 0 {
-		return "", fmt.Errorf("postgres: unknown runonce query parameter(s) %s (known: %s, %s)",
-			strings.Join(unknown, ", "), ParamSchema, ParamMigrate)
+		return "", fmt.Errorf("postgres: unknown runonce query parameter(s) %s (known: %s, %s, %s)",
+			strings.Join(unknown, ", "), ParamSchema, ParamMigrate, ParamBatches)
 	}
 	u.RawQuery = q.Encode()
 	return u.String(), nil
+}
+
+// parseBatches reads the batches parameter: a count of at least 1, or off (batching
+// off, Options.Batches −1).
+func parseBatches(v string) (int, error) {
+	if v == "off" {
+		return -1, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("postgres: query parameter %s=%q is neither a count of batched statements (1 or more) nor off",
+			ParamBatches, v)
+	}
+	return n, nil
 }
 
 // Schema returns the schema the ledger's tables live in ("" for the connection's current

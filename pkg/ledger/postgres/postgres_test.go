@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -402,6 +403,43 @@ func TestURL(t *testing.T) {
 			t.Fatalf("Open with migrate=perhaps: error = %v, want one naming the parameter", err)
 		}
 	})
+	t.Run("Batches", func(t *testing.T) {
+		for _, c := range []struct {
+			value string
+			lanes int // 0: no batching
+		}{{"3", 3}, {"1", 1}, {"off", 0}} {
+			l, err := ledger.Open(ctx, withParam(t, withParam(t, dsn, "schema", newSchema(t, dsn)), "batches", c.value))
+			if err != nil {
+				t.Fatalf("Open with batches=%s: %v", c.value, err)
+			}
+			defer l.Close()
+			pl := l.(*Ledger)
+			for _, lanes := range []struct {
+				kind string
+				n    int
+				on   bool
+			}{
+				{"claims", lanesOf(pl.claims), pl.claims != nil},
+				{"acquires", lanesOf(pl.acquires), pl.acquires != nil},
+				{"completes", lanesOf(pl.completes), pl.completes != nil},
+			} {
+				if lanes.n != c.lanes || lanes.on != (c.lanes > 0) {
+					t.Errorf("batches=%s: %s have %d lanes (batched %v), want %d", c.value, lanes.kind, lanes.n, lanes.on, c.lanes)
+				}
+			}
+			// The parameter is runonce's: left in the URL, the server would refuse it
+			// as an unknown setting.
+			if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: ledger.KeyedRunID("u", "j", "k")}, AttemptID: "a"}); err != nil {
+				t.Fatalf("Claim through a ledger opened with batches=%s: %v", c.value, err)
+			}
+		}
+		for _, bad := range []string{"0", "-1", "two", ""} {
+			_, err := ledger.Open(ctx, withParam(t, dsn, "batches", bad))
+			if err == nil || !strings.Contains(err.Error(), "batches") || !strings.Contains(err.Error(), strconv.Quote(bad)) {
+				t.Errorf("Open with batches=%q: error = %v, want one naming the parameter and its value", bad, err)
+			}
+		}
+	})
 	t.Run("NoMigrate", func(t *testing.T) {
 		schema := newSchema(t, dsn)
 		l, err := ledger.Open(ctx, withParam(t, withParam(t, dsn, "schema", schema), "migrate", "false"))
@@ -432,6 +470,14 @@ func TestURL(t *testing.T) {
 			t.Fatalf("Open of an unreachable server = %v, want ledger.ErrUnavailable", err)
 		}
 	})
+}
+
+// lanesOf is how many batched statements b runs at once; 0 for none.
+func lanesOf[In, Out any](b *batcher[In, Out]) int {
+	if b == nil {
+		return 0
+	}
+	return b.lanes
 }
 
 func withParam(t *testing.T, dsn, k, v string) string {
