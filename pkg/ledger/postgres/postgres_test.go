@@ -161,6 +161,15 @@ func TestConformance(t *testing.T) {
 	ledgertest.Run(t, harness())
 }
 
+// TestConformanceUnbatched runs the suite on ledgers with batching off (batches=off in a
+// URL): each call is its own statement, so that concurrent calls about one run race in
+// the database, where batched ones share a statement, one row for the run.
+func TestConformanceUnbatched(t *testing.T) {
+	h := harness()
+	h.Open = func(tb testing.TB) ledger.Ledger { return openTest(tb, &Options{Batches: -1}) }
+	ledgertest.Run(t, h)
+}
+
 func BenchmarkLedger(b *testing.B) {
 	ledgertest.Benchmark(b, harness())
 }
