@@ -1,6 +1,7 @@
 package firestoreledger
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -38,7 +39,8 @@ const (
 // decoding takes an absent field for its zero. The fields a query reads (status, job,
 // namespace, deadline, created_at, updated_at, expire_at) are always written: a query
 // does not see a document without its field. Only the creating writes encode a runDoc;
-// every later write sets every field (encodeRun).
+// every later write sets the fields it changes (changes), so a field left out at
+// creation stays out until it holds a value.
 type runDoc struct {
 	Namespace    string     `firestore:"namespace"`
 	Job          string     `firestore:"job"`
@@ -159,6 +161,36 @@ func encodeNewRun(r *ledger.Run) *runDoc {
 		CreatedAt: stampPtr(r.CreatedAt), UpdatedAt: stampPtr(r.UpdatedAt), CompletedAt: stampPtr(r.CompletedAt),
 		ExpireAt: stampPtr(r.ExpireAt), History: encodeHistory(r.History),
 	}
+}
+
+// changes is the field-by-field Update that turns the run document was (encodeRun of
+// the run as read, or as this ledger last wrote it: the write's update-time
+// precondition makes it the document) into next's, in a stable order. It sets only the
+// fields whose stored value changes, and updated_at, so that it always writes: no
+// transition changes a run's payload (which may be most of the document), its identity
+// or its creation time, and none is sent again. A field left out keeps a value that
+// decodes as next's, absent (a sparse new run's) included.
+func changes(was map[string]any, next *ledger.Run) []firestore.Update {
+	m := encodeRun(next)
+	for k, v := range m {
+		if k != fieldUpdatedAt && sameValue(was[k], v) {
+			delete(m, k)
+		}
+	}
+	return updates(m)
+}
+
+// sameValue reports whether two of encodeRun's values are stored alike.
+func sameValue(a, b any) bool {
+	switch x := a.(type) {
+	case time.Time:
+		y, ok := b.(time.Time)
+		return ok && x.Equal(y)
+	case []byte:
+		y, ok := b.([]byte)
+		return ok && bytes.Equal(x, y) && (x == nil) == (y == nil)
+	}
+	return a == b
 }
 
 // updates turns a document's fields into a field-by-field Update, in a stable order.

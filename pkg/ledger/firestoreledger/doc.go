@@ -38,7 +38,10 @@
 // not_before, attempts_made, last_error, result, progress and completed_at while they
 // are zero (null, 0 or ""), and a reader takes an absent field for its zero: no query
 // filters or orders on them, and each field a new run does not write is one value and
-// two index entries fewer in its commit. Every later write sets every field.
+// two index entries fewer in its commit. Every later write sets only the fields it
+// changes, and updated_at: no transition sends the payload, the run's identity or its
+// creation time again, so that a lease renewal of a run with a large payload is a small
+// commit, and a field a new run left out stays out until it holds a value.
 //
 // An effect is one document in PREFIX+"effects" whose ID is ledger.EffectKey(run ID,
 // name), with run_id, name, status (pending | done), attempt, created_at, updated_at,

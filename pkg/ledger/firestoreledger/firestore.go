@@ -268,6 +268,10 @@ func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *led
 		if snap.ReadTime.IsZero() {
 			return fmt.Errorf("firestoreledger: %s run %s: the read carried no server time", op, id)
 		}
+		var was map[string]any
+		if cur != nil {
+			was = encodeRun(cur) // before decide, which may build its run on cur
+		}
 		c, err := decide(cur, driver.Micros(snap.ReadTime))
 		if err != nil {
 			return err
@@ -283,7 +287,7 @@ func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *led
 			}
 			return err
 		case c.put != nil:
-			wr, err := ref.Update(ctx, updates(encodeRun(c.put)), firestore.LastUpdateTime(snap.UpdateTime))
+			wr, err := ref.Update(ctx, changes(was, c.put), firestore.LastUpdateTime(snap.UpdateTime))
 			if err = mapErr(rpcWrite, err, "%s run %s", op, id); err == nil {
 				l.wrote(c.put, wr)
 			}
@@ -312,7 +316,7 @@ func (l *Ledger) updateWritten(ctx context.Context, ref *firestore.DocumentRef, 
 		return false, nil
 	}
 	sent := l.clock.Local()
-	wr, err := ref.Update(ctx, updates(encodeRun(c.put)), firestore.LastUpdateTime(w.at))
+	wr, err := ref.Update(ctx, changes(encodeRun(w.run), c.put), firestore.LastUpdateTime(w.at))
 	if err = mapErr(rpcWrite, err, "%s run %s", op, ref.ID); errors.Is(err, errStale) {
 		return false, nil
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,12 +15,14 @@ import (
 	"time"
 
 	"cloud.google.com/go/firestore"
+	"cloud.google.com/go/firestore/apiv1/firestorepb"
 	"github.com/google/uuid"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
@@ -113,16 +117,28 @@ func TestConformance(t *testing.T) {
 	ledgertest.Run(t, harness)
 }
 
-// rpcCounter counts the gRPC calls a client makes, by method.
+// rpcCounter counts the gRPC calls a client makes, by method, and keeps each write of a
+// commit: the fields it sets (an update's mask, or a created document's fields) and the
+// size of its commit request.
 type rpcCounter struct {
-	mu    sync.Mutex
-	calls []string
+	mu     sync.Mutex
+	calls  []string
+	writes ledgertest.WriteLog
 }
 
-func (c *rpcCounter) add(method string) {
+func (c *rpcCounter) add(method string, req any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calls = append(c.calls, method[strings.LastIndex(method, "/")+1:])
+	if commit, ok := req.(*firestorepb.CommitRequest); ok {
+		for _, w := range commit.GetWrites() {
+			fields := w.GetUpdateMask().GetFieldPaths()
+			if w.GetUpdateMask() == nil {
+				fields = slices.Collect(maps.Keys(w.GetUpdate().GetFields()))
+			}
+			c.writes.Add(ledgertest.TransitionWrite{Fields: slices.Sorted(slices.Values(fields)), Bytes: proto.Size(commit)})
+		}
+	}
 }
 
 // take returns the calls counted since the last take.
@@ -154,11 +170,11 @@ func countingClient(t *testing.T) (*firestore.Client, *rpcCounter) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithPerRPCCredentials(emulatorCreds{}),
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			counter.add(method)
+			counter.add(method, req)
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}),
 		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			counter.add(method)
+			counter.add(method, nil)
 			return streamer(ctx, desc, cc, method, opts...)
 		}),
 	)
@@ -304,6 +320,21 @@ func TestRoundTrips(t *testing.T) {
 		t.Fatalf("Complete of a run another process cancelled = %v, want ErrLeaseLost wrapping ErrCancelled", err)
 	}
 	check("a completion of a run written since by another process (the write refused, a read)", "Commit", "BatchGetDocuments")
+}
+
+// TestTransitionsWriteWhatChanges checks that a transition's write sets only the fields
+// of the run document that it changes (ledgertest.CheckTransitionWrites). It covers both
+// kinds of write: a worker claim and a renewal through another ledger decide on a read;
+// the holder's renewal and completion decide on the run as this ledger wrote it. The
+// completion's first write is refused, because the other ledger wrote last, and it is
+// then decided on a read.
+func TestTransitionsWriteWhatChanges(t *testing.T) {
+	t.Parallel()
+	client, counter := countingClient(t)
+	l := openLedger(t, client, &Options{Prefix: uniquePrefix()})
+	other := openLedger(t, client, &Options{Prefix: l.Prefix()})
+	ledgertest.CheckTransitionWrites(t, l, other, counter.writes.Take,
+		[]string{fieldPayload, "payload_hash", fieldNamespace, fieldJob, "key", "schedule_time", fieldCreatedAt})
 }
 
 // TestConcurrentTakeover races 64 worker claims, through two clients, on a run whose
