@@ -1,6 +1,7 @@
 package spannerledger
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 
@@ -108,6 +109,22 @@ func runValues(r *ledger.Run) []any {
 		string(r.Status), r.Attempt, r.AttemptID, nullTime(r.Deadline), nullTime(r.NotBefore), r.AttemptsMade,
 		r.LastError, r.CreatedAt, r.UpdatedAt, nullTime(r.CompletedAt), r.ExpireAt, encodeHistory(r.History),
 		nullBytes(r.Result), nullBytes(r.Progress)}
+}
+
+// sameValue reports whether two of runValues' values are stored alike.
+func sameValue(a, b any) bool {
+	switch x := a.(type) {
+	case time.Time:
+		y, ok := b.(time.Time)
+		return ok && x.Equal(y)
+	case spanner.NullTime:
+		y, ok := b.(spanner.NullTime)
+		return ok && x.Valid == y.Valid && x.Time.Equal(y.Time)
+	case []byte:
+		y, ok := b.([]byte)
+		return ok && bytes.Equal(x, y) && (x == nil) == (y == nil)
+	}
+	return a == b
 }
 
 // encodeHistory is a history as stored: a JSON array, or NULL when empty.

@@ -148,13 +148,27 @@ func isVerdict(err error) bool {
 
 func runParams(id string) map[string]any { return map[string]any{"id": id} }
 
-// writeRun returns the mutation that writes r (nil: nothing). The run's effects need
-// none: they have no deletion policy of their own and go only with the run.
-func writeRun(r *ledger.Run) []*spanner.Mutation {
+// writeRun returns the mutation that turns the run whose values (runValues) were was
+// into r: nil for no write (r nil); every column for a run that was absent (was nil);
+// otherwise an update of the key and the columns whose value changes, and updated_at,
+// so that no transition writes the payload (up to ledger.MaxPayload), the run's
+// identity or its creation time again. The run's effects need none: they have no
+// deletion policy of their own and go only with the run.
+func writeRun(was []any, r *ledger.Run) []*spanner.Mutation {
 	if r == nil {
 		return nil
 	}
-	return []*spanner.Mutation{spanner.InsertOrUpdate("runs", runColumns, runValues(r))}
+	vals := runValues(r)
+	if was == nil {
+		return []*spanner.Mutation{spanner.InsertOrUpdate("runs", runColumns, vals)}
+	}
+	cols, changed := []string{runColumns[0]}, []any{vals[0]}
+	for i := 1; i < len(runColumns); i++ {
+		if runColumns[i] == "updated_at" || !sameValue(was[i], vals[i]) {
+			cols, changed = append(cols, runColumns[i]), append(changed, vals[i])
+		}
+	}
+	return []*spanner.Mutation{spanner.Update("runs", cols, changed)}
 }
 
 // Claim implements ledger.Ledger. A new run costs one RPC: a Commit of an insert mutation
@@ -230,8 +244,13 @@ type store struct{ l *Ledger }
 func (s store) UpdateRun(ctx context.Context, op, id string, override time.Time, decide func(cur *ledger.Run, now time.Time) (*ledger.Run, error)) error {
 	_, err := transact(ctx, s.l, op+" run "+id, readRunSQL, runParams(id), override,
 		func(row *readRow, now time.Time) ([]*spanner.Mutation, struct{}, error) {
-			next, err := decide(row.run(), now)
-			return writeRun(next), struct{}{}, err
+			cur := row.run()
+			var was []any
+			if cur != nil {
+				was = runValues(cur) // before decide, which may build its run on cur
+			}
+			next, err := decide(cur, now)
+			return writeRun(was, next), struct{}{}, err
 		})
 	return err
 }

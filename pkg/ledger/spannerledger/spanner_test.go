@@ -18,11 +18,13 @@ import (
 	"cloud.google.com/go/spanner/admin/database/apiv1/databasepb"
 	instance "cloud.google.com/go/spanner/admin/instance/apiv1"
 	"cloud.google.com/go/spanner/admin/instance/apiv1/instancepb"
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/google/uuid"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
@@ -491,13 +493,15 @@ func TestMustExistAgainstSweep(t *testing.T) {
 func BenchmarkBatch(b *testing.B) { workertest.BenchmarkBatch(b, harness().Open) }
 
 // rpcCounter counts a client's gRPC calls on the data path, by method; the session pool's
-// own calls (creating and deleting sessions) are not counted.
+// own calls (creating and deleting sessions) are not counted. It keeps each mutation of
+// the runs table in a commit: the columns it writes and the size of its commit request.
 type rpcCounter struct {
-	mu    sync.Mutex
-	calls []string
+	mu     sync.Mutex
+	calls  []string
+	writes ledgertest.WriteLog
 }
 
-func (c *rpcCounter) add(method string) {
+func (c *rpcCounter) add(method string, req any) {
 	m := method[strings.LastIndex(method, "/")+1:]
 	if strings.Contains(m, "Session") {
 		return
@@ -505,6 +509,24 @@ func (c *rpcCounter) add(method string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calls = append(c.calls, m)
+	if commit, ok := req.(*spannerpb.CommitRequest); ok {
+		for _, mu := range commit.GetMutations() {
+			var w *spannerpb.Mutation_Write
+			switch op := mu.GetOperation().(type) {
+			case *spannerpb.Mutation_Insert:
+				w = op.Insert
+			case *spannerpb.Mutation_Update:
+				w = op.Update
+			case *spannerpb.Mutation_InsertOrUpdate:
+				w = op.InsertOrUpdate
+			case *spannerpb.Mutation_Replace:
+				w = op.Replace
+			}
+			if w.GetTable() == "runs" {
+				c.writes.Add(ledgertest.TransitionWrite{Fields: w.GetColumns(), Bytes: proto.Size(commit)})
+			}
+		}
+	}
 }
 
 // take returns the calls counted since the last take.
@@ -523,11 +545,11 @@ func countingLedger(t *testing.T, db string) (*Ledger, *rpcCounter) {
 	counter := &rpcCounter{}
 	client, err := spanner.NewClient(context.Background(), db,
 		option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			counter.add(method)
+			counter.add(method, req)
 			return invoker(ctx, method, req, reply, cc, opts...)
 		})),
 		option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			counter.add(method)
+			counter.add(method, nil)
 			return streamer(ctx, desc, cc, method, opts...)
 		})),
 	)
@@ -637,4 +659,14 @@ func BenchmarkDuplicateVsNew(b *testing.B) {
 			b.ReportMetric(rates["dup-insert-first"]/rates["new"], "dup-insert-first/new")
 		})
 	}
+}
+
+// TestTransitionsWriteWhatChanges checks that a transition's mutation of an existing
+// run writes only the columns it changes (ledgertest.CheckTransitionWrites).
+func TestTransitionsWriteWhatChanges(t *testing.T) {
+	t.Parallel()
+	emulator(t)
+	l, counter := countingLedger(t, newDatabase(t, false))
+	ledgertest.CheckTransitionWrites(t, l, l, counter.writes.Take,
+		[]string{"payload", "payload_hash", "namespace", "job", "run_key", "schedule_time", "created_at"})
 }
