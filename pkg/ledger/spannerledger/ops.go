@@ -151,8 +151,8 @@ func runParams(id string) map[string]any { return map[string]any{"id": id} }
 // writeRun returns the mutation that turns the run whose values (runValues) were was
 // into r: nil for no write (r nil); every column for a run that was absent (was nil);
 // otherwise an update of the key and the columns whose value changes, and updated_at,
-// so that no transition writes the payload (up to ledger.MaxPayload), the run's
-// identity or its creation time again. The run's effects need none: they have no
+// so that no transition writes the payload (as large as the ingress's -max-body lets
+// it be), the run's identity or its creation time again. The run's effects need none: they have no
 // deletion policy of their own and go only with the run.
 func writeRun(was []any, r *ledger.Run) []*spanner.Mutation {
 	if r == nil {
