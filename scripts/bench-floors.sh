@@ -32,7 +32,9 @@ bench -bench BenchmarkPostgresNoopJobsVsChain -benchtime 2000x "$@" ./pkg/worker
 bench -bench BenchmarkWorkerCallsVsChain -benchtime 4000x "$@" ./pkg/ledger/postgres/
 # The same chain's two statements on the ledger's own runs table, with and without the
 # history rows and the secondary indexes: the floor that the schema sets the worker; and
-# the worker's calls unbatched and on a runs table with an index fewer.
+# the worker's calls unbatched, on a runs table with an index fewer, and on one with its
+# primary key alone, with and without the claim's history row (the most a change of the
+# data model could give them).
 bench -bench BenchmarkSchemaFloor -benchtime 4000x "$@" ./pkg/ledger/postgres/
 bench -bench BenchmarkFirestoreNoopJobsVsChain -benchtime 2000x "$@" ./pkg/worker/
 # The real stack's binaries over PostgreSQL and the Pub/Sub emulator: the ingress against

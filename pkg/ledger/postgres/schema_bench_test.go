@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -25,8 +26,12 @@ import (
 // completion below what two plain statements on that schema cost. The worker's calls run
 // also unbatched (worker-unbatched: Options.Batches −1) and on the table without that
 // index (worker-fewer-indexes), which say whether batching and index entries are what
-// keep the worker from its schema's floor. It reports each rate (ops/s) and each over the
-// chain's.
+// keep the worker from its schema's floor. And the worker's calls on a runs table that
+// keeps only its primary key (worker-pk-only), also with claims that write no history row
+// (worker-pk-only-no-history: withoutStartedEvent; a completion writes none already): the
+// most that any change of the data model could give the worker's statements, the
+// features that need those indexes and that history given up. It reports each rate
+// (ops/s) and each over the chain's.
 func BenchmarkSchemaFloor(b *testing.B) {
 	for _, n := range []int{8, 32} {
 		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
@@ -36,6 +41,11 @@ func BenchmarkSchemaFloor(b *testing.B) {
 			fewer := openTest(b, nil)
 			dropIndex(b, fewer, "runs_created_idx")
 			unbatched := openTest(b, &Options{Batches: -1})
+			workerPK := openTest(b, nil)
+			dropSecondaryIndexes(b, workerPK, "runs")
+			bare := openTest(b, nil)
+			dropSecondaryIndexes(b, bare, "runs")
+			withoutStartedEvent(b, bare)
 			chain := rawChain(b, l)
 			schema := benchloop.SchemaChain(l.Schema(), true)
 			noHistory := benchloop.SchemaChain(l.Schema(), false)
@@ -46,6 +56,8 @@ func BenchmarkSchemaFloor(b *testing.B) {
 			warm(b, pkOnly.pool, pk.Claim, pk.Complete)
 			warm(b, fewer.pool, fewerSchema.Claim, fewerSchema.Complete, fewer.q.acquireQueued, fewer.q.complete)
 			warm(b, unbatched.pool, unbatched.q.acquireQueued, unbatched.q.complete)
+			warm(b, workerPK.pool, workerPK.q.acquireQueued, workerPK.q.complete)
+			warm(b, bare.pool, bare.q.acquireQueued, bare.q.complete)
 			kinds := []benchloop.Kind{
 				{Name: "chain", Op: chain.Job(l.pool)},
 				{Name: "schema", Op: schema.Job(l.pool)},
@@ -55,8 +67,16 @@ func BenchmarkSchemaFloor(b *testing.B) {
 				{Name: "worker", Op: func(ctx context.Context) error { return workerJob(ctx, l) }},
 				{Name: "worker-unbatched", Op: func(ctx context.Context) error { return workerJob(ctx, unbatched) }},
 				{Name: "worker-fewer-indexes", Op: func(ctx context.Context) error { return workerJob(ctx, fewer) }},
+				{Name: "worker-pk-only", Op: func(ctx context.Context) error { return workerJob(ctx, workerPK) }},
+				{Name: "worker-pk-only-no-history", Op: func(ctx context.Context) error { return workerJob(ctx, bare) }},
 			}
 			rates := benchloop.Interleaved(b, n, 400, kinds)
+			if events := countEvents(b, bare); events != 0 {
+				b.Fatalf("worker-pk-only-no-history wrote %d history rows, want none", events)
+			}
+			if events := countEvents(b, workerPK); events == 0 {
+				b.Fatal("worker-pk-only wrote no history row")
+			}
 			for _, k := range kinds[1:] {
 				b.ReportMetric(rates[k.Name]/rates["chain"], k.Name+"/chain")
 			}
@@ -103,4 +123,34 @@ func dropIndex(tb testing.TB, l *Ledger, name string) {
 	if _, err := l.pool.Exec(tb.Context(), `DROP INDEX `+pgx.Identifier{l.Schema(), name}.Sanitize()); err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// withoutStartedEvent takes the started event's insert out of l's worker-claim statements
+// (acquireQueuedSQL, acquireQueuedBatchSQL: their ev CTE), so that a claim writes the
+// run's row alone, as a completion does. It fails tb when either statement no longer
+// ends with that CTE before its final SELECT: the benchmark would measure nothing.
+func withoutStartedEvent(tb testing.TB, l *Ledger) {
+	tb.Helper()
+	cut := func(name, sql, keep string) string {
+		i := strings.Index(sql, ", ev AS (")
+		j := strings.Index(sql[max(i, 0):], "\n)\nSELECT ")
+		if i < 0 || j < 0 || !strings.Contains(sql[i:i+j], "run_events") {
+			tb.Fatalf("%s has no started event's CTE before its final SELECT:\n%s", name, sql)
+		}
+		return sql[:i] + keep + sql[i+j+2:]
+	}
+	// The single statement's $7, the worker, is used only by the event: a CTE that
+	// nothing reads keeps its type known without running.
+	l.q.acquireQueued = cut("acquireQueuedSQL", l.q.acquireQueued, ", w AS (SELECT $7::text)")
+	l.q.acquireQueuedBatch = cut("acquireQueuedBatchSQL", l.q.acquireQueuedBatch, "")
+}
+
+// countEvents counts the rows of l's run_events.
+func countEvents(tb testing.TB, l *Ledger) int {
+	tb.Helper()
+	var n int
+	if err := l.pool.QueryRow(tb.Context(), `SELECT count(*) FROM `+pgx.Identifier{l.Schema(), "run_events"}.Sanitize()).Scan(&n); err != nil {
+		tb.Fatal(err)
+	}
+	return n
 }
