@@ -41,8 +41,6 @@ func BenchmarkSchemaFloor(b *testing.B) {
 			fewer := openTest(b, nil)
 			dropIndex(b, fewer, "runs_created_idx")
 			unbatched := openTest(b, &Options{Batches: -1})
-			workerPK := openTest(b, nil)
-			dropSecondaryIndexes(b, workerPK, "runs")
 			bare := openTest(b, nil)
 			dropSecondaryIndexes(b, bare, "runs")
 			withoutStartedEvent(b, bare)
@@ -53,10 +51,9 @@ func BenchmarkSchemaFloor(b *testing.B) {
 			fewerSchema := benchloop.SchemaChain(fewer.Schema(), true)
 			warm(b, l.pool, chain.Claim, chain.Complete, schema.Claim, schema.Complete, noHistory.Claim, noHistory.Complete,
 				l.q.acquireQueued, l.q.complete)
-			warm(b, pkOnly.pool, pk.Claim, pk.Complete)
+			warm(b, pkOnly.pool, pk.Claim, pk.Complete, pkOnly.q.acquireQueued, pkOnly.q.complete)
 			warm(b, fewer.pool, fewerSchema.Claim, fewerSchema.Complete, fewer.q.acquireQueued, fewer.q.complete)
 			warm(b, unbatched.pool, unbatched.q.acquireQueued, unbatched.q.complete)
-			warm(b, workerPK.pool, workerPK.q.acquireQueued, workerPK.q.complete)
 			warm(b, bare.pool, bare.q.acquireQueued, bare.q.complete)
 			kinds := []benchloop.Kind{
 				{Name: "chain", Op: chain.Job(l.pool)},
@@ -67,14 +64,14 @@ func BenchmarkSchemaFloor(b *testing.B) {
 				{Name: "worker", Op: func(ctx context.Context) error { return workerJob(ctx, l) }},
 				{Name: "worker-unbatched", Op: func(ctx context.Context) error { return workerJob(ctx, unbatched) }},
 				{Name: "worker-fewer-indexes", Op: func(ctx context.Context) error { return workerJob(ctx, fewer) }},
-				{Name: "worker-pk-only", Op: func(ctx context.Context) error { return workerJob(ctx, workerPK) }},
+				{Name: "worker-pk-only", Op: func(ctx context.Context) error { return workerJob(ctx, pkOnly) }},
 				{Name: "worker-pk-only-no-history", Op: func(ctx context.Context) error { return workerJob(ctx, bare) }},
 			}
 			rates := benchloop.Interleaved(b, n, 400, kinds)
 			if events := countEvents(b, bare); events != 0 {
 				b.Fatalf("worker-pk-only-no-history wrote %d history rows, want none", events)
 			}
-			if events := countEvents(b, workerPK); events == 0 {
+			if events := countEvents(b, pkOnly); events == 0 {
 				b.Fatal("worker-pk-only wrote no history row")
 			}
 			for _, k := range kinds[1:] {
