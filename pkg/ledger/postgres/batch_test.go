@@ -59,9 +59,31 @@ func hold(t *testing.T, l *Ledger, call func() error, stmt string, args ...any) 
 	if _, err := tx.Exec(t.Context(), stmt, args...); err != nil {
 		t.Fatal(err)
 	}
+	var pid int32
+	if err := tx.QueryRow(t.Context(), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- call() }()
-	return tx, done
+	// Wait until call's statement waits for the transaction in the server: a lane seen
+	// taken may not have sent its statement yet, and on a loaded machine it may send it
+	// after the caller's next count of statements.
+	for range 1000 {
+		var waiting bool
+		if err := l.pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))`, pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			return tx, done
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the call did not wait for the held transaction: it answered %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatal("the call's statement never waited for the held transaction")
+	return nil, nil
 }
 
 // blockClaims holds the ledger's one claim lane: it inserts id's run in a transaction
