@@ -130,6 +130,20 @@
 //     write stands on the primary; a retry is safe). WAIT narrows the window, it does not
 //     make replication synchronous: Redis may still promote a replica that missed a write.
 //
+// # Memory: a full server refuses
+//
+// Under maxmemory-policy noeviction (Redis's default), a full server (used memory above
+// maxmemory) refuses writes: the ledger answers ErrOutOfMemory, wrapped with
+// ledger.ErrUnavailable, and nothing was written (Redis refuses a script's write that
+// could grow memory only when it is the script's first write, so a refused script changed
+// nothing). Every acknowledged claim stays, and reads still answer, a duplicate's claim
+// included; the tests fill such a server with claims and find every acknowledged one. The
+// ingress answers a new claim 503 with Retry-After; a worker nacks a delivery it could not
+// claim, retries a finishing write until its FinishTimeout, and self-fences when its
+// renewals fail, the run coming back after its lease. Memory comes back as records expire
+// (expiry is not eviction) or Sweep deletes them: size maxmemory for a retention's runs,
+// and watch used memory.
+//
 // # Speed
 //
 // On the project's 2-core machine against a local redis-server 7.0 with appendfsync

@@ -309,12 +309,29 @@ func (l *Ledger) Close() error {
 	return nil
 }
 
+// ErrOutOfMemory is a write the server refused because its memory is full (used memory
+// above maxmemory, and noeviction evicts nothing; Redis's OOM error). Nothing was
+// written: Redis refuses a script's write that could grow memory only when it is the
+// script's first write, so a refused script changed nothing (and one past its first write
+// runs to its end). It comes wrapped with ledger.ErrUnavailable, so that ledger.Retryable
+// holds: the ingress answers 503 with Retry-After, and the worker nacks the delivery or
+// retries its write. Reads still answer, a duplicate's claim included. Memory comes back
+// as records expire or Sweep deletes them, or with a larger maxmemory.
+var ErrOutOfMemory = errors.New("redisledger: the Redis server is out of memory (used memory above maxmemory, and noeviction evicts nothing): nothing was written")
+
 // interpretError maps go-redis's errors to the ledger's sentinels: connection failures,
 // timeouts, a server loading its data set or a replica that cannot take writes are
+// ledger.ErrUnavailable; a server out of memory is ErrOutOfMemory and
 // ledger.ErrUnavailable; BUSY (a script running too long) is ledger.ErrContended.
 func interpretError(op string, err error) error {
 	if err == nil {
 		return nil
+	}
+	// Redis answers "OOM command not allowed when used memory > 'maxmemory'.", with the
+	// script's name after it when a script's write was refused (matched anywhere in the
+	// text, in case a server wraps it in its script error).
+	if strings.Contains(err.Error(), "OOM command not allowed") {
+		return fmt.Errorf("%w: %s refused; retry once memory is freed (%w: %w)", ErrOutOfMemory, op, ledger.ErrUnavailable, err)
 	}
 	var (
 		netErr   net.Error

@@ -528,6 +528,8 @@ func TestInterpretError(t *testing.T) {
 		{errors.New("LOADING Redis is loading the dataset in memory"), ledger.ErrUnavailable},
 		{errors.New("READONLY You can't write against a read only replica."), ledger.ErrUnavailable},
 		{errors.New("BUSY Redis is busy running a script"), ledger.ErrContended},
+		{errors.New("OOM command not allowed when used memory > 'maxmemory'."), ledger.ErrUnavailable},
+		{errors.New("OOM command not allowed when used memory > 'maxmemory'. script: 0123abcd, on @user_script:12."), ErrOutOfMemory},
 	} {
 		got := interpretError("op", tc.err)
 		if !errors.Is(got, tc.want) || !errors.Is(got, tc.err) {
