@@ -55,7 +55,9 @@ start_postgres() {
 }
 
 # start_redis runs redis-server as the ledger's documented safe configuration: appendonly
-# yes with appendfsync always, so that an acknowledged claim survives a restart. It
+# yes with appendfsync always, so that an acknowledged claim survives a restart, and
+# maxmemory-policy noeviction (Redis's default, said explicitly: the ledger refuses a
+# server that can evict its records, and a full server refuses writes instead). It
 # installs Debian's redis-server first when the machine has none, so that every caller
 # (the tests, make bench-floors) starts on a fresh machine.
 start_redis() {
@@ -67,7 +69,7 @@ start_redis() {
 	port=$(free_port)
 	mkdir -p "$dir/redis"
 	setsid redis-server --bind 127.0.0.1 --port "$port" --dir "$dir/redis" \
-		--appendonly yes --appendfsync always --save '' --protected-mode yes \
+		--appendonly yes --appendfsync always --maxmemory-policy noeviction --save '' --protected-mode yes \
 		>"$dir/redis.log" 2>&1 </dev/null &
 	echo $! >"$dir/redis.pid"
 	wait_for redis 30 redis-cli -h 127.0.0.1 -p "$port" ping

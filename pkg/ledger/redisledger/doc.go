@@ -7,12 +7,12 @@
 // Open it by URL with ledger.Open("redis://[USER:PASSWORD@]HOST:PORT/DB?prefix=P") or
 // rediss:// for TLS (the package registers both schemes in init; link it in with a blank
 // import), or wrap a client of your own with New. The parameters prefix (Options.Prefix),
-// persistence (require, warn or ignore), wait and wait_timeout (Options.WaitReplicas and
-// WaitTimeout) and grace (Options.Grace) are runonce's; every other one is go-redis's
-// (dial_timeout, pool_size, …), and one neither knows is an error that names it. A
-// rediss:// URL verifies the server against the system's roots; Memorystore's in-transit
-// encryption uses the instance's own CA, so build a redis.Client whose TLSConfig trusts
-// it and call New.
+// persistence (require, warn or ignore), eviction (refuse, warn or ignore), wait and
+// wait_timeout (Options.WaitReplicas and WaitTimeout) and grace (Options.Grace) are
+// runonce's; every other one is go-redis's (dial_timeout, pool_size, …), and one neither
+// knows is an error that names it. A rediss:// URL verifies the server against the
+// system's roots; Memorystore's in-transit encryption uses the instance's own CA, so
+// build a redis.Client whose TLSConfig trusts it and call New.
 //
 // The client is github.com/redis/go-redis/v9: Redis's own client, which parses both URL
 // schemes, runs a script with EVALSHA and falls back to EVAL when the server lost its
@@ -130,19 +130,31 @@
 //     write stands on the primary; a retry is safe). WAIT narrows the window, it does not
 //     make replication synchronous: Redis may still promote a replica that missed a write.
 //
-// # Memory: a full server refuses
+// # Memory: a full server refuses, it must not evict
 //
-// Under maxmemory-policy noeviction (Redis's default), a full server (used memory above
-// maxmemory) refuses writes: the ledger answers ErrOutOfMemory, wrapped with
-// ledger.ErrUnavailable, and nothing was written (Redis refuses a script's write that
-// could grow memory only when it is the script's first write, so a refused script changed
-// nothing). Every acknowledged claim stays, and reads still answer, a duplicate's claim
-// included; the tests fill such a server with claims and find every acknowledged one. The
-// ingress answers a new claim 503 with Retry-After; a worker nacks a delivery it could not
-// claim, retries a finishing write until its FinishTimeout, and self-fences when its
-// renewals fail, the run coming back after its lease. Memory comes back as records expire
-// (expiry is not eviction) or Sweep deletes them: size maxmemory for a retention's runs,
-// and watch used memory.
+// Every record carries an expiry (its ExpireAt plus the grace), so under any
+// maxmemory-policy but noeviction a server short of memory deletes acknowledged runs and
+// effects, whatever its persistence: with volatile-lru (Memorystore's default, for Valkey
+// and for Redis) and maxmemory 8mb, about 1,450 of 2,000 claims of 4 KiB were gone once
+// the last was acknowledged, and the retry of each created it anew, to run again
+// (TestEvictionLosesAcknowledgedClaims). So:
+//
+//   - Open reads the server's maxmemory-policy (CONFIG GET, or INFO memory's
+//     maxmemory_policy where CONFIG is refused, as on Memorystore) and refuses any policy
+//     but noeviction (ErrMayEvict, naming the policy and the fix), and a server that
+//     answers neither, unless eviction=warn (log a warning and open) or eviction=ignore
+//     (check nothing). This check is apart from persistence=: a server opened with
+//     persistence=warn for its RDB snapshots must still not evict.
+//   - Under noeviction, a full server (used memory above maxmemory) refuses writes: the
+//     ledger answers ErrOutOfMemory, wrapped with ledger.ErrUnavailable, and nothing was
+//     written (Redis refuses a script's write that could grow memory only when it is the
+//     script's first write, so a refused script changed nothing). Every acknowledged
+//     claim stays, and reads still answer, a duplicate's claim included; the tests fill
+//     such a server with claims and find every acknowledged one. The ingress answers a new claim 503 with Retry-After;
+//     a worker nacks a delivery it could not claim, retries a finishing write until its
+//     FinishTimeout, and self-fences when its renewals fail, the run coming back after
+//     its lease. Memory comes back as records expire (expiry is not eviction) or Sweep
+//     deletes them: size maxmemory for a retention's runs, and watch used memory.
 //
 // # Speed
 //
@@ -174,8 +186,11 @@
 //	go test -run '^$' -bench BenchmarkListVsRaw -benchtime=2000x ./pkg/ledger/redisledger
 //
 // On Google Cloud, use Memorystore for Valkey with cluster mode disabled, AOF persistence
-// with appendfsync always, and a replica (high availability) with wait=1; Open reads
-// INFO persistence (allowed there) and, where CONFIG GET is allowed, appendfsync. Where a
-// duplicate run after a rare failover is unacceptable, use Spanner, Firestore or
-// PostgreSQL.
+// with appendfsync always, maxmemory-policy noeviction (an engine config: gcloud
+// memorystore instances update INSTANCE --update-engine-configs=maxmemory-policy=noeviction,
+// or engine_configs in Terraform's google_memorystore_instance; on Memorystore for Redis,
+// --update-redis-config or redis_configs), and a replica (high availability) with wait=1;
+// Open reads INFO persistence and INFO memory (allowed there, where CONFIG GET is not)
+// and, where CONFIG GET is allowed, appendfsync and maxmemory-policy. Where a duplicate
+// run after a rare failover is unacceptable, use Spanner, Firestore or PostgreSQL.
 package redisledger

@@ -2,8 +2,10 @@ package redisledger
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +24,113 @@ import (
 	"github.com/runonce/runonce/pkg/queue"
 	"github.com/runonce/runonce/pkg/worker"
 )
+
+// TestEvictionPolicy: Open refuses a server whose maxmemory-policy can evict (read with
+// CONFIG GET, or from INFO memory where CONFIG is refused, as on Memorystore), naming the
+// policy, why and the fix; eviction=warn logs the finding and opens; noeviction opens; a
+// server that tells its policy neither way is refused unless eviction=ignore.
+func TestEvictionPolicy(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--maxmemory-policy", "volatile-lru")
+	ctx := t.Context()
+	admin := redis.NewClient(&redis.Options{Addr: s.addr()})
+	t.Cleanup(func() { _ = admin.Close() })
+	// Memorystore answers CONFIG GET with NOPERM: so does a user without @config here.
+	for user, rules := range map[string][]any{
+		"noconfig": {"-config"},
+		"blind":    {"-config", "-info"},
+	} {
+		args := append([]any{"ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all"}, rules...)
+		if err := admin.Do(ctx, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	as := func(user string) string {
+		if user == "" {
+			return s.url()
+		}
+		return "redis://" + user + ":pw@" + s.addr() + "/0"
+	}
+	setPolicy := func(t *testing.T, policy string) {
+		t.Helper()
+		if err := admin.ConfigSet(ctx, "maxmemory-policy", policy).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// persistence=ignore: the server has no append-only file, which is not this test's.
+	const base = "?persistence=ignore"
+
+	for _, tc := range []struct{ policy, user, source, why string }{
+		{"volatile-lru", "", "CONFIG GET maxmemory-policy", "every run and effect record of the ledger has one"},
+		{"allkeys-lru", "", "CONFIG GET maxmemory-policy", "evicts any key"},
+		{"volatile-ttl", "noconfig", "INFO memory", "every run and effect record of the ledger has one"},
+		{"allkeys-lfu", "noconfig", "INFO memory", "evicts any key"},
+	} {
+		t.Run("Refuses/"+tc.policy+"/"+tc.source, func(t *testing.T) {
+			setPolicy(t, tc.policy)
+			l, err := Open(ctx, as(tc.user)+base, nil)
+			if err == nil {
+				l.Close()
+				t.Fatalf("Open on a server with maxmemory-policy %s succeeded, want ErrMayEvict", tc.policy)
+			}
+			if !errors.Is(err, ErrMayEvict) {
+				t.Fatalf("Open = %v, want ErrMayEvict", err)
+			}
+			for _, want := range []string{"maxmemory-policy is " + tc.policy + " (" + tc.source + ")", tc.why,
+				"runs it again", "CONFIG SET maxmemory-policy noeviction", "Memorystore", "eviction=warn"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("Open's error %q does not say %q", err, want)
+				}
+			}
+		})
+	}
+
+	t.Run("WarnOpens", func(t *testing.T) {
+		setPolicy(t, "volatile-lru")
+		var logs bytes.Buffer
+		l, err := Open(ctx, as("noconfig")+base+"&eviction=warn", &Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatalf("Open with eviction=warn: %v", err)
+		}
+		defer l.Close()
+		if got := logs.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "maxmemory-policy is volatile-lru (INFO memory)") ||
+			!strings.Contains(got, "eviction=warn") {
+			t.Fatalf("eviction=warn logged %q, want a warning naming the policy", got)
+		}
+		if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: ledger.KeyedRunID("evict", "job", uuid.NewString())}, AttemptID: "a"}); err != nil {
+			t.Fatalf("Claim on the ledger opened with eviction=warn: %v", err)
+		}
+	})
+
+	for _, user := range []string{"", "noconfig"} {
+		t.Run("NoevictionOpens/"+cmp.Or(user, "config"), func(t *testing.T) {
+			setPolicy(t, "noeviction")
+			var logs bytes.Buffer
+			l, err := Open(ctx, as(user)+base, &Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatalf("Open on a noeviction server: %v", err)
+			}
+			l.Close()
+			if strings.Contains(logs.String(), "maxmemory") {
+				t.Fatalf("Open on a noeviction server logged %q", logs.String())
+			}
+		})
+	}
+
+	t.Run("NeitherAnswers", func(t *testing.T) {
+		setPolicy(t, "noeviction")
+		_, err := Open(ctx, as("blind")+base, nil)
+		if !errors.Is(err, ErrMayEvict) || !strings.Contains(err.Error(), "cannot read the server's maxmemory-policy") ||
+			!strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "eviction=ignore") {
+			t.Fatalf("Open on a server that hides its policy = %v, want ErrMayEvict saying it cannot read it and how to vouch for it", err)
+		}
+		l, err := Open(ctx, as("blind")+base+"&eviction=ignore", nil)
+		if err != nil {
+			t.Fatalf("Open with eviction=ignore on a server that hides its policy: %v", err)
+		}
+		l.Close()
+	})
+}
 
 // fillClaims claims new runs with a payload of size bytes from 8 goroutines until the
 // server has refused want claims, and answers the claims it acknowledged (run ID →
@@ -167,5 +276,46 @@ func TestOutOfMemoryLosesNothing(t *testing.T) {
 	}
 	if r, err := l.Get(ctx, &ledger.GetParams{RunID: some}); err != nil || r.Status != ledger.StatusQueued || r.Attempt != 0 {
 		t.Fatalf("the run after the worker's refused claim = %+v, %v; want it queued, untouched", r, err)
+	}
+}
+
+// TestEvictionLosesAcknowledgedClaims shows why Open refuses an evicting policy: with
+// volatile-lru (Memorystore's default) and a small maxmemory, claims of more data than
+// fits are all acknowledged, some are then gone, and the scheduler's retry of a lost one
+// creates it anew: the run would run again.
+func TestEvictionLosesAcknowledgedClaims(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "--maxmemory", "8mb", "--maxmemory-policy", "volatile-lru")
+	ctx := t.Context()
+	l, err := Open(ctx, s.url()+"?persistence=ignore&eviction=warn", &Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("Open with eviction=warn: %v", err)
+	}
+	defer l.Close()
+	payload := bytes.Repeat([]byte("x"), 4<<10)
+	const claims = 2000 // 2,000 runs of 4 KiB: about 10 MB, more than 8 MB holds
+	ids := make([]ledger.Identity, claims)
+	for i := range ids {
+		ids[i] = ledger.Identity{RunID: ledger.KeyedRunID("evict", "job", fmt.Sprint(i)), Namespace: "evict", Job: "job",
+			PayloadHash: ledger.PayloadHash(payload), Payload: payload}
+		if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ids[i], AttemptID: "first"}); err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+	}
+	var lost []ledger.Identity
+	for _, id := range ids {
+		if _, err := l.Get(ctx, &ledger.GetParams{RunID: id.RunID}); errors.Is(err, ledger.ErrNotFound) {
+			lost = append(lost, id)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("volatile-lru, maxmemory 8mb: %d of %d acknowledged claims lost", len(lost), claims)
+	if len(lost) == 0 {
+		t.Fatalf("no acknowledged claim lost of %d under volatile-lru: the test did not fill the server", claims)
+	}
+	retry, err := l.Claim(ctx, &ledger.ClaimParams{Identity: lost[0], AttemptID: "retry"})
+	if err != nil || !retry.Created {
+		t.Fatalf("the retry of an evicted claim = %+v, %v; want it created anew (the run would run again)", retry, err)
 	}
 }

@@ -33,6 +33,8 @@ const (
 	ParamPrefix = "prefix"
 	// ParamPersistence is Options.Persistence: require, warn or ignore.
 	ParamPersistence = "persistence"
+	// ParamEviction is Options.Eviction: refuse, warn or ignore.
+	ParamEviction = "eviction"
 	// ParamWait is Options.WaitReplicas.
 	ParamWait = "wait"
 	// ParamWaitTimeout is Options.WaitTimeout (a Go duration).
@@ -62,6 +64,24 @@ const (
 	PersistenceIgnore Persistence = "ignore"
 )
 
+// Eviction says what Open does with a server whose maxmemory-policy can evict keys: every
+// run and effect record of the ledger carries an expiry (its retention), so any policy but
+// noeviction lets the server delete acknowledged records under memory pressure, and the
+// scheduler's retry of such a run then creates it anew and runs it again.
+type Eviction string
+
+// The eviction checks.
+const (
+	// EvictionRefuse refuses to open on a server whose maxmemory-policy is not noeviction,
+	// or whose policy neither CONFIG GET nor INFO memory tells. The default.
+	EvictionRefuse Eviction = "refuse"
+	// EvictionWarn logs the same finding as a warning and opens.
+	EvictionWarn Eviction = "warn"
+	// EvictionIgnore checks nothing: for a server whose policy the operator vouches for
+	// and that hides it from both CONFIG GET and INFO.
+	EvictionIgnore Eviction = "ignore"
+)
+
 // Options configure a Redis ledger. A nil *Options is the zero value, which is ready to
 // use.
 type Options struct {
@@ -71,6 +91,10 @@ type Options struct {
 	// Persistence is the check Open makes of the server's persistence. Empty means
 	// PersistenceRequire.
 	Persistence Persistence
+	// Eviction is the check Open makes of the server's maxmemory-policy. Empty means
+	// EvictionRefuse. It is apart from Persistence: a server with RDB snapshots only
+	// (Memorystore for Redis), opened with persistence=warn, still must not evict.
+	Eviction Eviction
 	// WaitReplicas, when positive, makes every write wait (WAIT, pipelined with the
 	// script: no extra round trip) until that many replicas acknowledged it, at most
 	// WaitTimeout; a write fewer replicas acknowledged is answered ledger.ErrUnavailable
@@ -82,7 +106,7 @@ type Options struct {
 	// a record past ExpireAt still deduplicates until Sweep deletes it or the grace ends.
 	// Default 1h.
 	Grace time.Duration
-	// Logger receives the persistence warnings. Defaults to slog.Default().
+	// Logger receives the persistence and eviction warnings. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
@@ -100,6 +124,13 @@ func (o *Options) withDefaults() (Options, error) {
 	case PersistenceRequire, PersistenceWarn, PersistenceIgnore:
 	default:
 		return out, fmt.Errorf("redisledger: persistence %q is not require, warn or ignore", out.Persistence)
+	}
+	switch out.Eviction {
+	case "":
+		out.Eviction = EvictionRefuse
+	case EvictionRefuse, EvictionWarn, EvictionIgnore:
+	default:
+		return out, fmt.Errorf("redisledger: eviction %q is not refuse, warn or ignore", out.Eviction)
 	}
 	if out.WaitReplicas < 0 {
 		return out, fmt.Errorf("redisledger: WaitReplicas %d is negative", out.WaitReplicas)
@@ -133,8 +164,9 @@ var _ ledger.Ledger = (*Ledger)(nil)
 // New returns a ledger over rdb: a client of one primary (redis.NewClient, or
 // redis.NewFailoverClient for Sentinel). Redis Cluster is not supported: each script
 // touches the rescue and expiry indexes beside the record, keys of other slots.
-// It checks the server's persistence as opts.Persistence says and loads the scripts. The
-// client stays the caller's: Close does not close it.
+// It checks the server's persistence as opts.Persistence says and its maxmemory-policy as
+// opts.Eviction says, and loads the scripts. The client stays the caller's: Close does not
+// close it.
 func New(ctx context.Context, rdb *redis.Client, opts *Options) (*Ledger, error) {
 	if rdb == nil {
 		return nil, errors.New("redisledger: New needs a client")
@@ -147,6 +179,9 @@ func New(ctx context.Context, rdb *redis.Client, opts *Options) (*Ledger, error)
 	if err := l.checkPersistence(ctx); err != nil {
 		return nil, err
 	}
+	if err := l.checkEviction(ctx); err != nil {
+		return nil, err
+	}
 	for _, s := range scripts {
 		if err := s.Load(ctx, rdb).Err(); err != nil {
 			return nil, interpretError("load scripts", err)
@@ -157,8 +192,8 @@ func New(ctx context.Context, rdb *redis.Client, opts *Options) (*Ledger, error)
 
 // Open connects to the server rawURL names (redis://[USER:PASSWORD@]HOST:PORT/DB, or
 // rediss:// for TLS, with go-redis's query parameters) and returns a ledger that owns its
-// client. The URL's prefix, persistence, wait, wait_timeout and grace parameters override
-// opts.
+// client. The URL's prefix, persistence, eviction, wait, wait_timeout and grace parameters
+// override opts.
 func Open(ctx context.Context, rawURL string, opts *Options) (*Ledger, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -213,6 +248,11 @@ func takeParams(u *url.URL, o *Options) error {
 	} else if ok {
 		o.Persistence = Persistence(v)
 	}
+	if v, ok, err := one(ParamEviction); err != nil {
+		return err
+	} else if ok {
+		o.Eviction = Eviction(v)
+	}
 	if v, ok, err := one(ParamWait); err != nil {
 		return err
 	} else if ok {
@@ -242,11 +282,15 @@ func takeParams(u *url.URL, o *Options) error {
 	return nil
 }
 
-// Persistence findings.
+// Open's refusals of a server that could lose acknowledged claims.
 var (
 	// ErrNotDurable is returned by Open (with PersistenceRequire) on a server that would
 	// forget acknowledged claims on a restart.
 	ErrNotDurable = errors.New("redisledger: the server's persistence would lose claims on a restart")
+	// ErrMayEvict is returned by Open (with EvictionRefuse) on a server whose
+	// maxmemory-policy is not noeviction, or does not tell its policy: under memory
+	// pressure it could delete acknowledged runs and effects, which then run again.
+	ErrMayEvict = errors.New("redisledger: the server may evict the ledger's records")
 )
 
 // checkPersistence reads INFO persistence (which Memorystore allows) and, where CONFIG
@@ -277,6 +321,71 @@ func (l *Ledger) checkPersistence(ctx context.Context) error {
 		l.o.Logger.WarnContext(ctx, "redis ledger: "+warning)
 	}
 	return nil
+}
+
+// checkEviction reads the server's maxmemory-policy (CONFIG GET, or INFO memory where
+// CONFIG is refused, as on Memorystore) and refuses, or warns about, any policy but
+// noeviction.
+func (l *Ledger) checkEviction(ctx context.Context) error {
+	if l.o.Eviction == EvictionIgnore {
+		return nil
+	}
+	policy, source, err := l.maxmemoryPolicy(ctx)
+	if ledger.Retryable(err) {
+		return err
+	}
+	var problem string
+	switch {
+	case err != nil:
+		problem = "cannot read the server's maxmemory-policy (" + err.Error() + "): under any policy but noeviction " +
+			"the server deletes records when memory runs short, and every run and effect record has an expiry; " +
+			"make sure the policy is noeviction and open with eviction=ignore, or open with eviction=warn"
+	case policy != "noeviction":
+		what := "evicts any key when memory runs short, the ledger's records and indexes included"
+		if strings.HasPrefix(policy, "volatile-") {
+			what = "evicts keys that have an expiry when memory runs short, and every run and effect record of the ledger has one"
+		}
+		problem = "maxmemory-policy is " + policy + " (" + source + "): it " + what +
+			", so an acknowledged claim can vanish and the scheduler's retry then runs it again; " +
+			"set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction and in redis.conf; " +
+			"Memorystore: the instance's maxmemory-policy configuration), under which a full server refuses writes " +
+			"(ErrOutOfMemory, nothing written) instead of deleting records, or open with eviction=warn to run with the risk"
+	default:
+		return nil
+	}
+	if l.o.Eviction == EvictionRefuse {
+		return fmt.Errorf("%w: %s", ErrMayEvict, problem)
+	}
+	l.o.Logger.WarnContext(ctx, "redis ledger: "+problem+" (opened with eviction=warn)", slog.String("maxmemory_policy", policy))
+	return nil
+}
+
+// maxmemoryPolicy answers the server's maxmemory-policy and where it was read: CONFIG
+// GET, or INFO memory's maxmemory_policy where CONFIG is refused (Memorystore answers
+// NOPERM; a server may rename CONFIG away). The error names both failures when neither
+// answers; it is ledger.ErrUnavailable when the server could not be reached.
+func (l *Ledger) maxmemoryPolicy(ctx context.Context) (policy, source string, err error) {
+	v, cerr := l.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+	if cerr == nil && v["maxmemory-policy"] != "" {
+		return v["maxmemory-policy"], "CONFIG GET maxmemory-policy", nil
+	}
+	if err := interpretError("CONFIG GET maxmemory-policy", cerr); ledger.Retryable(err) {
+		return "", "", err
+	}
+	if cerr == nil {
+		cerr = errors.New("no maxmemory-policy in the answer")
+	}
+	info, ierr := l.rdb.Info(ctx, "memory").Result()
+	if err := interpretError("INFO memory", ierr); ledger.Retryable(err) {
+		return "", "", err
+	}
+	if ierr == nil {
+		if p := infoFields(info)["maxmemory_policy"]; p != "" {
+			return p, "INFO memory", nil
+		}
+		ierr = errors.New("no maxmemory_policy in the answer")
+	}
+	return "", "", fmt.Errorf("CONFIG GET maxmemory-policy: %w; INFO memory: %w", cerr, ierr)
 }
 
 func infoFields(info string) map[string]string {

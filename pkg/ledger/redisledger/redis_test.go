@@ -167,6 +167,7 @@ func TestURL(t *testing.T) {
 	})
 	for _, bad := range []struct{ query, want string }{
 		{"persistence=maybe", "persistence"},
+		{"eviction=maybe", "eviction"},
 		{"wait=-1", "wait"},
 		{"grace=soon", "grace"},
 		{"prefix=a&prefix=b", "prefix"},
