@@ -341,7 +341,8 @@ func cleanEnv() []string {
 }
 
 // TestHelpAndBadVariable: -h exits 0 with a description of the binary and its
-// variables; a variable that does not parse says what the flag wants and exits 1.
+// variables; a variable that does not parse says what the flag wants and exits 2, a
+// usage error.
 func TestHelpAndBadVariable(t *testing.T) {
 	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "ingress")
@@ -362,8 +363,8 @@ func TestHelpAndBadVariable(t *testing.T) {
 	cmd = exec.Command(bin, "-dev")
 	cmd.Env = append(cleanEnv(), "RUNONCE_MAX_SKEW=1d")
 	out, err = cmd.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 ||
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 ||
 		!strings.Contains(string(out), `RUNONCE_MAX_SKEW="1d" (for -max-skew): want a Go duration such as 90s`) {
-		t.Fatalf("RUNONCE_MAX_SKEW=1d: %v\n%s\nwant exit 1 saying what -max-skew wants", err, out)
+		t.Fatalf("RUNONCE_MAX_SKEW=1d: %v\n%s\nwant exit 2 saying what -max-skew wants", err, out)
 	}
 }

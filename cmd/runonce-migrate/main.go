@@ -35,10 +35,10 @@ func run(ctx context.Context, args []string, env config.Env, out, stderr io.Writ
 		return err
 	}
 	if len(parsed.Unknown) > 0 {
-		fmt.Fprintf(stderr, "runonce-migrate: warning: %s: %s\n", config.UnknownWarning("runonce-migrate"), strings.Join(parsed.Unknown, ", "))
+		fmt.Fprintf(stderr, "runonce-migrate: warning: %s: %s\n", config.UnknownWarning("runonce-migrate"), strings.Join(parsed.UnknownList(), ", "))
 	}
 	if !strings.HasPrefix(*ledgerURL, postgres.Scheme+"://") && !strings.HasPrefix(*ledgerURL, postgres.SchemeAlias+"://") {
-		return fmt.Errorf("-ledger (or %s) must be a postgres:// or postgresql:// URL", config.EnvName("ledger"))
+		return config.Usagef("-ledger (or %s) must be a postgres:// or postgresql:// URL", config.EnvName("ledger"))
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()

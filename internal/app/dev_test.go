@@ -197,8 +197,8 @@ func getRunJSON(t *testing.T, addr, id string) map[string]any {
 	return run
 }
 
-// TestWarnsUnknownVariables: a misspelt RUNONCE_* variable is named at start instead of
-// being ignored silently.
+// TestWarnsUnknownVariables: a misspelt RUNONCE_* variable is named at start, with the
+// variable it likely misspells, instead of being ignored silently.
 func TestWarnsUnknownVariables(t *testing.T) {
 	t.Parallel()
 	var logs syncbuf.Buffer
@@ -206,8 +206,11 @@ func TestWarnsUnknownVariables(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "-ledger is required") {
 		t.Fatalf("RunWorker: %v, want -ledger is required", err)
 	}
-	if l := logs.String(); !strings.Contains(l, "RUNONCE_LEDGR") || !strings.Contains(l, "name no flag of worker") || strings.Contains(l, "RUNONCE_LEASE") {
-		t.Fatalf("the warning does not name RUNONCE_LEDGR alone:\n%s", l)
+	if l := logs.String(); !strings.Contains(l, "RUNONCE_LEDGR (did you mean RUNONCE_LEDGER?)") || !strings.Contains(l, "name no flag of worker") || strings.Contains(l, "RUNONCE_LEASE") {
+		t.Fatalf("the warning does not name RUNONCE_LEDGR alone, with the variable it likely misspells:\n%s", l)
+	}
+	if !config.IsUsage(err) {
+		t.Errorf("a missing -ledger is not a usage error (exit 2): %v", err)
 	}
 }
 

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -74,13 +73,13 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 		return err
 	}
 	if f.MaxBody <= 0 || f.MaxSkew < 0 || f.DevConcurrency < 0 {
-		return errors.New("-max-body must be positive, -max-skew and -dev-concurrency not negative")
+		return config.Usagef("-max-body must be positive, -max-skew and -dev-concurrency not negative")
 	}
 	if f.Dev {
 		return runDev(ctx, &f, parsed.Source("addr"), env.Get("PORT"), log, stdout)
 	}
 	if f.Ledger == "" || f.Topic == "" {
-		return errors.New("-ledger and -topic are required (or -dev for the embedded all-in-one)")
+		return config.Usagef("-ledger and -topic are required (or -dev for the embedded all-in-one)")
 	}
 	authn, err := f.authenticator(ctx, log)
 	if err != nil {

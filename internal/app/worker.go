@@ -3,9 +3,7 @@ package app
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -77,10 +75,11 @@ func (s *ServerFlags) logger(stderr io.Writer, readable bool) (*slog.Logger, err
 	return obs.NewLogger(stderr, level), nil
 }
 
-// warnUnknown warns about RUNONCE_* variables that name no flag of command.
+// warnUnknown warns about RUNONCE_* variables that name no flag of command, each with
+// the variable it likely misspells.
 func warnUnknown(log *slog.Logger, command string, p *config.Parsed) {
 	if len(p.Unknown) > 0 {
-		log.Warn(config.UnknownWarning(command), slog.Any("variables", p.Unknown))
+		log.Warn(config.UnknownWarning(command), slog.Any("variables", p.UnknownList()))
 	}
 }
 
@@ -131,9 +130,9 @@ func (s *ServerFlags) authenticator(ctx context.Context, log *slog.Logger) (auth
 			Audience: s.Audience, Allow: config.SplitList(s.Allow), Issuers: config.SplitList(s.OIDCIssuer), JWKSURL: s.OIDCJWKSURL,
 		})
 	case "":
-		return nil, errors.New("-auth is required: -auth oidc with -audience and -allow, or -auth none to run without authentication")
+		return nil, config.Usagef("-auth is required: -auth oidc with -audience and -allow, or -auth none to run without authentication")
 	}
-	return nil, fmt.Errorf("-auth %q: want oidc or none", s.Auth)
+	return nil, config.Usagef("-auth %q: want oidc or none", s.Auth)
 }
 
 // RunWorker runs the worker command until ctx is done: flags → worker.Config → Run.
@@ -154,15 +153,15 @@ func RunWorker(ctx context.Context, args []string, env config.Env, _, stderr io.
 	log = obs.WithTraceFields(log, f.project())
 	switch {
 	case f.Ledger == "":
-		return errors.New("-ledger is required")
+		return config.Usagef("-ledger is required")
 	case f.Concurrency < 1: // a zero in worker.Config means its default
-		return fmt.Errorf("-concurrency %d: must be at least 1", f.Concurrency)
+		return config.Usagef("-concurrency %d: must be at least 1", f.Concurrency)
 	case f.Grace <= 0 || f.Lease <= 0:
-		return errors.New("-grace and -lease must be positive")
+		return config.Usagef("-grace and -lease must be positive")
 	case f.Subscription == "" && !f.Push:
-		return errors.New("no way to receive runs: give -subscription (pull) or -push (push), or both")
+		return config.Usagef("no way to receive runs: give -subscription (pull) or -push (push), or both")
 	case f.Push && f.Auth == "none":
-		return errors.New("-push with -auth none would let anyone who reaches this port run any job with any payload: " +
+		return config.Usagef("-push with -auth none would let anyone who reaches this port run any job with any payload: " +
 			"push needs -auth oidc with -audience and -allow (the push subscription's service account)")
 	}
 	authn, err := f.authenticator(ctx, log)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -61,12 +62,16 @@ func TestParse(t *testing.T) {
 		{name: "bad flag", args: []string{"-retention", "14d"}, wantErr: "invalid value \"14d\" for flag -retention: want a Go duration such as 90s"},
 		{name: "bad number", env: map[string]string{"RUNONCE_MAX_BODY": "1MB"}, wantErr: "RUNONCE_MAX_BODY=\"1MB\" (for -max-body): want a whole number"},
 		{name: "stray argument", args: []string{"oops"}, wantErr: "unexpected arguments"},
+		{name: "unknown flag", args: []string{"-colour", "red"}, wantErr: "flag provided but not defined: -colour (t -h lists the flags)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := parse(c.args, c.env)
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 					t.Fatalf("error %v, want %q", err, c.wantErr)
+				}
+				if code := config.ExitCode(err); code != config.ExitUsage {
+					t.Errorf("ExitCode(%v) = %d, want %d: a usage error", err, code, config.ExitUsage)
 				}
 				return
 			}
@@ -103,6 +108,9 @@ func TestParseSources(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"RUNONCE_LEDGR", "RUNONCE_STACK_DIR"}, p.Unknown); diff != "" {
 		t.Errorf("Unknown (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"RUNONCE_LEDGR (did you mean RUNONCE_LEDGER?)", "RUNONCE_STACK_DIR"}, p.UnknownList()); diff != "" {
+		t.Errorf("UnknownList (-want +got):\n%s", diff)
 	}
 	if fs.Lookup("dev").Value.String() != "true" || fs.Lookup("addr").Value.String() != ":9393" {
 		t.Errorf("values: -dev %s, -addr %s", fs.Lookup("dev").Value, fs.Lookup("addr").Value)
@@ -229,5 +237,55 @@ func TestServeDrains(t *testing.T) {
 	}
 	if g := <-got; g != "done" {
 		t.Fatalf("in-flight request got %q", g)
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{nil, 0},
+		{flag.ErrHelp, 0},
+		{fmt.Errorf("parse: %w", flag.ErrHelp), 0},
+		{errors.New("the ledger is unreachable"), 1},
+		{config.Usagef("-ledger is required"), 2},
+		{fmt.Errorf("ingress: %w", config.Usagef("-auth %q: want oidc or none", "x")), 2},
+	} {
+		if got := config.ExitCode(c.err); got != c.want {
+			t.Errorf("ExitCode(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+// TestClosest: a misspelt name finds the one it likely misspells; a name far from every
+// candidate finds none.
+func TestClosest(t *testing.T) {
+	t.Parallel()
+	flags := []string{"ledger", "topic", "lease", "grace", "max-body", "concurrency", "addr", "auth", "url"}
+	for name, want := range map[string]string{
+		"ledgr":       "ledger",
+		"LEDEGR":      "ledger", // two neighbours swapped
+		"max_body":    "max-body",
+		"maxbody":     "max-body",
+		"concurency":  "concurrency",
+		"concurrenyc": "concurrency",
+		"topics":      "topic",
+		"ulr":         "url",
+		"ledger":      "ledger",
+		"stack_dir":   "",
+		"auth_token":  "",
+		"x":           "",
+	} {
+		if got := config.Closest(name, flags); got != want {
+			t.Errorf("Closest(%q) = %q, want %q", name, got, want)
+		}
+	}
+	if got := config.LikelyVariable("RUNONCE_AUTH", []string{"RUNONCE_URL", "RUNONCE_TOKEN"}); got != "" {
+		t.Errorf("RUNONCE_AUTH (another command's) likely misspells %q, want none", got)
+	}
+	if got := config.LikelyVariable("RUNONCE_TOKN", []string{"RUNONCE_URL", "RUNONCE_TOKEN"}); got != "RUNONCE_TOKEN" {
+		t.Errorf("RUNONCE_TOKN likely misspells %q, want RUNONCE_TOKEN", got)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -41,7 +43,43 @@ type Parsed struct {
 	// Unknown lists the RUNONCE_* variables of the environment that name no flag of the
 	// flag set, sorted: a misspelt variable is ignored, so the command warns about it.
 	Unknown []string
-	source  map[string]string
+	// Likely maps each variable of Unknown that is close to the variable of a flag to
+	// that variable: the one it likely misspells (RUNONCE_LEDGR: RUNONCE_LEDGER).
+	Likely map[string]string
+	source map[string]string
+}
+
+// UnknownList returns Unknown as a warning lists it: each variable with the one it
+// likely misspells, "RUNONCE_LEDGR (did you mean RUNONCE_LEDGER?)".
+func (p *Parsed) UnknownList() []string {
+	out := make([]string, 0, len(p.Unknown))
+	for _, k := range p.Unknown {
+		out = append(out, DescribeUnknown(k, p.Likely[k]))
+	}
+	return out
+}
+
+// DescribeUnknown is how a warning names an unknown variable and the one it likely
+// misspells ("" for none).
+func DescribeUnknown(name, likely string) string {
+	if likely == "" {
+		return name
+	}
+	return name + " (did you mean " + likely + "?)"
+}
+
+// LikelyVariable returns the variable of known (names of RUNONCE_* variables) that
+// name, a RUNONCE_* variable that is not one of them, likely misspells, or "" when none
+// is close (see Closest; the prefix is not compared).
+func LikelyVariable(name string, known []string) string {
+	stems := make([]string, len(known))
+	for i, k := range known {
+		stems[i] = strings.TrimPrefix(k, EnvPrefix)
+	}
+	if c := Closest(strings.TrimPrefix(name, EnvPrefix), stems); c != "" {
+		return EnvPrefix + c
+	}
+	return ""
 }
 
 // Source returns where flag name's value came from: "-name" (the command line), the
@@ -51,9 +89,9 @@ func (p *Parsed) Source(name string) string { return p.source[name] }
 
 // Parse parses args into fs, then sets every flag not given on the command line from
 // its environment variable in env. A flag named "addr" falls back to ":"+PORT when
-// neither it nor RUNONCE_ADDR is set. A value that does not parse is an error naming
-// the flag (or the variable) and what it wants; -h prints the usage of fs (see
-// NewFlagSet) and returns flag.ErrHelp.
+// neither it nor RUNONCE_ADDR is set. A value that does not parse, an unknown flag and a
+// stray argument are a UsageError naming the flag (or the variable) and what it wants;
+// -h prints the usage of fs (see NewFlagSet) and returns flag.ErrHelp.
 func Parse(fs *flag.FlagSet, args []string, env Env) (*Parsed, error) {
 	fs.VisitAll(func(f *flag.Flag) {
 		if _, ok := f.Value.(hinted); !ok {
@@ -69,9 +107,9 @@ func Parse(fs *flag.FlagSet, args []string, env Env) (*Parsed, error) {
 		fs.Usage()
 		return nil, err
 	case err != nil:
-		return nil, fmt.Errorf("%w (%s -h lists the flags)", err, fs.Name())
+		return nil, Usagef("%w (%s -h lists the flags)", err, fs.Name())
 	case fs.NArg() > 0:
-		return nil, fmt.Errorf("unexpected arguments %q: every setting is a flag (%s -h lists them)", fs.Args(), fs.Name())
+		return nil, Usagef("unexpected arguments %q: every setting is a flag (%s -h lists them)", fs.Args(), fs.Name())
 	}
 	p := &Parsed{source: map[string]string{}}
 	fs.Visit(func(f *flag.Flag) { p.source[f.Name] = "-" + f.Name })
@@ -92,7 +130,7 @@ func Parse(fs *flag.FlagSet, args []string, env Env) (*Parsed, error) {
 			return
 		}
 		if serr := fs.Set(f.Name, v); serr != nil {
-			err = fmt.Errorf("environment variable %s=%q (for -%s): %w", name, v, f.Name, serr)
+			err = Usagef("environment variable %s=%q (for -%s): %w", name, v, f.Name, serr)
 			return
 		}
 		p.source[f.Name] = name
@@ -106,6 +144,15 @@ func Parse(fs *flag.FlagSet, args []string, env Env) (*Parsed, error) {
 		}
 	}
 	sort.Strings(p.Unknown)
+	knownNames := slices.Sorted(maps.Keys(known))
+	for _, k := range p.Unknown {
+		if l := LikelyVariable(k, knownNames); l != "" {
+			if p.Likely == nil {
+				p.Likely = map[string]string{}
+			}
+			p.Likely[k] = l
+		}
+	}
 	return p, nil
 }
 

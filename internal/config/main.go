@@ -2,8 +2,6 @@ package config
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,7 +21,8 @@ const HardStopAfter = 3 * time.Second
 // cancels its context: a graceful shutdown. A second one closes Hurry(ctx), so that
 // running jobs are cancelled and released at once, and exits the process (status 130)
 // if the command has not returned within HardStopAfter; a third exits at once. An error
-// is printed after the command's name and exits 1; -h exits 0.
+// is printed after the command's name and exits with ExitCode: 2 for a usage error (an
+// unknown flag, a value that does not parse), 1 for any other; -h exits 0.
 func Main(name string, run Command) {
 	sigs := make(chan os.Signal, 3)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
@@ -43,12 +42,9 @@ func Main(name string, run Command) {
 	}()
 	err := run(ctx, os.Args[1:], OSEnv(), os.Stdout, os.Stderr)
 	cancel()
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case err != nil:
+	if code := ExitCode(err); code != ExitOK {
 		fmt.Fprintln(os.Stderr, name+":", err)
-		os.Exit(1)
+		os.Exit(code)
 	}
 }
 
