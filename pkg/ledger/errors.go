@@ -32,6 +32,9 @@ var (
 	// ErrWrongStatus: the run's status does not allow the operator's action (retry of a
 	// run that is not failed, cancel of a finished run, …). Nothing was written.
 	ErrWrongStatus = errors.New("ledger: the run's status does not allow this")
+	// ErrAmbiguous: a run ID prefix names more than one run (LookupRunID's
+	// *AmbiguousError lists them).
+	ErrAmbiguous = errors.New("ledger: the run ID prefix names more than one run")
 	// ErrUnsupported: the backend does not implement this operation yet.
 	ErrUnsupported = errors.New("ledger: not supported by this backend")
 	// ErrNowUnsupported: the backend cannot honour a caller-supplied Now.

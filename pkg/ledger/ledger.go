@@ -434,6 +434,10 @@ type Ledger interface {
 	// (see ListParams), served by an index on every backend. The runs carry neither
 	// Payload nor History.
 	List(ctx context.Context, p *ListParams) (*ListResult, error)
+	// ListRunIDs returns the IDs of the runs whose ID starts with p.Prefix, ascending,
+	// at most p.Limit: a range scan of the primary key (RunIDRange) on every backend.
+	// It finds the run a person names by the first digits of its ID (LookupRunID).
+	ListRunIDs(ctx context.Context, p *ListRunIDsParams) ([]string, error)
 	// ListEffects returns the effects of one run, at most MaxListedEffects, by name.
 	ListEffects(ctx context.Context, p *ListEffectsParams) ([]*Effect, error)
 	// Retry returns a failed run to queued with a fresh attempt budget (AttemptsMade 0)

@@ -147,6 +147,17 @@ type ListResult struct {
 	Next string
 }
 
+// ListRunIDsParams select the runs whose ID starts with a prefix.
+type ListRunIDsParams struct {
+	// Prefix is MinRunIDPrefix to RunIDLen lower-case hex digits (ValidRunIDPrefix).
+	Prefix string
+	// Limit bounds the answer: zero means DefaultRunIDsLimit; at most MaxPageSize.
+	Limit int
+}
+
+// DefaultRunIDsLimit is ListRunIDs's limit when none is given.
+const DefaultRunIDsLimit = 10
+
 // ListEffectsParams name a run whose effects to list.
 type ListEffectsParams struct {
 	RunID string

@@ -223,6 +223,19 @@ func ApplyOperatorRelease(cur *ledger.Run, p *ledger.OperatorParams, now time.Ti
 	return &r, nil
 }
 
+// ValidateListRunIDs checks ListRunIDs's parameters and returns its limit and the
+// range of IDs it scans (ledger.RunIDRange), lo inclusive, hi exclusive.
+func ValidateListRunIDs(p *ledger.ListRunIDsParams) (limit int, lo, hi string, err error) {
+	if err := ledger.ValidRunIDPrefix(p.Prefix); err != nil {
+		return 0, "", "", err
+	}
+	if p.Limit < 0 || p.Limit > ledger.MaxPageSize {
+		return 0, "", "", Invalidf("limit %d is not between 1 and %d", p.Limit, ledger.MaxPageSize)
+	}
+	lo, hi = ledger.RunIDRange(p.Prefix)
+	return cmp.Or(p.Limit, ledger.DefaultRunIDsLimit), lo, hi, nil
+}
+
 // Position is where a listing stands: the sort time and run ID of the last run of a
 // page. Runs come in (time, run ID) descending order.
 type Position struct {

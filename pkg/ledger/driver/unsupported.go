@@ -7,8 +7,8 @@ import (
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
-// NoOperations implements the operators' methods of ledger.Ledger (List, ListEffects, Retry,
-// Cancel, OperatorRelease) by refusing them with ledger.ErrUnsupported. A backend that does
+// NoOperations implements the operators' methods of ledger.Ledger (List, ListRunIDs,
+// ListEffects, Retry, Cancel, OperatorRelease) by refusing them with ledger.ErrUnsupported. A backend that does
 // not implement them yet embeds it; the conformance suite checks the refusal
 // (ledgertest.Harness.Operations false).
 type NoOperations struct {
@@ -23,6 +23,11 @@ func (n NoOperations) refuse(op string) error {
 // List implements ledger.Ledger.
 func (n NoOperations) List(context.Context, *ledger.ListParams) (*ledger.ListResult, error) {
 	return nil, n.refuse("list runs")
+}
+
+// ListRunIDs implements ledger.Ledger.
+func (n NoOperations) ListRunIDs(context.Context, *ledger.ListRunIDsParams) ([]string, error) {
+	return nil, n.refuse("list run IDs")
 }
 
 // ListEffects implements ledger.Ledger.

@@ -75,6 +75,38 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 	}
 }
 
+// RunIDsQuery is the query ListRunIDs runs: the IDs of the run documents in
+// [lo, hi), ascending, at most limit, served by Firestore's automatic index of document
+// names; it reads no field.
+func (l *Ledger) RunIDsQuery(lo, hi string, limit int) firestore.Query {
+	return l.runs.Select().
+		Where(firestore.DocumentID, ">=", l.runs.Doc(lo)).
+		Where(firestore.DocumentID, "<", l.runs.Doc(hi)).
+		OrderBy(firestore.DocumentID, firestore.Asc).
+		Limit(limit)
+}
+
+// ListRunIDs implements ledger.Ledger with one query (RunIDsQuery).
+func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
+	limit, lo, hi, err := driver.ValidateListRunIDs(p)
+	if err != nil {
+		return nil, err
+	}
+	it := l.RunIDsQuery(lo, hi, limit).Documents(ctx)
+	defer it.Stop()
+	var out []string
+	for {
+		snap, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return out, nil
+		}
+		if err = mapErr(rpcQuery, err, "list run IDs starting with %s", p.Prefix); err != nil {
+			return nil, err
+		}
+		out = append(out, snap.Ref.ID)
+	}
+}
+
 // EffectsQuery is the query ListEffects runs: the effects of one run by name. It needs
 // the composite index (run_id ASC, name ASC) on the effects collection.
 func (l *Ledger) EffectsQuery(runID string) firestore.Query {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,8 +25,10 @@ import (
 // some sequential order of the calls, each inside its call's interval, judged by a model
 // built from the state machine's Apply functions (package driver).
 //
-// The operators' actions (retry, cancel, release) are in the histories of backends that
-// implement them (Harness.Operations).
+// The operators' actions (retry, cancel, release) and the lookup of a run by a prefix of
+// its ID (ListRunIDs, which must see a run as soon as its claim has answered, and for as
+// long as it exists) are in the histories of backends that implement them
+// (Harness.Operations).
 //
 // Time enters the model where a history can judge it without the ledger's clock:
 //
@@ -118,6 +121,8 @@ type linOutput struct {
 	done    bool
 	prev    int64
 	fxBy    int64
+	// found: the lookup listed the run.
+	found bool
 }
 
 // linRun is what the model compares of a run; deadline is taken from answers.
@@ -255,6 +260,8 @@ func apply(s linState, in linInput) (linState, linOutput) {
 		} else {
 			out.run = snap(cur)
 		}
+	case "lookup":
+		out.found = s.run.exists
 	case "expedite":
 		w, err := driver.ApplyExpedite(cur, &ledger.ExpediteParams{RunID: in.run, AttemptID: in.attempt}, linNow)
 		out.err = errKind(err)
@@ -327,7 +334,7 @@ var linModel = porcupine.NondeterministicModel{
 			// the caller's own, and the worker treats both answers as "began before".
 			in.op == "begin" && want.prev == in.fence.Attempt && got.prev < in.fence.Attempt
 		if got.err != want.err || got.created != want.created || got.outcome != want.outcome || got.run != want.run ||
-			got.done != want.done || !prevOK || got.fxBy != want.fxBy {
+			got.done != want.done || !prevOK || got.fxBy != want.fxBy || got.found != want.found {
 			return nil
 		}
 		return []any{n}
@@ -353,6 +360,8 @@ var linModel = porcupine.NondeterministicModel{
 			res = fmt.Sprintf("%s %s", out.outcome, describeRun(out.run))
 		case in.op == "begin":
 			res = fmt.Sprintf("done=%v prev=%d by=%d", out.done, out.prev, out.fxBy)
+		case in.op == "lookup":
+			res = fmt.Sprintf("found=%v", out.found)
 		default:
 			res = describeRun(out.run)
 		}
@@ -509,6 +518,8 @@ func recordHistory(f *fixture, round uint64) []porcupine.Operation {
 					in.op = "retry"
 				case x < 98 && f.h.Operations:
 					in.op = "orelease"
+				case x < 99 && f.h.Operations:
+					in.op = "lookup"
 				default:
 					in.op = "get"
 				}
@@ -620,6 +631,11 @@ func linCall(f *fixture, in linInput) (linOutput, *ledger.Fence, *ledger.Run) {
 		r, err = l.Cancel(ctx, linOperator(in.run))
 	case "orelease":
 		r, err = l.OperatorRelease(ctx, linOperator(in.run))
+	case "lookup":
+		// A prefix of the run's ID that no other run of the history shares.
+		var ids []string
+		ids, err = l.ListRunIDs(ctx, &ledger.ListRunIDsParams{Prefix: in.run[:16]})
+		out.found = slices.Contains(ids, in.run)
 	}
 	out.err = errKind(err)
 	if err == nil && r != nil {

@@ -33,6 +33,8 @@ var operationsTests = map[string]func(*testing.T, Harness){
 	"ListByUpdateTime":            testListUpdated,
 	"ListRefusesBadParameters":    testListInvalid,
 	"ListEffectsOfRun":            testListEffects,
+	"ListRunIDsByPrefix":          testListRunIDs,
+	"ListRunIDsRefusesBadPrefix":  testListRunIDsInvalid,
 	"OperatorActionOnAbsentRun":   testOperatorAbsent,
 }
 
@@ -78,6 +80,8 @@ func testOpsUnsupported(t *testing.T, h Harness) {
 	wantErr(t, "List", err, ledger.ErrUnsupported)
 	_, err = f.l.ListEffects(f.ctx, &ledger.ListEffectsParams{RunID: id})
 	wantErr(t, "ListEffects", err, ledger.ErrUnsupported)
+	_, err = f.l.ListRunIDs(f.ctx, &ledger.ListRunIDsParams{Prefix: id[:ledger.MinRunIDPrefix]})
+	wantErr(t, "ListRunIDs", err, ledger.ErrUnsupported)
 	_, err = f.l.Retry(f.ctx, operator(id, "r"))
 	wantErr(t, "Retry", err, ledger.ErrUnsupported)
 	_, err = f.l.Cancel(f.ctx, operator(id, "r"))

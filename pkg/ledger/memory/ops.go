@@ -35,6 +35,25 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 	return driver.Page(p, out, size), nil
 }
 
+// ListRunIDs implements ledger.Ledger. The store is in process and small: it reads
+// every run's ID, as List reads every record.
+func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
+	limit, lo, hi, err := driver.ValidateListRunIDs(p)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	var out []string
+	for id := range l.runs {
+		if id >= lo && id < hi {
+			out = append(out, id)
+		}
+	}
+	l.mu.Unlock()
+	slices.Sort(out)
+	return out[:min(len(out), limit)], nil
+}
+
 // ListEffects implements ledger.Ledger.
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
 	if err := driver.ValidateRunID(p.RunID); err != nil {

@@ -163,6 +163,24 @@ func (l *Ledger) listQuery(p *ledger.ListParams, pos driver.Position, limit int)
 	return "SELECT * FROM (" + strings.Join(scans, " UNION ALL ") + ") u" + order, args
 }
 
+// ListRunIDs implements ledger.Ledger with a range scan of the primary key.
+func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
+	limit, lo, hi, err := driver.ValidateListRunIDs(p)
+	if err != nil {
+		return nil, err
+	}
+	what := "list run IDs starting with " + p.Prefix
+	rows, err := l.pool.Query(ctx, l.q.listRunIDs, lo, hi, limit)
+	if err != nil {
+		return nil, interpretError(what, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, interpretError(what, err)
+	}
+	return ids, nil
+}
+
 // ListEffects implements ledger.Ledger over the index effects_run_idx.
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
 	if err := driver.ValidateRunID(p.RunID); err != nil {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -153,6 +154,12 @@ func statementsFindARunByItsKey(t *testing.T, l *Ledger, tracer *recordingTracer
 		_, err = l.Rescue(ctx, &ledger.RescueParams{RunID: r.ID, Status: r.Status, Deadline: r.Deadline, Now: at.Add(time.Hour)})
 		check("rescue", err)
 		batchRound(t, l, queued(), benchIdentity())
+		// An operator's lookup of a run by the start of its ID: a range of the key.
+		ids, err := l.ListRunIDs(ctx, &ledger.ListRunIDsParams{Prefix: r.ID[:ledger.MinRunIDPrefix]})
+		check("list run IDs", err)
+		if !slices.Contains(ids, r.ID) {
+			t.Fatalf("ListRunIDs(%s) = %v, without run %s", r.ID[:ledger.MinRunIDPrefix], ids, r.ID)
+		}
 	})
 
 	if before != nil {
@@ -167,7 +174,7 @@ func statementsFindARunByItsKey(t *testing.T, l *Ledger, tracer *recordingTracer
 		}
 	}
 	for _, want := range []string{"acquireQueued", "renew", "complete", "lockedRun", "release", "fail", "expedite", "rescue",
-		"acquireQueuedBatch", "completeBatch", "beginEffect", "completeEffect"} {
+		"acquireQueuedBatch", "completeBatch", "beginEffect", "completeEffect", "listRunIDs"} {
 		if !kinds[want] {
 			t.Errorf("%s was not run (ran %v)", want, kinds)
 		}
@@ -309,7 +316,8 @@ func (l *Ledger) queryName(sql string) string {
 		"renew": q.renew, "complete": q.complete, "release": q.release, "fail": q.fail, "expedite": q.expedite,
 		"rescue": q.rescue, "acquireQueuedBatch": q.acquireQueuedBatch, "completeBatch": q.completeBatch,
 		"beginEffect": q.beginEffect, "completeEffect": q.completeEffect, "claimBatch": q.claimBatch,
-		"claimLatest": q.claimLatest, "lockedRun": q.lockedRun, "get": q.get, "sweep": q.sweep, "listRescue": q.listRescue} {
+		"claimLatest": q.claimLatest, "lockedRun": q.lockedRun, "get": q.get, "sweep": q.sweep, "listRescue": q.listRescue,
+		"listRunIDs": q.listRunIDs} {
 		if s == sql {
 			return name
 		}

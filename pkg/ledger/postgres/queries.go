@@ -388,6 +388,10 @@ var listRunsSQL = `SELECT ` + strings.Replace(runCols, "payload,", "NULL::bytea,
 // $1 run, $2 limit.
 const listEffectsSQL = `SELECT {effectCols} FROM {effects} WHERE run_id = $1 ORDER BY name LIMIT $2`
 
+// listRunIDsSQL is ListRunIDs's statement: a range of the primary key, in the column's
+// own collation (the PK's), which holds the IDs (TestListRunIDsReadsThePrimaryKey).
+const listRunIDsSQL = `SELECT run_id FROM {runs} WHERE run_id >= $1 AND run_id < $2 ORDER BY run_id LIMIT $3`
+
 // addEventSQL adds one event to a run's history.
 const addEventSQL = `INSERT INTO {events} (run_id, at, kind, attempt, worker, actor, text)
 VALUES ($1, $2, $3, $4, $5, $6, $7)`
@@ -476,7 +480,7 @@ type queries struct {
 	claim, claimBatch, claimLatest, acquire, acquireQueued, acquireQueuedBatch, completeBatch, renew, complete, fail, release string
 	rescue, expedite, lockedRun                                                                                               string
 	get, lockRun, getEffect, beginEffect, completeEffect, listRescue, sweep                                                   string
-	getWithHistory, lockForOperator, writeRun, addEvent, listRuns, listEffects                                                string
+	getWithHistory, lockForOperator, writeRun, addEvent, listRuns, listEffects, listRunIDs                                    string
 }
 
 func buildQueries(schema string) queries {
@@ -539,5 +543,6 @@ func buildQueries(schema string) queries {
 		addEvent:           fill(addEventSQL),
 		listRuns:           fill(listRunsSQL),
 		listEffects:        fill(listEffectsSQL),
+		listRunIDs:         fill(listRunIDsSQL),
 	}
 }

@@ -43,7 +43,10 @@
 // key to create and expire.) Six sorted sets of run IDs serve List, the same index set
 // as the other backends': PREFIX+"list:created", "list:created:status:"+STATUS,
 // "list:created:job:"+JOB and "list:created:ns:"+NAMESPACE scored by created_at,
-// "list:updated" and "list:updated:status:"+STATUS scored by updated_at; PREFIX+"names"
+// "list:updated" and "list:updated:status:"+STATUS scored by updated_at; a seventh,
+// PREFIX+"list:id", holds every run ID at score 0, read in lexicographic order
+// (ZRANGEBYLEX) as the other backends read a range of their primary key, for
+// ListRunIDs (a run written before it existed is not in it); PREFIX+"names"
 // holds each indexed run's job and namespace, by which an expired run's entries are
 // found again. Every script touches a record and these indexes together, so the backend
 // needs one primary (a standalone server, a primary-with-replicas instance, Sentinel):

@@ -210,6 +210,20 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 	return &ledger.ListResult{Runs: runs, Next: driver.EncodeCursor(at)}, nil
 }
 
+// ListRunIDs implements ledger.Ledger with one script over the ID index (runIDsScript),
+// a range of a sorted set read in lexicographic order, as a range of a primary key.
+func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
+	limit, lo, hi, err := driver.ValidateListRunIDs(p)
+	if err != nil {
+		return nil, err
+	}
+	v, err := runIDsScript.Run(ctx, l.rdb, []string{l.o.Prefix + "list:id"}, lo, hi, limit, l.listBudget, l.o.Prefix+"run:").StringSlice()
+	if err != nil {
+		return nil, interpretError("list run IDs starting with "+p.Prefix, err)
+	}
+	return v, nil
+}
+
 // ListEffects implements ledger.Ledger with one script that reads the effects the run's
 // effects field lists, ordered by name here.
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {

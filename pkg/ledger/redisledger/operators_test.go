@@ -201,8 +201,8 @@ func TestSweepTakesTheListingEntries(t *testing.T) {
 	if _, err := l.Cancel(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	if got := listKeys(t, l); len(got) != 6 {
-		t.Fatalf("a cancelled run is in the listing indexes %v, want 6 of them", got)
+	if got := listKeys(t, l); len(got) != 7 {
+		t.Fatalf("a cancelled run is in the listing indexes %v, want 7 of them (6 and the IDs')", got)
 	}
 	n, err := l.Sweep(ctx, &ledger.SweepParams{Now: t0.Add(time.Second)})
 	if err != nil || n != 1 {
@@ -236,7 +236,7 @@ func TestExpiredRunsLeaveTheListing(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]int64{"list:created": 1, "list:created:job:new": 1, "list:created:ns:ns": 1, "list:created:status:queued": 1,
-		"list:updated": 1, "list:updated:status:queued": 1}
+		"list:updated": 1, "list:updated:status:queued": 1, "list:id": 1}
 	if got := listKeys(t, l); len(got) != len(want) || !mapsEqual(got, want) {
 		t.Fatalf("listing indexes %v, want only the last claim's %v", got, want)
 	}
@@ -255,7 +255,8 @@ func mapsEqual(a, b map[string]int64) bool {
 }
 
 // TestListDropsStaleEntries: an index entry whose run is gone (its key expired before any
-// claim trimmed it), or that no longer matches its index, is neither listed nor kept.
+// claim trimmed it), or that no longer matches its index, is neither listed nor kept;
+// neither is the ID index's entry of a run that is gone.
 func TestListDropsStaleEntries(t *testing.T) {
 	t.Parallel()
 	l := openTest(t, nil)
@@ -289,6 +290,15 @@ func TestListDropsStaleEntries(t *testing.T) {
 	}
 	if n, _ := l.rdb.ZCard(ctx, failed).Result(); n != 0 {
 		t.Fatalf("the failed index holds %d entries after the listing, want the stale one dropped", n)
+	}
+	if ids, err := l.ListRunIDs(ctx, &ledger.ListRunIDsParams{Prefix: gone[:12]}); err != nil || len(ids) != 0 {
+		t.Fatalf("ListRunIDs(%s) = %v, %v; want none: the run is gone", gone[:12], ids, err)
+	}
+	if ids, err := l.ListRunIDs(ctx, &ledger.ListRunIDsParams{Prefix: live[:12]}); err != nil || !slices.Equal(ids, []string{live}) {
+		t.Fatalf("ListRunIDs(%s) = %v, %v; want the live run", live[:12], ids, err)
+	}
+	if ids, _ := l.rdb.ZRange(ctx, l.o.Prefix+"list:id", 0, -1).Result(); !slices.Equal(ids, []string{live}) {
+		t.Fatalf("the ID index holds %v after the lookups, want the live run alone", ids)
 	}
 }
 

@@ -27,7 +27,8 @@ import (
 // P, under which it finds the run's other keys: its effects P.."eff:"..EFFECTKEY, the
 // listing indexes P.."list:"..NAME (sorted sets of run IDs scored by created_at or
 // updated_at: created, created:status:S, created:job:J, created:ns:N, updated,
-// updated:status:S) and P.."names", a hash of each indexed run's job and namespace, by
+// updated:status:S; and id, every run ID scored 0, in the lexicographic order
+// ZRANGEBYLEX reads) and P.."names", a hash of each indexed run's job and namespace, by
 // which an expired run's entries are found again to drop them.
 var prelude = `
 local MAX_HISTORY = ` + strconv.Itoa(ledger.MaxHistory) + `
@@ -159,6 +160,7 @@ local function index_run(id, old, status, deadline, expire_us, grace_ms, events,
     redis.call('ZADD', L .. 'created', created, id)
     redis.call('ZADD', L .. 'created:job:' .. new[2], created, id)
     redis.call('ZADD', L .. 'created:ns:' .. new[3], created, id)
+    redis.call('ZADD', L .. 'id', 0, id)
     redis.call('HSET', P .. 'names', id, cjson.encode({new[2], new[3]}))
   end
   if old ~= status then
@@ -197,6 +199,7 @@ local function unindex_run(P, id, job, ns)
   local L = P .. 'list:'
   redis.call('ZREM', L .. 'created', id)
   redis.call('ZREM', L .. 'updated', id)
+  redis.call('ZREM', L .. 'id', id)
   for _, s in ipairs(STATUSES) do
     redis.call('ZREM', L .. 'created:status:' .. s, id)
     redis.call('ZREM', L .. 'updated:status:' .. s, id)
@@ -502,6 +505,30 @@ return {out, done, last_s, last_id}
 
 // list_effects: KEYS[1] the run; ARGV the effect key prefix. Answers the fields of each
 // effect the run's 'effects' field lists.
+// runIDs: KEYS[1] the ID index (P.."list:id"); ARGV the first ID and the one past the
+// last (ZRANGEBYLEX's [ and ( bounds), how many IDs to find, how many entries to read
+// at most, and the run key prefix. Answers the IDs in the range whose run exists,
+// ascending; an entry whose run is gone (its key expired) is dropped.
+var runIDsScript = redis.NewScript(`
+local want, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
+local out, scanned, from = {}, 0, '[' .. ARGV[1]
+while #out < want and scanned < budget do
+  local batch = redis.call('ZRANGEBYLEX', KEYS[1], from, '(' .. ARGV[2], 'LIMIT', 0, math.min(budget - scanned, want - #out + 20))
+  if #batch == 0 then break end
+  for _, id in ipairs(batch) do
+    scanned = scanned + 1
+    from = '(' .. id
+    if redis.call('EXISTS', ARGV[5] .. id) == 1 then
+      out[#out + 1] = id
+      if #out >= want then break end
+    else
+      redis.call('ZREM', KEYS[1], id)
+    end
+  end
+end
+return out
+`)
+
 var listEffectsScript = redis.NewScript(`
 local out = {}
 local effects = redis.call('HGET', KEYS[1], 'effects')

@@ -71,6 +71,30 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 	return driver.Page(p, out, size), nil
 }
 
+// ListRunIDs implements ledger.Ledger with one strong read of a range of the runs'
+// primary key, reading the key alone.
+func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
+	limit, lo, hi, err := driver.ValidateListRunIDs(p)
+	if err != nil {
+		return nil, err
+	}
+	keys := spanner.KeyRange{Start: spanner.Key{lo}, End: spanner.Key{hi}, Kind: spanner.ClosedOpen}
+	var out []string
+	err = l.client.Single().ReadWithOptions(ctx, "runs", keys, []string{"run_id"}, &spanner.ReadOptions{Limit: limit}).
+		Do(func(r *spanner.Row) error {
+			var id string
+			if err := r.Column(0, &id); err != nil {
+				return err
+			}
+			out = append(out, id)
+			return nil
+		})
+	if err != nil {
+		return nil, interpretError("list run IDs starting with "+p.Prefix, err)
+	}
+	return out, nil
+}
+
 // ListEffects implements ledger.Ledger with one strong read of the run's interleaved
 // effects, in primary-key (name) order.
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {

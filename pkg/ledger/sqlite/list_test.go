@@ -93,6 +93,19 @@ func TestListingPlansUseIndexes(t *testing.T) {
 			checkPages(t, l, c.p)
 		})
 	}
+	t.Run("ListRunIDs", func(t *testing.T) {
+		// The 30,000 IDs are printf('%064x', i): 0…0753 is one of them, 0…075 the
+		// prefix of 0…0750 to 0…075f.
+		lo, hi := ledger.RunIDRange(strings.Repeat("0", 61) + "75")
+		plan := strings.Join(explain(t, l, listRunIDsSQL, lo, hi, 10), "\n")
+		if plan != "SEARCH runs USING COVERING INDEX sqlite_autoindex_runs_1 (run_id>? AND run_id<?)" {
+			t.Errorf("plan of ListRunIDs:\n%s\nwant a range of the primary key's index alone", plan)
+		}
+		ids, err := l.ListRunIDs(ctx, &ledger.ListRunIDsParams{Prefix: strings.Repeat("0", 61) + "75", Limit: 20})
+		if err != nil || len(ids) != 16 || ids[0] != fmt.Sprintf("%064x", 0x750) || ids[15] != fmt.Sprintf("%064x", 0x75f) {
+			t.Errorf("ListRunIDs(0…075) = %v, %v; want the 16 IDs 0…0750 to 0…075f", ids, err)
+		}
+	})
 }
 
 // explain returns the details of the query plan of q.

@@ -42,6 +42,35 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 	return driver.Page(p, out, size), nil
 }
 
+// listRunIDsSQL is ListRunIDs's query: a range of the primary key's index, which holds
+// the IDs (TestListRunIDsReadsThePrimaryKey).
+const listRunIDsSQL = "SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT ?"
+
+// ListRunIDs implements ledger.Ledger with a range scan of the primary key.
+func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
+	limit, lo, hi, err := driver.ValidateListRunIDs(p)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := l.db.QueryContext(ctx, listRunIDsSQL, lo, hi, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list run IDs starting with %s: %w", p.Prefix, interpret(err))
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("sqlite: list run IDs starting with %s: %w", p.Prefix, err)
+		}
+		out = append(out, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list run IDs starting with %s: %w", p.Prefix, interpret(err))
+	}
+	return out, nil
+}
+
 // ListEffects implements ledger.Ledger (index effects_run).
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
 	if err := driver.ValidateRunID(p.RunID); err != nil {
