@@ -319,7 +319,7 @@ func TestContract(t *testing.T) {
 		},
 		{
 			name: "get a malformed run ID", method: "GET", path: "/v1/runs/xyz",
-			wantStatus: 400, wantBody: map[string]any{"error": "not 64 lower-case hex digits"},
+			wantStatus: 400, wantBody: map[string]any{"error": "neither 64 lower-case hex digits nor a prefix of at least 6 of them"},
 		},
 		{name: "healthz", method: "GET", path: "/healthz", wantStatus: 200, wantBody: map[string]any{"status": "ok"}},
 		{name: "readyz", method: "GET", path: "/readyz", wantStatus: 200, wantBody: map[string]any{"ledger": "ok", "topic": "ok"}},

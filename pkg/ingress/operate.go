@@ -22,8 +22,9 @@ import (
 )
 
 // The operators' API: GET /v1/runs (list), GET /v1/runs/{run_id} (one run with its
-// history and effects), POST /v1/runs/{run_id}:retry, :cancel and :release (Google's
-// AIP-136 custom methods).
+// history and effects; the run ID or a prefix of it that names one run), POST
+// /v1/runs/{run_id}:retry, :cancel and :release (Google's AIP-136 custom methods; the
+// full run ID).
 
 // MaxDetailPayload bounds the payload GET /v1/runs/{run_id}?view=full shows.
 const MaxDetailPayload = 64 << 10
@@ -82,6 +83,15 @@ type ActionJSON struct {
 	Warning     string `json:"warning,omitempty"`
 }
 
+// AmbiguousJSON is the 409 answer of GET /v1/runs/{prefix} when more than one run's ID
+// starts with the prefix: the first ledger.MaxCandidates of them.
+type AmbiguousJSON struct {
+	Error      string   `json:"error"`
+	Candidates []string `json:"candidates"`
+	// More is true when other runs start with the prefix too.
+	More bool `json:"more,omitempty"`
+}
+
 // ActionRequest is the body of an action.
 type ActionRequest struct {
 	// Reason is why the operator acts; required, kept in the run's history.
@@ -123,7 +133,7 @@ func (h *Handler) ledgerError(ctx context.Context, w http.ResponseWriter, what, 
 	case errors.Is(err, ledger.ErrInvalid):
 		writeError(w, http.StatusBadRequest, obs.Clean(err.Error()))
 	case errors.Is(err, ledger.ErrNotFound):
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no run %s (never claimed, or deleted after its retention)", runID))
+		writeError(w, http.StatusNotFound, notFound(runID))
 	case errors.Is(err, ledger.ErrWrongStatus), errors.Is(err, ledger.ErrConflict):
 		writeError(w, http.StatusConflict, obs.Clean(err.Error())+"; the run is unchanged")
 	case errors.Is(err, ledger.ErrUnsupported):
@@ -133,6 +143,49 @@ func (h *Handler) ledgerError(ctx context.Context, w http.ResponseWriter, what, 
 		w.Header().Set("Retry-After", strconv.Itoa(int(h.cfg.RetryAfter/time.Second)))
 		writeError(w, http.StatusServiceUnavailable, "the ledger is unavailable ("+what+"); nothing was changed, retry later")
 	}
+}
+
+// notFound says that no run is idOrPrefix, or starts with it.
+func notFound(idOrPrefix string) string {
+	if ledger.ValidRunID(idOrPrefix) || idOrPrefix == "" {
+		return fmt.Sprintf("no run %s (never claimed, or deleted after its retention)", idOrPrefix)
+	}
+	return fmt.Sprintf("no run ID starts with %s (never claimed, or deleted after its retention)", idOrPrefix)
+}
+
+// badRunID is the 400 of a path whose run ID is neither a run ID nor (where prefixes are
+// taken) a prefix of one.
+func badRunID(id string, prefixes bool) string {
+	if !prefixes {
+		return fmt.Sprintf("run ID %s is not 64 lower-case hex digits", quoted(id))
+	}
+	return fmt.Sprintf("run ID %s is neither 64 lower-case hex digits nor a prefix of at least %d of them", quoted(id), ledger.MinRunIDPrefix)
+}
+
+// lookup returns the ID of the run that the path's run_id names: the ID itself, or the
+// one run whose ID starts with it (ledger.LookupRunID). When not ok it has answered:
+// 400 for a malformed ID or prefix, 404 for no run, 409 with the candidates when the
+// prefix names several, 503 when the ledger does not answer.
+func (h *Handler) lookup(w http.ResponseWriter, r *http.Request) (id string, ok bool) {
+	ctx := r.Context()
+	in := r.PathValue("run_id")
+	if !ledger.ValidRunID(in) && ledger.ValidRunIDPrefix(in) != nil {
+		writeError(w, http.StatusBadRequest, badRunID(in, true))
+		return "", false
+	}
+	lctx, cancel := context.WithTimeout(ctx, h.cfg.LedgerTimeout)
+	defer cancel()
+	id, err := ledger.LookupRunID(lctx, h.cfg.Ledger, in)
+	var amb *ledger.AmbiguousError
+	switch {
+	case errors.As(err, &amb):
+		writeJSON(w, http.StatusConflict, AmbiguousJSON{Error: amb.Error(), Candidates: amb.Candidates, More: amb.More})
+		return "", false
+	case err != nil:
+		h.ledgerError(ctx, w, "look up run "+in, in, err)
+		return "", false
+	}
+	return id, true
 }
 
 // listRuns serves GET /v1/runs.
@@ -224,16 +277,13 @@ func parseTime(v string) (time.Time, error) {
 }
 
 // getRunDetail serves GET /v1/runs/{run_id}: the record, its history and its effects;
-// with view=full (operators only) its payload too.
+// with view=full (operators only) its payload too. The run ID may be a prefix of at
+// least ledger.MinRunIDPrefix digits that names one run: the answer is that run's, with
+// its full URL in Content-Location.
 func (h *Handler) getRunDetail(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	_, operator, ok := h.who(w, r)
 	if !ok {
-		return
-	}
-	id := r.PathValue("run_id")
-	if !ledger.ValidRunID(id) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("run ID %s is not 64 lower-case hex digits", quoted(id)))
 		return
 	}
 	full := false
@@ -250,6 +300,13 @@ func (h *Handler) getRunDetail(w http.ResponseWriter, r *http.Request) {
 	if full && !operator {
 		writeError(w, http.StatusForbidden, "view=full shows the payload: only operators (-operators) may ask for it")
 		return
+	}
+	id, ok := h.lookup(w, r)
+	if !ok {
+		return
+	}
+	if id != r.PathValue("run_id") {
+		w.Header().Set("Content-Location", "/v1/runs/"+id)
 	}
 	gctx, cancel := context.WithTimeout(ctx, h.cfg.LedgerTimeout)
 	defer cancel()
@@ -330,7 +387,7 @@ func (h *Handler) postRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ledger.ValidRunID(id) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("run ID %s is not 64 lower-case hex digits", quoted(id)))
+		writeError(w, http.StatusBadRequest, badRunID(id, false)+": an action names the run by its full ID")
 		return
 	}
 	var req ActionRequest

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -358,5 +359,83 @@ func TestReadersAndOperatorsAreAllowedSeparately(t *testing.T) {
 	nob := setup(t, setupOpts{})
 	if r := nob.do(t, http.MethodPost, "/v1/runs/"+id+":cancel", nil, `{"reason":"x"}`); r.status != http.StatusForbidden || !strings.Contains(r.body["error"].(string), "-operators") {
 		t.Fatalf("an action with no operators configured = %d %v; want 403 naming -operators", r.status, r.body)
+	}
+}
+
+// TestRunsByIDPrefix: GET /v1/runs/{prefix} answers the one run whose ID starts with the
+// prefix (the tables show 12 digits), 409 listing the candidates when several do, 404
+// when none does, 400 for a prefix too short; the dashboard's /ui/runs/{prefix} redirects
+// to the run's page. An action needs the full ID.
+func TestRunsByIDPrefix(t *testing.T) {
+	t.Parallel()
+	for _, be := range operatorBackends() {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			b := operatorSetup(t, be.open)
+			id := b.failRun(t, "prefixed", "boom")
+			r := b.do(t, http.MethodGet, "/v1/runs/"+id[:12], nil, "")
+			if r.status != http.StatusOK || r.body["run_id"] != id || r.header.Get("Content-Location") != "/v1/runs/"+id {
+				t.Fatalf("GET /v1/runs/%s = %d %v (Content-Location %q); want run %s", id[:12], r.status, r.body, r.header.Get("Content-Location"), id)
+			}
+			if r := b.do(t, http.MethodGet, "/v1/runs/"+id[:ledger.MinRunIDPrefix]+"?view=full", nil, ""); r.status != http.StatusOK || r.body["payload"] == nil {
+				t.Fatalf("GET /v1/runs/%s?view=full = %d %v; want the run with its payload", id[:ledger.MinRunIDPrefix], r.status, r.body)
+			}
+			// Two runs whose IDs share 12 digits that no other run has.
+			p := strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+			x, y := p+"1"+strings.Repeat("0", 51), p+"2"+strings.Repeat("0", 51)
+			for _, rid := range []string{x, y} {
+				if _, err := b.led.Claim(t.Context(), &ledger.ClaimParams{Identity: ledger.Identity{RunID: rid, Job: "prefixed"}, AttemptID: uuid.NewString()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r = b.do(t, http.MethodGet, "/v1/runs/"+p, nil, "")
+			if c, _ := r.body["candidates"].([]any); r.status != http.StatusConflict || len(c) != 2 || c[0] != x || c[1] != y ||
+				!strings.Contains(r.body["error"].(string), "more than one run") {
+				t.Fatalf("GET /v1/runs/%s = %d %v; want 409 listing %s and %s", p, r.status, r.body, x, y)
+			}
+			for path, want := range map[string]struct {
+				status int
+				error  string
+			}{
+				"/v1/runs/" + p + "3":                 {404, "no run ID starts with " + p + "3"},
+				"/v1/runs/" + id[:5]:                  {400, "prefix of at least 6"},
+				"/v1/runs/" + strings.ToUpper(id[:8]): {400, "neither 64 lower-case hex digits nor a prefix"},
+			} {
+				if r := b.do(t, http.MethodGet, path, nil, ""); r.status != want.status || !strings.Contains(r.body["error"].(string), want.error) {
+					t.Errorf("GET %s = %d %v; want %d naming %q", path, r.status, r.body, want.status, want.error)
+				}
+			}
+			if r := b.do(t, http.MethodPost, "/v1/runs/"+id[:12]+":retry", nil, `{"reason":"x"}`); r.status != http.StatusBadRequest || !strings.Contains(r.body["error"].(string), "full ID") {
+				t.Fatalf("POST /v1/runs/%s:retry = %d %v; want 400: an action needs the full ID", id[:12], r.status, r.body)
+			}
+
+			// The dashboard: a redirect to the run's page, or the candidates as links.
+			noFollow := *b.srv.Client()
+			noFollow.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+			get := func(path string) (int, string, string) {
+				resp, err := noFollow.Get(b.srv.URL + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				body, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, resp.Header.Get("Location"), string(body)
+			}
+			if status, loc, _ := get("/ui/runs/" + id[:12] + "?done=retry"); status != http.StatusFound || loc != "/ui/runs/"+id+"?done=retry" {
+				t.Errorf("GET /ui/runs/%s = %d to %q; want a redirect to the run's page", id[:12], status, loc)
+			}
+			if status, _, body := get("/ui/runs/" + p); status != http.StatusConflict ||
+				!strings.Contains(body, `href="/ui/runs/`+x+`"`) || !strings.Contains(body, `href="/ui/runs/`+y+`"`) {
+				t.Errorf("GET /ui/runs/%s = %d; want 409 linking both runs:\n%s", p, status, body)
+			}
+			if status, _, _ := get("/ui/runs/" + p + "3"); status != http.StatusNotFound {
+				t.Errorf("GET /ui/runs/%s3 = %d, want 404", p, status)
+			}
+			// The runs table shows the run's key beside its short ID.
+			key, _ := b.do(t, http.MethodGet, "/v1/runs/"+id, nil, "").body["key"].(string)
+			if status, _, body := get("/ui/?job=prefixed"); status != http.StatusOK || key == "" || !strings.Contains(body, ">"+key+"</td>") {
+				t.Errorf("GET /ui/?job=prefixed = %d; want the run's key %q in the table:\n%s", status, key, body)
+			}
+		})
 	}
 }

@@ -35,6 +35,8 @@ type uiPage struct {
 	Title, Flash, Error string
 	Caller              string
 	Operator            bool
+	// Candidates are the runs an ambiguous run ID prefix names (an error page's links).
+	Candidates []string
 }
 
 type uiCount struct {
@@ -193,7 +195,7 @@ func ledgerFailure(err error, runID string) (int, string) {
 	case errors.Is(err, ledger.ErrInvalid):
 		return http.StatusBadRequest, err.Error()
 	case errors.Is(err, ledger.ErrNotFound):
-		return http.StatusNotFound, fmt.Sprintf("no run %s (never claimed, or deleted after its retention)", runID)
+		return http.StatusNotFound, notFound(runID)
 	case errors.Is(err, ledger.ErrWrongStatus), errors.Is(err, ledger.ErrConflict):
 		return http.StatusConflict, err.Error() + "; the run is unchanged"
 	case errors.Is(err, ledger.ErrUnsupported):
@@ -302,12 +304,12 @@ func (u *ui) run(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("run_id")
-	if !ledger.ValidRunID(id) {
-		u.fail(w, http.StatusBadRequest, page, fmt.Sprintf("run ID %s is not 64 lower-case hex digits", quoted(id)))
-		return
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), u.h.cfg.LedgerTimeout)
 	defer cancel()
+	if !ledger.ValidRunID(id) {
+		u.redirectPrefix(ctx, w, r, page, id)
+		return
+	}
 	d, err := u.h.detail(ctx, id, page.Operator)
 	if err != nil {
 		status, msg := ledgerFailure(err, id)
@@ -331,6 +333,33 @@ func (u *ui) run(w http.ResponseWriter, r *http.Request) {
 		p.Error = clipRunes(w, 300)
 	}
 	u.render(w, http.StatusOK, "run", p)
+}
+
+// redirectPrefix answers /ui/runs/{prefix}: a redirect to the page of the one run whose
+// ID starts with prefix (the tables show 12 digits), a page listing the candidates when
+// several do, or the refusal's page.
+func (u *ui) redirectPrefix(ctx context.Context, w http.ResponseWriter, r *http.Request, page uiPage, prefix string) {
+	if ledger.ValidRunIDPrefix(prefix) != nil {
+		u.fail(w, http.StatusBadRequest, page, badRunID(prefix, true))
+		return
+	}
+	id, err := ledger.LookupRunID(ctx, u.h.cfg.Ledger, prefix)
+	var amb *ledger.AmbiguousError
+	switch {
+	case errors.As(err, &amb):
+		page.Candidates = amb.Candidates
+		u.fail(w, http.StatusConflict, page, amb.Error())
+		return
+	case err != nil:
+		status, msg := ledgerFailure(err, prefix)
+		u.fail(w, status, page, msg)
+		return
+	}
+	target := "/ui/runs/" + id
+	if r.URL.RawQuery != "" {
+		target += "?" + r.URL.RawQuery
+	}
+	http.Redirect(w, r, target, http.StatusFound)
 }
 
 var explanations = map[string]string{
