@@ -1,5 +1,5 @@
 // Command runonce operates the runs of a runonce ingress: list and show runs, retry,
-// cancel and release them (internal/cli; run it with -h).
+// cancel and release them (internal/cli; run it with --help, or COMMAND --help).
 package main
 
 import (
@@ -8,11 +8,12 @@ import (
 	"os/signal"
 
 	"github.com/runonce/runonce/internal/cli"
+	"github.com/runonce/runonce/internal/config"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	code := cli.Main(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	code := cli.Main(ctx, os.Args[1:], config.OSEnv(), os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

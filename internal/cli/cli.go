@@ -1,74 +1,143 @@
 // Package cli is the runonce command: the operators' API (pkg/client) from a terminal.
+// Its commands are in commands.go; `runonce COMMAND --help` describes each.
 package cli
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/api/idtoken"
 
+	"github.com/runonce/runonce/internal/config"
 	"github.com/runonce/runonce/pkg/client"
 	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
-// Usage is the command's help.
-const Usage = `runonce operates the runs of a runonce ingress.
-
-Usage:
-  runonce runs list [--status S] [--job J] [--namespace N] [--since 24h] [--page-size N] [--page-token T]
-  runonce runs show RUN_ID [--payload]
-  runonce runs retry|cancel|release RUN_ID --reason "why" [--attempt N]
-  runonce completion bash
-
-Every command takes:
-  --url URL      the ingress (RUNONCE_URL)
-  --token TOKEN  a bearer token (RUNONCE_TOKEN); default: a Google ID token for --audience from ADC
-  --audience A   the ID token's audience (default: --url)
-  --json         print the API's JSON instead of a table
-`
-
-// Env reads the environment.
-type Env func(string) string
+// The environment variables of the global flags.
+const (
+	EnvURL      = "RUNONCE_URL"
+	EnvToken    = "RUNONCE_TOKEN"
+	EnvAudience = "RUNONCE_AUDIENCE"
+)
 
 // globals are the flags every command takes.
 type globals struct {
 	url, token, audience string
 	json                 bool
+	env                  config.Env
 	// newTokenSource makes a token source for an audience (ADC); tests replace it.
 	newTokenSource func(ctx context.Context, audience string) (client.TokenSource, error)
 	now            func() time.Time
 }
 
-func (g *globals) declare(fs *flag.FlagSet, env Env) {
-	fs.StringVar(&g.url, "url", env("RUNONCE_URL"), "the ingress's URL (RUNONCE_URL)")
-	fs.StringVar(&g.token, "token", env("RUNONCE_TOKEN"), "bearer token (RUNONCE_TOKEN); default: a Google ID token from ADC")
-	fs.StringVar(&g.audience, "audience", env("RUNONCE_AUDIENCE"), "the ID token's audience (default: --url)")
-	fs.BoolVar(&g.json, "json", false, "print JSON")
+// declare declares the global flags on root. Their variables are read after parsing
+// (fromEnv), not as defaults, so that --help never prints a token.
+func (g *globals) declare(root *cobra.Command) {
+	fs := root.PersistentFlags()
+	fs.StringVar(&g.url, "url", "", "the ingress's URL, https://… or http://127.0.0.1:8080 ("+EnvURL+")")
+	fs.StringVar(&g.token, "token", "", "bearer token ("+EnvToken+"); default: a Google ID token for --audience from Application Default Credentials")
+	fs.StringVar(&g.audience, "audience", "", "the ID token's audience ("+EnvAudience+"; default: --url)")
+	fs.BoolVar(&g.json, "json", false, "print the API's JSON instead of a table")
+	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		if c.Name() != cobra.ShellCompRequestCmd {
+			warnMisspelt(c.ErrOrStderr(), g.env)
+		}
+		g.fromEnv(c)
+		return nil
+	}
+}
+
+// fromEnv sets each global flag not given on the command line from its variable.
+func (g *globals) fromEnv(c *cobra.Command) {
+	for name, v := range map[string]*string{"url": &g.url, "token": &g.token, "audience": &g.audience} {
+		if !c.Flags().Changed(name) {
+			*v = g.env.Get(config.EnvName(name))
+		}
+	}
+}
+
+// warnMisspelt warns about each RUNONCE_* variable of env that likely misspells one of
+// the command's. Other RUNONCE_* variables are the ingress's and the worker's, often set
+// in the same shell: not the command's business.
+func warnMisspelt(w io.Writer, env config.Env) {
+	known := []string{EnvURL, EnvToken, EnvAudience}
+	var names []string
+	for k := range env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if !strings.HasPrefix(k, config.EnvPrefix) || slices.Contains(known, k) {
+			continue
+		}
+		if l := config.LikelyVariable(k, known); l != "" {
+			fmt.Fprintf(w, "runonce: warning: %s is ignored: no setting of runonce has that name (did you mean %s?)\n", k, l)
+		}
+	}
+}
+
+// isLocal reports whether host is this machine: a local ingress (-dev, -auth none)
+// needs no token, and is served over plain http.
+func isLocal(host string) bool {
+	h := host
+	if hh, _, ok := strings.Cut(host, ":"); ok && !strings.HasPrefix(host, "[") {
+		h = hh
+	}
+	return h == "127.0.0.1" || h == "localhost" || strings.HasPrefix(host, "[::1]")
+}
+
+// checkURL refuses a --url that is not an http:// or https:// URL, saying what to write
+// instead: 127.0.0.1:8080 is parsed as a path or as a URL of scheme "127.0.0.1".
+func checkURL(raw string) error {
+	if raw == "" {
+		return usagef("no ingress URL: pass --url https://… (or http://127.0.0.1:8080 for -dev) or set %s", EnvURL)
+	}
+	u, err := url.Parse(raw)
+	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		return nil
+	}
+	scheme := "https://"
+	if host, _, _ := strings.Cut(raw, "/"); isLocal(host) {
+		scheme = "http://"
+	}
+	if !strings.Contains(raw, "://") {
+		return usagef("--url %q has no scheme: did you mean --url %s%s?", raw, scheme, raw)
+	}
+	return usagef("--url %q is not an http:// or https:// URL with a host, e.g. %sHOST", raw, scheme)
+}
+
+// tokenHint says how to get a token the ingress accepts: a Google ID token of an
+// account it allows, for its audience, with the email it checks. A user account
+// cannot mint one with that audience, so it impersonates the operator account
+// (deploy/README.md, step 6).
+func tokenHint(audience string) string {
+	return fmt.Sprintf("pass --token \"$(gcloud auth print-identity-token --impersonate-service-account=OPERATOR_SA "+
+		"--audiences=%s --include-email)\", OPERATOR_SA being a service account the ingress allows (its -operators or "+
+		"-allow) on which you have roles/iam.serviceAccountTokenCreator (deploy/README.md, step 6)", audience)
 }
 
 func (g *globals) client(ctx context.Context) (*client.Client, error) {
-	if g.url == "" {
-		return nil, errors.New("no ingress URL: pass --url https://… or set RUNONCE_URL")
+	if err := checkURL(g.url); err != nil {
+		return nil, err
 	}
-	if _, err := url.ParseRequestURI(g.url); err != nil {
-		return nil, fmt.Errorf("--url %q is not a URL: %v", g.url, err)
-	}
+	u, _ := url.Parse(g.url)
 	c := &client.Client{BaseURL: g.url}
 	switch {
 	case g.token != "":
 		tok := g.token
 		c.Token = func(context.Context) (string, error) { return tok, nil }
-	case strings.HasPrefix(g.url, "http://127.0.0.1") || strings.HasPrefix(g.url, "http://localhost"):
+	case u.Scheme == "http" && isLocal(u.Host):
 		// A local ingress (-dev, -auth none) needs no token.
 	default:
 		aud := g.audience
@@ -77,7 +146,7 @@ func (g *globals) client(ctx context.Context) (*client.Client, error) {
 		}
 		ts, err := g.newTokenSource(ctx, aud)
 		if err != nil {
-			return nil, fmt.Errorf("no Google ID token for audience %s from Application Default Credentials (%v): pass --token \"$(gcloud auth print-identity-token)\"", aud, err)
+			return nil, fmt.Errorf("no Google ID token for audience %s from Application Default Credentials (%v): %s", aud, err, tokenHint(aud))
 		}
 		c.Token = ts
 	}
@@ -99,134 +168,57 @@ func adcTokenSource(ctx context.Context, audience string) (client.TokenSource, e
 }
 
 // Main runs the command and returns its exit code: 0, 1 for a failure, 2 for a usage
-// error. Every failure prints one line to stderr saying what failed.
-func Main(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) int {
-	err := Run(ctx, args, env, stdout, stderr)
-	var usage usageError
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, &usage):
-		fmt.Fprintf(stderr, "runonce: %v\n\n%s", err, Usage)
-		return 2
+// error (config.ExitCode). Every failure prints one line to stderr saying what failed;
+// a usage error adds how to get the command's help.
+func Main(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) int {
+	c, err := run(ctx, args, env, stdout, stderr, &globals{newTokenSource: adcTokenSource, now: time.Now})
+	code := config.ExitCode(err)
+	switch code {
+	case config.ExitUsage:
+		fmt.Fprintf(stderr, "runonce: %v\nRun '%s --help' for usage.\n", err, c.CommandPath())
+	case config.ExitFailure:
+		fmt.Fprintf(stderr, "runonce: %v\n", err)
 	}
-	fmt.Fprintf(stderr, "runonce: %v\n", err)
-	return 1
+	return code
 }
 
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
-
-// Run runs the command.
-func Run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) error {
-	return run(ctx, args, env, stdout, stderr, &globals{newTokenSource: adcTokenSource, now: time.Now})
+// Run runs the command: nil, a config.UsageError for a usage error, or what failed.
+func Run(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
+	_, err := run(ctx, args, env, stdout, stderr, &globals{newTokenSource: adcTokenSource, now: time.Now})
+	return err
 }
 
-func run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer, g *globals) error {
-	if len(args) == 0 {
-		return usagef("no command")
+// run runs the command and returns the command it ran (or refused) with its error.
+func run(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer, g *globals) (*cobra.Command, error) {
+	g.env = env
+	root := newRoot(g)
+	root.SetArgs(oneDash(root, args))
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	c, err := root.ExecuteContextC(ctx)
+	if c == nil {
+		c = root
 	}
-	switch args[0] {
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, Usage)
-		return nil
-	case "completion":
-		if len(args) != 2 || args[1] != "bash" {
-			return usagef("completion takes one shell: bash")
-		}
-		fmt.Fprint(stdout, bashCompletion)
-		return nil
-	case "runs":
-	default:
-		return usagef("unknown command %q", args[0])
-	}
-	if len(args) < 2 {
-		return usagef("runs needs a subcommand: list, show, retry, cancel or release")
-	}
-	sub, rest := args[1], args[2:]
-	fs := flag.NewFlagSet("runonce runs "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, Usage) }
-	g.declare(fs, env)
-	switch sub {
-	case "list":
-		return list(ctx, fs, rest, g, stdout, stderr)
-	case "show":
-		full := fs.Bool("payload", false, "show the payload too (operators only)")
-		id, err := parseWithID(fs, rest)
-		if err != nil {
-			return err
-		}
-		return show(ctx, g, id, *full, stdout)
-	case ingress.ActionRetry, ingress.ActionCancel, ingress.ActionRelease:
-		reason := fs.String("reason", "", "why (required; kept in the run's history)")
-		attempt := fs.Int64("attempt", 0, "act only if the run is still at this attempt")
-		id, err := parseWithID(fs, rest)
-		if err != nil {
-			return err
-		}
-		if strings.TrimSpace(*reason) == "" {
-			return usagef("runs %s needs --reason \"why\": it is kept in the run's history", sub)
-		}
-		return act(ctx, g, id, sub, &ingress.ActionRequest{Reason: *reason, Attempt: *attempt}, stdout)
-	}
-	return usagef("unknown subcommand runs %s: list, show, retry, cancel or release", sub)
+	return c, err
 }
 
-// parseWithID parses flags before and after the one positional argument, the run ID.
-func parseWithID(fs *flag.FlagSet, args []string) (string, error) {
-	if err := fs.Parse(args); err != nil {
-		return "", flagErr(err)
-	}
-	if fs.NArg() == 0 {
-		return "", usagef("%s needs a run ID", fs.Name())
-	}
-	id := fs.Arg(0)
-	if err := fs.Parse(fs.Args()[1:]); err != nil {
-		return "", flagErr(err)
-	}
-	if fs.NArg() > 0 {
-		return "", usagef("%s takes one run ID, got also %q", fs.Name(), fs.Args())
-	}
-	if !ledger.ValidRunID(id) {
-		return "", usagef("run ID %q is not 64 lower-case hex digits", id)
-	}
-	return id, nil
+// usagef returns a usage error (exit 2).
+func usagef(format string, args ...any) error { return config.Usagef(format, args...) }
+
+type listFlags struct {
+	status, job, namespace, since, pageToken string
+	pageSize                                 int
 }
 
-func flagErr(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
-		return err
-	}
-	return usagef("%v", err)
-}
-
-func list(ctx context.Context, fs *flag.FlagSet, args []string, g *globals, stdout, stderr io.Writer) error {
-	status := fs.String("status", "", "queued, running, completed, failed or cancelled")
-	job := fs.String("job", "", "the job")
-	ns := fs.String("namespace", "", "the namespace")
-	since := fs.String("since", "", "created within this long (a Go duration: 24h, 90m)")
-	size := fs.Int("page-size", 0, "runs per page (default 50)")
-	token := fs.String("page-token", "", "continue a listing (the token the previous page printed)")
-	if err := fs.Parse(args); err != nil {
-		return flagErr(err)
-	}
-	if fs.NArg() > 0 {
-		return usagef("runs list takes no arguments, got %q", fs.Args())
-	}
+func list(ctx context.Context, g *globals, f *listFlags, stdout, stderr io.Writer) error {
 	q := url.Values{}
-	for k, v := range map[string]string{"status": *status, "job": *job, "namespace": *ns, "since": *since, "page_token": *token} {
+	for k, v := range map[string]string{"status": f.status, "job": f.job, "namespace": f.namespace, "since": f.since, "page_token": f.pageToken} {
 		if v != "" {
 			q.Set(k, v)
 		}
 	}
-	if *size != 0 {
-		q.Set("page_size", strconv.Itoa(*size))
+	if f.pageSize != 0 {
+		q.Set("page_size", strconv.Itoa(f.pageSize))
 	}
 	c, err := g.client(ctx)
 	if err != nil {
@@ -241,9 +233,9 @@ func list(ctx context.Context, fs *flag.FlagSet, args []string, g *globals, stdo
 	}
 	now := g.now()
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN ID\tJOB\tSTATUS\tATTEMPT\tCREATED\tUPDATED\tLAST ERROR")
+	fmt.Fprintln(tw, "RUN ID\tJOB\tKEY\tSTATUS\tATTEMPT\tCREATED\tUPDATED\tLAST ERROR")
 	for _, r := range res.Runs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.RunID, r.Job, r.Status, r.Attempt, Ago(r.CreatedAt, now), Ago(r.UpdatedAt, now), oneLine(r.LastError, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", ShortID(r.RunID), r.Job, oneLine(r.Key, 40), r.Status, r.Attempt, Ago(r.CreatedAt, now), Ago(r.UpdatedAt, now), oneLine(r.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -256,6 +248,10 @@ func list(ctx context.Context, fs *flag.FlagSet, args []string, g *globals, stdo
 	}
 	return nil
 }
+
+// ShortID is the part of a run ID a table shows: its first 12 digits, which name it in
+// `runs show` and the dashboard's URLs.
+func ShortID(id string) string { return id[:min(12, len(id))] }
 
 func show(ctx context.Context, g *globals, id string, full bool, stdout io.Writer) error {
 	c, err := g.client(ctx)
@@ -351,9 +347,25 @@ func show(ctx context.Context, g *globals, id string, full bool, stdout io.Write
 	return nil
 }
 
+// resolve returns the full ID of the run id names: id itself, or the run GET
+// /v1/runs/{prefix} answers (an action needs the full ID).
+func resolve(ctx context.Context, c *client.Client, id string) (string, error) {
+	if ledger.ValidRunID(id) {
+		return id, nil
+	}
+	d, err := c.Get(ctx, id, false)
+	if err != nil {
+		return "", err
+	}
+	return d.RunID, nil
+}
+
 func act(ctx context.Context, g *globals, id, action string, req *ingress.ActionRequest, stdout io.Writer) error {
 	c, err := g.client(ctx)
 	if err != nil {
+		return err
+	}
+	if id, err = resolve(ctx, c, id); err != nil {
 		return err
 	}
 	res, err := c.Act(ctx, id, action, req)
@@ -421,18 +433,3 @@ func oneLine(s string, n int) string {
 	}
 	return s
 }
-
-const bashCompletion = `# bash completion for runonce: source <(runonce completion bash)
-_runonce() {
-  local cur=${COMP_WORDS[COMP_CWORD]}
-  case $COMP_CWORD in
-    1) COMPREPLY=($(compgen -W "runs completion help" -- "$cur")) ;;
-    2) [[ ${COMP_WORDS[1]} == runs ]] && COMPREPLY=($(compgen -W "list show retry cancel release" -- "$cur")) ;;
-    *) case ${COMP_WORDS[COMP_CWORD-1]} in
-         --status) COMPREPLY=($(compgen -W "queued running completed failed cancelled" -- "$cur")) ;;
-         *) COMPREPLY=($(compgen -W "--url --token --audience --json --status --job --namespace --since --page-size --page-token --reason --attempt --payload" -- "$cur")) ;;
-       esac ;;
-  esac
-}
-complete -F _runonce runonce
-`

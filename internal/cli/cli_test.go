@@ -88,6 +88,16 @@ func (s *server) failedRun(t *testing.T, job, msg string) string {
 	return id
 }
 
+// key returns the key of run id.
+func (s *server) key(t *testing.T, id string) string {
+	t.Helper()
+	r, err := s.led.Get(t.Context(), &ledger.GetParams{RunID: id})
+	if err != nil || r.Key == "" {
+		t.Fatalf("Get(%s) = %v, %v; want a run with a key", id, r, err)
+	}
+	return r.Key
+}
+
 type result struct {
 	code           int
 	stdout, stderr string
@@ -96,7 +106,7 @@ type result struct {
 func runCLI(t *testing.T, env map[string]string, args ...string) result {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := Main(t.Context(), args, func(k string) string { return env[k] }, &out, &errb)
+	code := Main(t.Context(), args, env, &out, &errb)
 	return result{code, out.String(), errb.String()}
 }
 
@@ -107,8 +117,14 @@ func TestFindUnderstandRetryAndCancelFromTheCLI(t *testing.T) {
 	id := s.failedRun(t, "send-invoices", "smtp: 554 rejected")
 
 	r := runCLI(t, env, "runs", "list", "--status", "failed", "--job", "send-invoices", "--since", "24h")
-	if r.code != 0 || !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "smtp: 554 rejected") || !strings.HasPrefix(r.stdout, "RUN ID") {
-		t.Fatalf("runs list = %d\n%s%s", r.code, r.stdout, r.stderr)
+	key := s.key(t, id)
+	if r.code != 0 || !strings.Contains(r.stdout, id[:12]+" ") || strings.Contains(r.stdout, id[:13]) || !strings.Contains(r.stdout, key) ||
+		!strings.Contains(r.stdout, "smtp: 554 rejected") || !strings.HasPrefix(r.stdout, "RUN ID") || !strings.Contains(r.stdout, "KEY") {
+		t.Fatalf("runs list = %d\n%s%s; want the run's 12-digit ID, its key and its error", r.code, r.stdout, r.stderr)
+	}
+	// One dash, as the ingress's and the worker's flags take them.
+	if r := runCLI(t, env, "runs", "list", "-status", "failed", "-json"); r.code != 0 || !strings.Contains(r.stdout, `"run_id": "`+id+`"`) {
+		t.Fatalf("runs list -status failed -json = %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = runCLI(t, env, "runs", "list", "--status", "completed", "--json")
 	var page ingress.ListJSON
@@ -116,14 +132,16 @@ func TestFindUnderstandRetryAndCancelFromTheCLI(t *testing.T) {
 		t.Fatalf("runs list --status completed --json = %d %q", r.code, r.stdout)
 	}
 
-	r = runCLI(t, env, "runs", "show", id)
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "error") || !strings.Contains(r.stdout, "ATTEMPTS") || !strings.Contains(r.stdout, "host-b/9") {
-		t.Fatalf("runs show = %d\n%s%s; want the error first and the attempts", r.code, r.stdout, r.stderr)
+	// The 12 digits the table shows name the run.
+	r = runCLI(t, env, "runs", "show", id[:12])
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "error") || !strings.Contains(r.stdout, "ATTEMPTS") || !strings.Contains(r.stdout, "host-b/9") ||
+		!strings.Contains(r.stdout, id) {
+		t.Fatalf("runs show %s = %d\n%s%s; want the error first, the full ID and the attempts", id[:12], r.code, r.stdout, r.stderr)
 	}
 
-	r = runCLI(t, env, "runs", "retry", id, "--reason", "relay fixed")
-	if r.code != 0 || !strings.Contains(r.stdout, "is queued") || !strings.Contains(r.stdout, "republished") {
-		t.Fatalf("runs retry = %d\n%s%s", r.code, r.stdout, r.stderr)
+	r = runCLI(t, env, "runs", "retry", id[:12], "--reason", "relay fixed")
+	if r.code != 0 || !strings.Contains(r.stdout, "run "+id+" is queued") || !strings.Contains(r.stdout, "republished") {
+		t.Fatalf("runs retry %s = %d\n%s%s", id[:12], r.code, r.stdout, r.stderr)
 	}
 	r = runCLI(t, env, "runs", "cancel", "--reason", "must not go out", id, "--json")
 	var act ingress.ActionJSON
@@ -146,33 +164,135 @@ func TestCLIErrorsSayWhatFailed(t *testing.T) {
 	s := newServer(t)
 	env := map[string]string{"RUNONCE_URL": s.url}
 	id := strings.Repeat("a", 64)
+	// Two runs whose IDs start alike.
+	p := strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+	for _, rid := range []string{p + "1" + id[:51], p + "2" + id[:51]} {
+		if _, err := s.led.Claim(t.Context(), &ledger.ClaimParams{Identity: ledger.Identity{RunID: rid, Job: "j"}, AttemptID: uuid.NewString()}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, c := range []struct {
 		env  map[string]string
 		args []string
 		code int
 		want string
 	}{
-		{env, nil, 2, "no command"},
-		{env, []string{"jobs"}, 2, "unknown command"},
-		{env, []string{"runs"}, 2, "subcommand"},
-		{env, []string{"runs", "explode"}, 2, "unknown subcommand"},
+		{env, nil, 2, "no command: completion, runs"},
+		{env, []string{"jobs"}, 2, `unknown command "jobs"`},
+		{env, []string{"rusn", "list"}, 2, `did you mean "runs"?`},
+		{env, []string{"runs"}, 2, "runs needs a command: cancel, list, release, retry, show"},
+		{env, []string{"runs", "explode"}, 2, `unknown command "explode" for "runonce runs"`},
 		{env, []string{"runs", "show"}, 2, "needs a run ID"},
-		{env, []string{"runs", "show", "xyz"}, 2, "64 lower-case hex"},
-		{env, []string{"runs", "show", id, id}, 2, "one run ID"},
+		{env, []string{"runs", "show", "xyz"}, 2, "prefix of at least 6"},
+		{env, []string{"runs", "show", "abcde"}, 2, "prefix of at least 6"},
+		{env, []string{"runs", "show", id, id}, 2, "takes a run ID, got also"},
 		{env, []string{"runs", "cancel", id}, 2, "--reason"},
-		{env, []string{"runs", "list", "--colour", "red"}, 2, "colour"},
+		{env, []string{"runs", "list", "--colour", "red"}, 2, "unknown flag: --colour"},
+		{env, []string{"runs", "list", "extra"}, 2, "takes no arguments"},
+		{env, []string{"completion"}, 2, "needs a shell"},
+		{env, []string{"completion", "tcsh"}, 2, `no shell "tcsh"`},
 		{env, []string{"runs", "show", id}, 1, "404"},
+		{env, []string{"runs", "show", id[:8]}, 1, "no run ID starts with " + id[:8]},
+		{env, []string{"runs", "show", p}, 1, "409 Conflict: run ID prefix " + p + " names more than one run (" + p + "1"},
+		{env, []string{"runs", "cancel", p, "--reason", "x"}, 1, "names more than one run"},
 		{env, []string{"runs", "list", "--status", "lost"}, 1, "400"},
-		{nil, []string{"runs", "list"}, 1, "--url"},
+		{nil, []string{"runs", "list"}, 2, "no ingress URL: pass --url"},
+		{env, []string{"runs", "list", "--url", "127.0.0.1:8080"}, 2, "did you mean --url http://127.0.0.1:8080?"},
+		{env, []string{"runs", "list", "--url", "localhost:8080"}, 2, "did you mean --url http://localhost:8080?"},
+		{env, []string{"runs", "list", "--url", "runonce.example.com"}, 2, "did you mean --url https://runonce.example.com?"},
 		{map[string]string{"RUNONCE_URL": "http://127.0.0.1:1"}, []string{"runs", "list"}, 1, "connect"},
 	} {
 		r := runCLI(t, c.env, c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("runonce %v = %d %q; want %d naming %q", c.args, r.code, r.stderr, c.code, c.want)
 		}
+		if strings.Contains(r.stderr, "runonce: runonce") || strings.Count(r.stderr, "runonce: ") != 1 {
+			t.Errorf("runonce %v printed %q; want one line after one \"runonce: \"", c.args, r.stderr)
+		}
+		if c.code == 2 && !strings.Contains(r.stderr, "--help' for usage") {
+			t.Errorf("runonce %v printed %q; want the way to the command's help", c.args, r.stderr)
+		}
 	}
-	if r := runCLI(t, env, "completion", "bash"); r.code != 0 || !strings.Contains(r.stdout, "complete -F _runonce runonce") {
-		t.Errorf("completion bash = %d %q", r.code, r.stdout)
+}
+
+// TestCLIHelp: every command has its own --help (exit 0, on stdout), naming its flags,
+// the global ones and its subcommands; `runonce help COMMAND` says the same.
+func TestCLIHelp(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--help"}, []string{"runonce COMMAND", "runs", "completion", "--url", "RUNONCE_URL", "RUNONCE_TOKEN", "exits 0"}},
+		{[]string{"-h"}, []string{"runonce COMMAND"}},
+		{[]string{"help"}, []string{"runonce COMMAND"}},
+		{[]string{"runs", "--help"}, []string{"runonce runs COMMAND", "list", "show", "retry", "cancel", "release", "prefix of at least 6"}},
+		{[]string{"runs", "list", "--help"}, []string{"runonce runs list [flags]", "--status", "--page-token", "Global flags:", "--url", "--json"}},
+		{[]string{"runs", "list", "-help"}, []string{"runonce runs list [flags]"}},
+		{[]string{"runs", "show", "--help"}, []string{"runonce runs show RUN_ID", "--payload"}},
+		{[]string{"runs", "retry", "--help"}, []string{"runonce runs retry RUN_ID --reason", "--attempt", "fresh attempt budget"}},
+		{[]string{"runs", "cancel", "--help"}, []string{"runonce runs cancel RUN_ID", "--reason"}},
+		{[]string{"runs", "release", "--help"}, []string{"runonce runs release RUN_ID", "worker is gone"}},
+		{[]string{"help", "runs", "show"}, []string{"runonce runs show RUN_ID"}},
+		{[]string{"completion", "--help"}, []string{"bash", "zsh", "fish", "source <(runonce completion bash)"}},
+	} {
+		r := runCLI(t, nil, c.args...)
+		if r.code != 0 || r.stderr != "" {
+			t.Errorf("runonce %v = %d, stderr %q; want 0 and nothing on stderr", c.args, r.code, r.stderr)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(r.stdout, w) {
+				t.Errorf("runonce %v does not say %q:\n%s", c.args, w, r.stdout)
+			}
+		}
+	}
+}
+
+// TestCLICompletion: completion writes bash's, zsh's and fish's scripts, and the
+// scripts' requests (cobra's __complete) complete commands, flags and --status's values.
+func TestCLICompletion(t *testing.T) {
+	t.Parallel()
+	for shell, want := range map[string]string{
+		"bash":       "complete -o default -F __start_runonce runonce",
+		"zsh":        "#compdef runonce",
+		"fish":       "complete -c runonce",
+		"powershell": "Register-ArgumentCompleter",
+	} {
+		if r := runCLI(t, nil, "completion", shell); r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Errorf("completion %s = %d, want a script with %q:\n%.300s", shell, r.code, want, r.stdout)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"runs", "re"}, []string{"release", "retry"}},
+		{[]string{"runs", "list", "--status", ""}, []string{"queued", "running", "completed", "failed", "cancelled"}},
+		{[]string{"runs", "list", "--page"}, []string{"--page-size", "--page-token"}},
+		{[]string{"completion", ""}, []string{"bash", "zsh", "fish"}},
+	} {
+		r := runCLI(t, nil, append([]string{"__complete"}, c.args...)...)
+		for _, w := range c.want {
+			if r.code != 0 || !strings.Contains(r.stdout, w+"\t") && !strings.Contains(r.stdout, w+"\n") {
+				t.Errorf("__complete %v = %d %q; want %q", c.args, r.code, r.stdout, w)
+			}
+		}
+	}
+}
+
+// TestCLIWarnsOfMisspeltVariables: a RUNONCE_* variable a few letters from one of the
+// CLI's is named with the likely one; the servers' variables, often set in the same
+// shell, are not.
+func TestCLIWarnsOfMisspeltVariables(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	r := runCLI(t, map[string]string{"RUNONCE_URL": s.url, "RUNONCE_TOKN": "x", "RUNONCE_LEDGER": "sqlite:///x.db", "RUNONCE_AUTH": "none"}, "runs", "list")
+	if r.code != 0 || !strings.Contains(r.stderr, "RUNONCE_TOKN is ignored") || !strings.Contains(r.stderr, "did you mean RUNONCE_TOKEN?") ||
+		strings.Contains(r.stderr, "RUNONCE_LEDGER") || strings.Contains(r.stderr, "RUNONCE_AUTH") {
+		t.Fatalf("runs list = %d, stderr %q; want a warning about RUNONCE_TOKN alone", r.code, r.stderr)
+	}
+	if r := runCLI(t, map[string]string{"RUNONCE_ULR": s.url}, "runs", "list"); r.code != 2 || !strings.Contains(r.stderr, "did you mean RUNONCE_URL?") {
+		t.Fatalf("runs list with RUNONCE_ULR = %d, stderr %q; want the warning, then no URL", r.code, r.stderr)
 	}
 }
 
@@ -198,13 +318,15 @@ func TestCLIUsesADCForARemoteIngress(t *testing.T) {
 		return nil, errors.New("no credentials")
 	}}
 	_, err := g.client(t.Context())
-	if err == nil || !strings.Contains(err.Error(), "gcloud auth print-identity-token") || asked != "https://runonce.example.com" {
+	// A user account cannot mint an ID token with the ingress's audience: the way out
+	// impersonates the operator account, for that audience, with the email it checks.
+	if err == nil || !strings.Contains(err.Error(), "--token \"$(gcloud auth print-identity-token --impersonate-service-account=OPERATOR_SA --audiences=https://runonce.example.com --include-email)\"") ||
+		asked != "https://runonce.example.com" {
 		t.Fatalf("client() = %v (audience asked %q); want an error naming the --token way out, audience the URL", err, asked)
 	}
 	g.audience = "custom"
-	_, _ = g.client(t.Context())
-	if asked != "custom" {
-		t.Fatalf("audience asked %q, want --audience", asked)
+	if _, err = g.client(t.Context()); asked != "custom" || !strings.Contains(err.Error(), "--audiences=custom ") {
+		t.Fatalf("audience asked %q (%v), want --audience", asked, err)
 	}
 }
 
