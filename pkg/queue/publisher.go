@@ -13,6 +13,8 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/runonce/runonce/internal/gcpenv"
 )
 
 // ErrUnavailable means Pub/Sub did not take the message (or could not be reached): the
@@ -79,7 +81,7 @@ func NewClient(ctx context.Context, project string, o *ClientOptions) (*pubsub.C
 	}
 	c, err := pubsub.NewClientWithConfig(ctx, project, &pubsub.ClientConfig{EnableOpenTelemetryTracing: o.Tracing}, o.Options...)
 	if err != nil {
-		return nil, fmt.Errorf("queue: Pub/Sub client for project %q: %w", project, err)
+		return nil, fmt.Errorf("queue: Pub/Sub client for project %q: %w", project, gcpenv.EmulatorHint(err, gcpenv.PubSubEmulator))
 	}
 	return c, nil
 }

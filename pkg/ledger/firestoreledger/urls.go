@@ -8,6 +8,7 @@ import (
 
 	"cloud.google.com/go/firestore"
 
+	"github.com/runonce/runonce/internal/gcpenv"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/driver"
 )
@@ -36,7 +37,7 @@ func OpenURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
 		client, err = firestore.NewClientWithDatabase(ctx, project, database)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("firestoreledger: client for project %q, database %q: %w", project, database, err)
+		return nil, fmt.Errorf("firestoreledger: client for project %q, database %q: %w", project, database, gcpenv.EmulatorHint(err, gcpenv.FirestoreEmulator))
 	}
 	l, err := New(ctx, client, &Options{Prefix: prefix})
 	if err != nil {

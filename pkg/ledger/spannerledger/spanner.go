@@ -12,6 +12,7 @@ import (
 	database "cloud.google.com/go/spanner/admin/database/apiv1"
 	"google.golang.org/grpc/codes"
 
+	"github.com/runonce/runonce/internal/gcpenv"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/driver"
 	"github.com/runonce/runonce/pkg/ledger/internal/serverclock"
@@ -98,7 +99,7 @@ func Open(ctx context.Context, db string, opts *Options) (*Ledger, error) {
 	if !o.NoMigrate {
 		admin, err := database.NewDatabaseAdminClient(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("spannerledger: database admin client: %w", err)
+			return nil, fmt.Errorf("spannerledger: database admin client: %w", gcpenv.EmulatorHint(err, gcpenv.SpannerEmulator))
 		}
 		_, err = Migrate(ctx, admin, db)
 		_ = admin.Close()
@@ -108,7 +109,7 @@ func Open(ctx context.Context, db string, opts *Options) (*Ledger, error) {
 	}
 	client, err := spanner.NewClient(ctx, db)
 	if err != nil {
-		return nil, fmt.Errorf("spannerledger: client for %s: %w", db, err)
+		return nil, fmt.Errorf("spannerledger: client for %s: %w", db, gcpenv.EmulatorHint(err, gcpenv.SpannerEmulator))
 	}
 	l, err := New(ctx, client, &o)
 	if err != nil {
