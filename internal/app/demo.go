@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runonce/runonce/internal/jsonhttp"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/worker"
 )
@@ -92,8 +93,7 @@ func (s *devSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			out = append(out, map[string]any{"idempotency_key": k, "calls": s.calls[k]})
 		}
 		s.mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"calls": out})
+		jsonhttp.Write(w, http.StatusOK, map[string]any{"calls": out})
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")

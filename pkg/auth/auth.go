@@ -2,7 +2,6 @@ package auth
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
+
+	"github.com/runonce/runonce/internal/jsonhttp"
 )
 
 // Sentinel errors, checked with errors.Is.
@@ -179,9 +180,7 @@ func Middleware(a Authenticator) func(http.Handler) http.Handler {
 				if errors.Is(err, ErrForbidden) {
 					status = http.StatusForbidden
 				}
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(status)
-				json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+				jsonhttp.Error(w, status, err.Error())
 				return
 			}
 			next.ServeHTTP(w, r)

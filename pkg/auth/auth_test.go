@@ -146,3 +146,45 @@ func TestNewOIDCRefusesIncompleteConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestMiddlewareAnswersJSON: a refused request gets 401 or 403 with {"error": …} on one
+// line ending with a newline, as every JSON answer of the ingress and the worker; an
+// authenticated one reaches the handler.
+func TestMiddlewareAnswersJSON(t *testing.T) {
+	t.Parallel()
+	p := newProvider(t)
+	v, err := auth.NewOIDC(t.Context(), auth.OIDCConfig{Audience: audience, Allow: []string{caller}, Issuers: []string{p.issuer}, JWKSURL: p.jwks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := auth.Middleware(v)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	for _, c := range []struct {
+		header string
+		status int
+		error  string
+	}{
+		{"", http.StatusUnauthorized, "no Authorization header"},
+		{"Bearer " + p.token(t, p.key, "k1", map[string]any{"email": "intruder@proj.iam.gserviceaccount.com"}), http.StatusForbidden, "not on the allow list"},
+		{"Bearer " + p.token(t, p.key, "k1", nil), http.StatusNoContent, ""},
+	} {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodPost, "/v1/push", nil)
+		if c.header != "" {
+			r.Header.Set("Authorization", c.header)
+		}
+		h.ServeHTTP(rec, r)
+		if rec.Code != c.status {
+			t.Errorf("status %d, want %d", rec.Code, c.status)
+			continue
+		}
+		if c.error == "" {
+			continue
+		}
+		var body struct{ Error string }
+		if json.Unmarshal(rec.Body.Bytes(), &body) != nil || !strings.Contains(body.Error, c.error) ||
+			!strings.HasSuffix(rec.Body.String(), "}\n") || rec.Header().Get("Content-Type") != "application/json" ||
+			rec.Header().Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("answer %d %q (%s); want JSON naming %q, ending with a newline, nosniff", rec.Code, rec.Body.String(), rec.Header().Get("Content-Type"), c.error)
+		}
+	}
+}

@@ -249,6 +249,11 @@ func (b *bundle) do(tb testing.TB, method, path string, hdr map[string]string, b
 	if err := json.Unmarshal(raw, &r.body); err != nil && resp.Header.Get("Content-Type") == "application/json" {
 		tb.Fatalf("%s %s: body %q is not JSON: %v", method, path, raw, err)
 	}
+	// Every JSON answer ends with a newline (jsonhttp): a terminal's prompt after curl
+	// starts on a line of its own.
+	if resp.Header.Get("Content-Type") == "application/json" && !bytes.HasSuffix(raw, []byte("\n")) {
+		tb.Errorf("%s %s: the JSON answer %q does not end with a newline", method, path, raw)
+	}
 	return r
 }
 

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/runonce/runonce/internal/jsonhttp"
 	"github.com/runonce/runonce/internal/obs"
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/jobs"
@@ -172,12 +173,28 @@ func New(cfg Config) (*Handler, error) {
 		mux.Handle("GET /metrics", cfg.Metrics)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead) && wantsHTML(r) {
+			// A browser pointed at the ingress (the -dev banner's URL) gets the dashboard.
+			http.Redirect(w, r, "/ui/", http.StatusFound)
+			return
+		}
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s: POST /v1/jobs/{job}, GET /v1/runs, GET /v1/runs/{run_id}, POST /v1/runs/{run_id}:retry|:cancel|:release, /ui/, /healthz, /readyz, /metrics",
 			r.Method, obs.Clean(r.URL.Path)))
 	})
 	h.mux = mux
 	h.handler = (&obs.Tracing{Provider: cfg.TracerProvider, Propagator: obs.Propagator()}).Handler(obs.WithTrace(cfg.TraceProject, mux))
 	return h, nil
+}
+
+// wantsHTML reports whether r is a browser's: it accepts text/html (curl and API
+// clients do not ask for it).
+func wantsHTML(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		if strings.Contains(v, "text/html") {
+			return true
+		}
+	}
+	return false
 }
 
 // ServeHTTP implements http.Handler.
@@ -469,19 +486,6 @@ func methodNotAllowed(allow string) http.HandlerFunc {
 	}
 }
 
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, Response{Error: msg})
-}
+func writeError(w http.ResponseWriter, status int, msg string) { jsonhttp.Error(w, status, msg) }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":"cannot encode the answer"}`)
-	}
-	hd := w.Header()
-	hd.Set("Content-Type", "application/json")
-	hd.Set("X-Content-Type-Options", "nosniff")
-	hd.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { jsonhttp.Write(w, status, v) }

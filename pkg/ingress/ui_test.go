@@ -251,3 +251,37 @@ func TestDashboardRefusesWhatItMust(t *testing.T) {
 		t.Fatalf("the confirmation page for a reader = %d, want 403", resp.StatusCode)
 	}
 }
+
+// TestBrowserAtRootGetsTheDashboard: a browser opening the ingress's URL (the -dev
+// banner's) is sent to the dashboard; an API client at / still gets the JSON list of
+// endpoints.
+func TestBrowserAtRootGetsTheDashboard(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	noFollow := *b.srv.Client()
+	noFollow.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	for _, c := range []struct {
+		method, accept string
+		status         int
+		location       string
+	}{
+		{http.MethodGet, "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", http.StatusFound, "/ui/"},
+		{http.MethodHead, "text/html", http.StatusFound, "/ui/"},
+		{http.MethodGet, "*/*", http.StatusNotFound, ""},
+		{http.MethodPost, "text/html", http.StatusNotFound, ""},
+	} {
+		req, _ := http.NewRequest(c.method, b.srv.URL+"/", nil)
+		req.Header.Set("Accept", c.accept)
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.status || resp.Header.Get("Location") != c.location {
+			t.Errorf("%s / (Accept %s) = %d to %q; want %d to %q", c.method, c.accept, resp.StatusCode, resp.Header.Get("Location"), c.status, c.location)
+		}
+	}
+	if r := b.do(t, http.MethodGet, "/", nil, ""); r.status != http.StatusNotFound || !strings.Contains(r.body["error"].(string), "/ui/") {
+		t.Errorf("GET / from an API client = %d %v; want 404 listing the endpoints", r.status, r.body)
+	}
+}

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/runonce/runonce/internal/jsonhttp"
 	"github.com/runonce/runonce/pkg/queue"
 )
 
@@ -183,8 +183,4 @@ func (w *Worker) push(rw http.ResponseWriter, req *http.Request) {
 	pushError(rw, http.StatusServiceUnavailable, msg)
 }
 
-func pushError(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]string{"error": msg})
-}
+func pushError(w http.ResponseWriter, status int, msg string) { jsonhttp.Error(w, status, msg) }

@@ -309,3 +309,32 @@ func TestHandlerServesReadiness(t *testing.T) {
 		}
 	}
 }
+
+// TestPushRefusalsAreJSONLines: the push endpoint's refusals are {"error": …} naming the
+// problem, on one line ending with a newline, as every JSON answer of the ingress and
+// the worker.
+func TestPushRefusalsAreJSONLines(t *testing.T) {
+	t.Parallel()
+	w, err := worker.New(&worker.Config{Ledger: memory.New(nil), Handler: worker.NewMux(), PushAuth: worker.NoAuth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		method, body string
+		status       int
+		error        string
+	}{
+		{http.MethodGet, "", http.StatusMethodNotAllowed, "POST a Pub/Sub push envelope"},
+		{http.MethodPost, "not an envelope", http.StatusBadRequest, ""},
+	} {
+		rec := httptest.NewRecorder()
+		w.Handler().ServeHTTP(rec, httptest.NewRequest(c.method, "/v1/push", strings.NewReader(c.body)))
+		var body struct{ Error string }
+		if rec.Code != c.status || json.Unmarshal(rec.Body.Bytes(), &body) != nil || body.Error == "" || !strings.Contains(body.Error, c.error) ||
+			!strings.HasSuffix(rec.Body.String(), "}\n") || rec.Header().Get("Content-Type") != "application/json" ||
+			rec.Header().Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s /v1/push = %d %q (%s); want %d, JSON naming %q, ending with a newline, nosniff",
+				c.method, rec.Code, rec.Body.String(), rec.Header().Get("Content-Type"), c.status, c.error)
+		}
+	}
+}
