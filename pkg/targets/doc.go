@@ -23,10 +23,15 @@
 //     is found, nothing proves none was started, so it is not repeated: the run fails,
 //     naming the key to look for (at most once).
 //
-// A start the API refused (RESOURCE_EXHAUSTED, UNAVAILABLE, PERMISSION_DENIED, other
-// errors it answered) is recorded as not started (worker.NotStarted), so the next
-// attempt starts afresh; INTERNAL, UNKNOWN and DEADLINE_EXCEEDED may have started one,
-// and count as begun.
+// Only an answer that proves the API refused the call before it reached the service is
+// recorded as not started (worker.NotStarted), so that the next attempt starts afresh:
+// PERMISSION_DENIED, UNAUTHENTICATED, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION,
+// OUT_OF_RANGE, and a RESOURCE_EXHAUSTED carrying Service Infrastructure's quota
+// ErrorInfo (domain googleapis.com, reason RATE_LIMIT_EXCEEDED or
+// RESOURCE_QUOTA_EXCEEDED). Every other answer (UNAVAILABLE, DEADLINE_EXCEEDED,
+// INTERNAL, UNKNOWN, ABORTED, another RESOURCE_EXHAUSTED, a transport error, no answer)
+// may come after the execution started: the start stays begun and the next attempt
+// looks it up before any new start. A look-up that fails leaves it so.
 //
 // # Identity
 //

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/api/option"
+	"google.golang.org/genproto/googleapis/api/error_reason"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -23,8 +25,9 @@ import (
 type Options struct {
 	// ClientOptions are passed to every API client (after the endpoint's).
 	ClientOptions []option.ClientOption
-	// Backoff is the delay before the first retry of a start the API refused with a quota
-	// or availability error; it doubles with each attempt, up to 32 times. Defaults to 10s.
+	// Backoff is the delay before the first retry of a run released by a start the API
+	// denied on a quota, or whose outcome is unknown; it doubles with each attempt, up to
+	// 30 minutes. Defaults to 10s.
 	Backoff time.Duration
 	// CallTimeout bounds one API call when the job sets no timeout. Defaults to 1m.
 	CallTimeout time.Duration
@@ -163,7 +166,7 @@ func (t *Target) HandleJob(ctx context.Context, j *worker.Job) error {
 				return "", worker.Permanent(fmt.Errorf("%s %s: attempt %d began the start and did not record its outcome, and %s; not started again (at most once): check %s for an execution carrying idempotency key %s: %w",
 					t.job.Kind, res, prior, errNotProven, res, worker.IdempotencyKey(ctx), &worker.UncertainEffectError{Name: worker.RunEffect, Key: key, Attempt: prior}))
 			case err != nil:
-				return "", t.apiError(ctx, "look up the start of attempt "+fmt.Sprint(prior), t.readPerm, j, err)
+				return "", t.apiError(ctx, "look up the start of attempt "+fmt.Sprint(prior), j, err)
 			case ref != "":
 				log.InfoContext(ctx, "found the execution an earlier attempt started; not starting another", slog.String("effect_ref", ref), slog.Int64("begun_by", prior))
 				return ref, nil
@@ -171,7 +174,7 @@ func (t *Target) HandleJob(ctx context.Context, j *worker.Job) error {
 		}
 		ref, err := t.call(ctx, func(ctx context.Context) (string, error) { return t.api.start(ctx, j, identity(ctx, j), key) })
 		if err != nil {
-			return "", t.apiError(ctx, "start", t.perm, j, err)
+			return "", t.startError(ctx, j, err)
 		}
 		log.InfoContext(ctx, "execution started", slog.String("kind", t.job.Kind), slog.String("effect_ref", ref))
 		return ref, nil
@@ -217,7 +220,7 @@ func (t *Target) follow(ctx context.Context, j *worker.Job, ref string) error {
 		case err != nil && ctx.Err() != nil:
 			return fmt.Errorf("%s: stopped following %s: %w", t.job.Kind, ref, context.Cause(ctx))
 		case err != nil:
-			return t.apiError(ctx, "poll "+ref, t.readPerm, j, err)
+			return t.apiError(ctx, "poll "+ref, j, err)
 		case done:
 			return nil
 		}
@@ -234,18 +237,90 @@ func retryableCode(c codes.Code) bool {
 	return c == codes.Unavailable || c == codes.ResourceExhausted || c == codes.DeadlineExceeded || c == codes.Internal || c == codes.Aborted
 }
 
-// apiError maps an API error to the run's fate:
-//   - RESOURCE_EXHAUSTED (429) and UNAVAILABLE (503), which Google APIs answer for calls
-//     they did not process: nothing started; the run is released and retried with
-//     exponential backoff.
-//   - PERMISSION_DENIED (403): the run fails, naming the permission and role the
-//     worker's service account lacks.
-//   - INTERNAL, UNKNOWN, DEADLINE_EXCEEDED, ABORTED or no answer: the call may have
-//     been processed, so it is not reported as refused: the run is released with the
-//     same backoff, and the next attempt looks the start up (Workflows) or reports it
-//     (at most once).
-//   - any other status (NOT_FOUND, INVALID_ARGUMENT, UNAUTHENTICATED, …): the run fails.
-func (t *Target) apiError(ctx context.Context, what, perm string, j *worker.Job, err error) error {
+// refused reports whether a start's error proves the API refused the call before it
+// reached the service, so that nothing was started. Only answers a service gives before
+// it acts prove that: PERMISSION_DENIED, UNAUTHENTICATED, INVALID_ARGUMENT, NOT_FOUND
+// (the workflow, job or trigger), FAILED_PRECONDITION and OUT_OF_RANGE, which gRPC's
+// libraries never generate after a call was processed, and a RESOURCE_EXHAUSTED that
+// Service Infrastructure's quota check denied (quotaDenied). Every other answer —
+// UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, UNKNOWN, ABORTED, CANCELLED, any other
+// RESOURCE_EXHAUSTED, a transport error, no answer — may come after the service
+// started the execution.
+func refused(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch st.Code() {
+	case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.OutOfRange:
+		return true
+	case codes.ResourceExhausted:
+		return quotaDenied(st)
+	}
+	return false
+}
+
+// quotaDenied reports whether a RESOURCE_EXHAUSTED is a quota denial of Google's API
+// front end: it carries a google.rpc.ErrorInfo of the googleapis.com domain, which is
+// reserved for Service Infrastructure, with reason RATE_LIMIT_EXCEEDED or
+// RESOURCE_QUOTA_EXCEEDED ("the request is denied because there is not enough rate
+// quota", google/api/error_reason.proto), and Service Control's quota check is made
+// "before the operation is executed" (services.check, services.allocateQuota). A
+// RESOURCE_EXHAUSTED without it is no proof: gRPC's libraries answer it on both sides
+// for a message over the size limit, including a response, which the server sent
+// after processing the call.
+func quotaDenied(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == "googleapis.com" &&
+			(info.GetReason() == error_reason.ErrorReason_RATE_LIMIT_EXCEEDED.String() ||
+				info.GetReason() == error_reason.ErrorReason_RESOURCE_QUOTA_EXCEEDED.String()) {
+			return true
+		}
+	}
+	return false
+}
+
+// backoff is the delay before the retry of a run released at attempt j.Attempt.
+func (t *Target) backoff(j *worker.Job) time.Duration {
+	return min(t.opts.Backoff<<min(max(j.Attempt-1, 0), 32), 30*time.Minute)
+}
+
+// startError maps a start's error to the run's fate:
+//   - a quota denial (quotaDenied): nothing started; the try is recorded as not started
+//     (worker.NotStarted) and the run released with exponential backoff.
+//   - PERMISSION_DENIED, UNAUTHENTICATED and the other answers refused proves: nothing
+//     started; the try is recorded as not started and the run fails, naming the
+//     permission and role the worker's service account lacks for a denial.
+//   - every other answer (refused does not prove a refusal): the start may have
+//     happened; it stays begun, the run is released with the same backoff, and the next
+//     attempt looks it up before any new start.
+func (t *Target) startError(ctx context.Context, j *worker.Job, err error) error {
+	if errors.Is(err, worker.ErrPermanent) {
+		return err
+	}
+	e := fmt.Errorf("%s %s: start: %w", t.job.Kind, t.job.Target.Resource, err)
+	if !refused(err) {
+		if ctx.Err() != nil {
+			return e // shutdown or lease lost: the worker releases the run
+		}
+		return worker.RetryAfter(t.backoff(j), fmt.Errorf("%w (it may have started: the next attempt looks it up before starting again; retried with backoff)", e))
+	}
+	switch status.Code(err) {
+	case codes.ResourceExhausted:
+		return worker.NotStarted(worker.RetryAfter(t.backoff(j), fmt.Errorf("%w (a quota denial: not started; retried with backoff)", e)))
+	case codes.PermissionDenied:
+		return worker.NotStarted(worker.Permanent(fmt.Errorf("%w: the worker's service account lacks %s on %s", e, t.perm, t.job.Target.Resource)))
+	case codes.Unauthenticated:
+		return worker.NotStarted(worker.Permanent(fmt.Errorf("%w: the worker's Application Default Credentials were refused", e)))
+	}
+	return worker.NotStarted(worker.Permanent(e))
+}
+
+// apiError maps the error of a look-up or a poll to the run's fate (nothing is started
+// by either): PERMISSION_DENIED fails the run, naming the permission and role the
+// worker's service account lacks; the transient answers (retryableCode) release it with
+// exponential backoff; any other answer fails it.
+func (t *Target) apiError(ctx context.Context, what string, j *worker.Job, err error) error {
 	if errors.Is(err, worker.ErrPermanent) {
 		return err
 	}
@@ -254,21 +329,13 @@ func (t *Target) apiError(ctx context.Context, what, perm string, j *worker.Job,
 	if ctx.Err() != nil {
 		return e // shutdown or lease lost: the worker releases the run
 	}
-	backoff := min(t.opts.Backoff<<min(max(j.Attempt-1, 0), 32), 30*time.Minute)
-	switch status.Code(err) {
-	case codes.ResourceExhausted, codes.Unavailable:
-		return worker.NotStarted(worker.RetryAfter(backoff, fmt.Errorf("%w (not started; retried with backoff)", e)))
-	case codes.PermissionDenied:
-		return worker.NotStarted(worker.Permanent(fmt.Errorf("%w: the worker's service account lacks %s on %s", e, perm, res)))
-	case codes.Internal, codes.Unknown, codes.DeadlineExceeded, codes.Aborted:
-		return worker.RetryAfter(backoff, fmt.Errorf("%w (it may have started; retried with backoff)", e))
-	case codes.Canceled:
-		return e
-	case codes.Unauthenticated:
-		return worker.NotStarted(worker.Permanent(fmt.Errorf("%w: the worker's Application Default Credentials were refused", e)))
-	default:
-		return worker.NotStarted(worker.Permanent(e))
+	switch c := status.Code(err); {
+	case c == codes.PermissionDenied:
+		return worker.Permanent(fmt.Errorf("%w: the worker's service account lacks %s on %s", e, t.readPerm, res))
+	case retryableCode(c) || c == codes.Unknown || c == codes.Canceled:
+		return worker.RetryAfter(t.backoff(j), fmt.Errorf("%w (retried with backoff)", e))
 	}
+	return worker.Permanent(e)
 }
 
 // HandleJobs registers a Target on mux, with the job's max_attempts, for each job of js

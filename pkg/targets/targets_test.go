@@ -12,6 +12,7 @@ import (
 	"cloud.google.com/go/run/apiv2/runpb"
 	"cloud.google.com/go/workflows/executions/apiv1/executionspb"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/ledger"
@@ -263,18 +264,20 @@ func TestShutdownMidWaitResumesOnAnotherWorker(t *testing.T) {
 	}
 }
 
-func TestQuotaAndUnavailableOnStartRetryWithBackoff(t *testing.T) {
+// A quota denial of the API's front end proves nothing started: the try is recorded as
+// not started and the run retried with exponential backoff under the next effect name.
+func TestQuotaDenialOnStartRetriesWithBackoff(t *testing.T) {
 	b := newBench(t, jobs.KindWorkflows, workflow, "")
 	w := b.worker()
-	b.fake.FailNext(targetstest.WorkflowsCreate,
-		targetstest.Status(codes.ResourceExhausted, "quota exceeded"), targetstest.Status(codes.Unavailable, "try again"))
+	quota := targetstest.QuotaExceeded("workflowexecutions.googleapis.com", "workflowexecutions.googleapis.com/executions")
+	b.fake.FailNext(targetstest.WorkflowsCreate, quota, quota)
 	m := newMessage(`{}`)
 	for _, want := range []time.Duration{backoff, 2 * backoff} { // exponential
 		v := b.verdictRetryingIn(process(b, w, m), want)
 		time.Sleep(time.Until(v.RetryAt))
 	}
-	if e := b.run(m).LastError; !strings.Contains(e, "try again") || !strings.Contains(e, "retried with backoff") {
-		t.Fatalf("last error %q does not say the start was retried with backoff", e)
+	if e := b.run(m).LastError; !strings.Contains(e, "Quota exceeded") || !strings.Contains(e, "not started; retried with backoff") {
+		t.Fatalf("last error %q does not say the start was denied and retried with backoff", e)
 	}
 	ch := process(b, w, m)
 	if err := b.fake.Finish(b.waitStarted(1), targetstest.Succeeded); err != nil {
@@ -282,13 +285,16 @@ func TestQuotaAndUnavailableOnStartRetryWithBackoff(t *testing.T) {
 	}
 	b.verdict(ch, worker.OutcomeCompleted)
 	if n := len(b.fake.Calls(targetstest.WorkflowsCreate)); n != 3 {
-		t.Fatalf("%d create calls, want 3 (two refused, one started)", n)
+		t.Fatalf("%d create calls, want 3 (two denied, one started)", n)
+	}
+	if n := len(b.fake.Calls(targetstest.WorkflowsList)); n != 0 {
+		t.Fatalf("%d look-ups after denied starts, want none", n)
 	}
 	started := b.fake.Started()
 	if len(started) != 1 {
 		t.Fatalf("started %v, want one", started)
 	}
-	// The two refused tries were recorded as not started; the third holds the execution,
+	// The two denied tries were recorded as not started; the third holds the execution,
 	// and the run's record finds it there.
 	if ref, err := ledger.FindRef(t.Context(), b.led, m.Identity.RunID, worker.RunEffect); err != nil || ref != started[0] {
 		t.Fatalf("FindRef = %q, %v; want %s (recorded under %s)", ref, err, started[0], ledger.StartTry(worker.RunEffect, 3))
@@ -363,25 +369,42 @@ func TestCloudRunUncertainStartIsNotRepeated(t *testing.T) {
 	}
 }
 
-// An Internal answer may have started the execution: the next attempt lists the
-// workflow's executions by label before it creates one.
+// An answer that does not prove a refusal may come after the execution started: the
+// next attempt lists the workflow's executions by label before it creates one, under
+// the same effect.
 func TestWorkflowsUncertainStartIsLookedUpFirst(t *testing.T) {
-	b := newBench(t, jobs.KindWorkflows, workflow, `, "wait": false`)
-	w := b.worker()
-	b.fake.FailNext(targetstest.WorkflowsCreate, targetstest.Status(codes.Internal, "backend error"))
-	m := newMessage(`{}`)
-	v := b.verdictRetryingIn(process(b, w, m), backoff)
-	if e := b.run(m).LastError; !strings.Contains(e, "it may have started") {
-		t.Fatalf("last error %q does not say the start may have happened", e)
-	}
-	time.Sleep(time.Until(v.RetryAt))
-	b.verdict(process(b, w, m), worker.OutcomeCompleted)
-	calls := b.fake.Calls(targetstest.WorkflowsCreate, targetstest.WorkflowsList)
-	if len(calls) != 3 || calls[1].Method != targetstest.WorkflowsList || calls[2].Method != targetstest.WorkflowsCreate {
-		t.Fatalf("calls %v, want create (Internal), list, create", calls)
-	}
-	if f := calls[1].Request.(*executionspb.ListExecutionsRequest).GetFilter(); f != fmt.Sprintf("labels.%s=%q", targets.LabelEffect, ledger.EffectKey(m.Identity.RunID, worker.RunEffect)[:63]) {
-		t.Fatalf("list filter %q, want the effect key's label", f)
+	for _, answer := range []error{
+		targetstest.Status(codes.Unavailable, "connection reset"),
+		targetstest.Status(codes.DeadlineExceeded, "deadline"),
+		targetstest.Status(codes.Internal, "backend error"),
+		targetstest.Status(codes.Unknown, "unknown"),
+		targetstest.Status(codes.Aborted, "aborted"),
+		// gRPC's libraries answer this for a response over the size limit, after the call.
+		targetstest.Status(codes.ResourceExhausted, "grpc: received message larger than max"),
+	} {
+		t.Run(status.Code(answer).String(), func(t *testing.T) {
+			b := newBench(t, jobs.KindWorkflows, workflow, `, "wait": false`)
+			w := b.worker()
+			b.fake.FailNext(targetstest.WorkflowsCreate, answer)
+			m := newMessage(`{}`)
+			v := b.verdictRetryingIn(process(b, w, m), backoff)
+			if e := b.run(m).LastError; !strings.Contains(e, "it may have started") {
+				t.Fatalf("last error %q does not say the start may have happened", e)
+			}
+			time.Sleep(time.Until(v.RetryAt))
+			b.verdict(process(b, w, m), worker.OutcomeCompleted)
+			calls := b.fake.Calls(targetstest.WorkflowsCreate, targetstest.WorkflowsList)
+			if len(calls) != 3 || calls[1].Method != targetstest.WorkflowsList || calls[2].Method != targetstest.WorkflowsCreate {
+				t.Fatalf("calls %v, want create (%s), list, create", calls, status.Code(answer))
+			}
+			key := ledger.EffectKey(m.Identity.RunID, worker.RunEffect)
+			if f := calls[1].Request.(*executionspb.ListExecutionsRequest).GetFilter(); f != fmt.Sprintf("labels.%s=%q", targets.LabelEffect, key[:63]) {
+				t.Fatalf("list filter %q, want the effect key's label", f)
+			}
+			if l := calls[2].Request.(*executionspb.CreateExecutionRequest).GetExecution().GetLabels()[targets.LabelEffect]; l != key[:63] {
+				t.Fatalf("second create labelled %q, want the same effect's key %q", l, key[:63])
+			}
+		})
 	}
 }
 
@@ -474,4 +497,111 @@ func TestPollErrorsArePolledThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.verdict(ch, worker.OutcomeCompleted)
+}
+
+// apiKinds are the three kinds with their start, look-up and cancel methods on the fake.
+var apiKinds = []struct{ kind, resource, start, list, cancel string }{
+	{jobs.KindWorkflows, workflow, targetstest.WorkflowsCreate, targetstest.WorkflowsList, targetstest.WorkflowsCancel},
+	{jobs.KindCloudRun, runJob, targetstest.RunJobsRun, targetstest.RunExecList, targetstest.RunExecCancel},
+	{jobs.KindCloudBuild, buildTrig, targetstest.BuildTriggerRun, targetstest.BuildList, targetstest.BuildCancel},
+}
+
+// wantOneRecorded fails the test, saying why, unless exactly one execution was started
+// and m's run recorded it.
+func (b *bench) wantOneRecorded(m *queue.Message, why string) {
+	b.t.Helper()
+	started := b.fake.Started()
+	if len(started) != 1 {
+		b.t.Fatalf("started %v: %s", started, why)
+	}
+	if ref, err := ledger.FindRef(b.t.Context(), b.led, m.Identity.RunID, worker.RunEffect); err != nil || ref != started[0] {
+		b.t.Fatalf("recorded execution %q, %v; want the only one started, %s", ref, err, started[0])
+	}
+}
+
+// drive delivers m to w until an attempt does not release the run (waiting out each
+// retry delay), at most max times, and returns the last verdict.
+func (b *bench) drive(w *worker.Worker, m *queue.Message, max int) worker.Verdict {
+	b.t.Helper()
+	var v worker.Verdict
+	for range max {
+		select {
+		case v = <-process(b, w, m):
+		case <-time.After(waitForAny):
+			b.t.Fatalf("no verdict within %s; calls %v", waitForAny, b.fake.Calls())
+		}
+		if v.Outcome != worker.OutcomeReleased {
+			return v
+		}
+		time.Sleep(time.Until(v.RetryAt))
+	}
+	return v
+}
+
+// A start whose answer is lost behind UNAVAILABLE may have been processed (gRPC's own
+// status codes say so): it is not a refusal, and no attempt starts a second execution.
+func TestLostAnswerBehindUnavailableStartsOnce(t *testing.T) {
+	for _, kind := range apiKinds {
+		t.Run(kind.kind, func(t *testing.T) {
+			b := newBench(t, kind.kind, kind.resource, `, "wait": false`)
+			w := b.worker()
+			b.fake.LoseNextAnswer(kind.start, targetstest.Status(codes.Unavailable, "connection reset"))
+			m := newMessage(`{}`)
+			if v := b.drive(w, m, 5); v.Outcome != worker.OutcomeCompleted {
+				t.Fatalf("run ended %s (%s), want completed", v.Outcome, b.run(m).LastError)
+			}
+			b.wantOneRecorded(m, "a start answered UNAVAILABLE was taken for a refusal and started again")
+		})
+	}
+}
+
+// lookUpFailures are the answers of a failed look-up: a 429 on the read quota,
+// UNAVAILABLE, PERMISSION_DENIED, NOT_FOUND.
+var lookUpFailures = []struct {
+	name string
+	err  error
+}{
+	{"quota", targetstest.QuotaExceeded("workflowexecutions.googleapis.com", "read_requests")},
+	{"unavailable", targetstest.Status(codes.Unavailable, "try again")},
+	{"denied", targetstest.Status(codes.PermissionDenied, "caller does not have permission")},
+	{"notfound", targetstest.Status(codes.NotFound, "not found")},
+}
+
+// retryRun is an operator's retry of a failed run, and its republished message.
+func (b *bench) retryRun(m *queue.Message) {
+	b.t.Helper()
+	if _, err := b.led.Retry(b.t.Context(), &ledger.OperatorParams{RunID: m.Identity.RunID, Actor: "ops@example.com", Reason: "test"}); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// A start whose outcome is unknown stays so while its look-ups fail: neither a later
+// attempt nor an operator's retry of the failed run starts a second execution, and once
+// a look-up works it finds the first.
+func TestFailedLookUpNeverStartsAgain(t *testing.T) {
+	for _, kind := range apiKinds {
+		for _, fail := range lookUpFailures {
+			t.Run(kind.kind+"/"+fail.name, func(t *testing.T) {
+				// The timeout bounds the Cloud Build client's own retries of a list.
+				b := newBench(t, kind.kind, kind.resource, `, "wait": false, "timeout": "300ms"`)
+				w := b.worker()
+				b.fake.LoseNextAnswer(kind.start, targetstest.Status(codes.Internal, "backend error"))
+				b.fake.FailEvery(kind.list, fail.err)
+				m := newMessage(`{}`)
+				if v := b.drive(w, m, 8); v.Outcome != worker.OutcomeFailed {
+					t.Fatalf("run ended %s while its look-ups failed, want failed; last error %s", v.Outcome, b.run(m).LastError)
+				}
+				if s := b.fake.Started(); len(s) != 1 {
+					t.Fatalf("started %v while the look-ups failed, want only the first", s)
+				}
+
+				b.fake.FailEvery(kind.list, nil)
+				b.retryRun(m)
+				if v := b.drive(w, m, 3); v.Outcome != worker.OutcomeCompleted {
+					t.Fatalf("retried run ended %s, want completed; last error %s", v.Outcome, b.run(m).LastError)
+				}
+				b.wantOneRecorded(m, "the operator's retry started again")
+			})
+		}
+	}
 }
