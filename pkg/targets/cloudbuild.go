@@ -9,6 +9,7 @@ import (
 
 	cloudbuild "cloud.google.com/go/cloudbuild/apiv1/v2"
 	"cloud.google.com/go/cloudbuild/apiv1/v2/cloudbuildpb"
+	"github.com/googleapis/gax-go/v2"
 	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 
@@ -88,7 +89,7 @@ func (b *cloudBuild) find(ctx context.Context, _ string) (string, error) {
 	it := b.c.ListBuilds(ctx, &cloudbuildpb.ListBuildsRequest{
 		Parent: fmt.Sprintf("projects/%s/locations/%s", b.project, loc), ProjectId: b.project,
 		Filter: fmt.Sprintf("trigger_id=%q", b.triggerID), PageSize: 100,
-	})
+	}, gax.WithRetry(nil)) // the target retries a failed look-up itself
 	for range maxScan {
 		bl, err := it.Next()
 		if errors.Is(err, iterator.Done) {
@@ -105,6 +106,10 @@ func (b *cloudBuild) find(ctx context.Context, _ string) (string, error) {
 		}
 	}
 	return "", errNotProven
+}
+
+func (b *cloudBuild) describe(ctx context.Context, _ string) string {
+	return fmt.Sprintf("a build of trigger %s with substitution %s=%s", b.name, SubstIdempotencyKey, worker.IdempotencyKey(ctx))
 }
 
 // poll maps the build's status: SUCCESS completes the run; FAILURE, INTERNAL_ERROR,

@@ -110,6 +110,10 @@ func (c *cloudRun) find(ctx context.Context, _ string) (string, error) {
 	return "", errNotProven
 }
 
+func (c *cloudRun) describe(ctx context.Context, _ string) string {
+	return fmt.Sprintf("an execution of %s whose container has %s=%s", c.job, EnvIdempotencyKey, worker.IdempotencyKey(ctx))
+}
+
 // poll maps the execution's end: every task succeeded completes the run; a failed or
 // cancelled task fails it (the job's own task retries have run).
 func (c *cloudRun) poll(ctx context.Context, ref string) (bool, error) {

@@ -31,7 +31,15 @@
 // RESOURCE_QUOTA_EXCEEDED). Every other answer (UNAVAILABLE, DEADLINE_EXCEEDED,
 // INTERNAL, UNKNOWN, ABORTED, another RESOURCE_EXHAUSTED, a transport error, no answer)
 // may come after the execution started: the start stays begun and the next attempt
-// looks it up before any new start. A look-up that fails leaves it so.
+// looks it up before any new start.
+//
+// A look-up that fails leaves the start uncertain, never "not started": the attempt
+// retries it (Options.LookupRetries, exponential backoff) and then releases the run;
+// once Options.MaxUncertain has passed since the start was begun, or the run's attempts
+// are exhausted, the run fails, as it does at once where the API cannot prove there is
+// no execution. The failed run's error says what to look for and how an operator
+// resolves the start (worker.StartEffect): `runonce runs resolve RUN_ID --effect NAME
+// --done --ref EXECUTION` if it exists, `--not-done` to start it.
 //
 // # Identity
 //

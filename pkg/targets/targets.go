@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/sethvargo/go-retry"
+
 	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/worker"
 )
@@ -31,6 +33,15 @@ type Options struct {
 	Backoff time.Duration
 	// CallTimeout bounds one API call when the job sets no timeout. Defaults to 1m.
 	CallTimeout time.Duration
+	// LookupRetries is how many times an attempt retries a look-up of an uncertain start
+	// that failed, with exponential backoff from a tenth of Backoff, before it releases
+	// the run. Defaults to 4; negative: none.
+	LookupRetries int
+	// MaxUncertain bounds how long a start whose outcome is unknown may stay so because
+	// its look-ups fail: once it has passed since the start was begun, a failed look-up
+	// fails the run, for an operator to resolve (see worker.StartEffect). The run's
+	// attempts may run out sooner, with the same error. Defaults to 1h.
+	MaxUncertain time.Duration
 }
 
 func (o *Options) withDefaults() *Options {
@@ -40,6 +51,8 @@ func (o *Options) withDefaults() *Options {
 	}
 	out.Backoff = cmp.Or(out.Backoff, 10*time.Second)
 	out.CallTimeout = cmp.Or(out.CallTimeout, time.Minute)
+	out.LookupRetries = cmp.Or(out.LookupRetries, 4)
+	out.MaxUncertain = cmp.Or(out.MaxUncertain, time.Hour)
 	return &out
 }
 
@@ -73,6 +86,8 @@ type api interface {
 	// there is none; errNotProven when none was found and the API cannot prove there is
 	// none.
 	find(ctx context.Context, effectKey string) (string, error)
+	// describe says, for an operator, which execution find looks for.
+	describe(ctx context.Context, effectKey string) string
 	// poll reports whether the execution finished, and its failure (already mapped to the
 	// run's fate) when it did not succeed.
 	poll(ctx context.Context, ref string) (done bool, err error)
@@ -153,26 +168,15 @@ func (t *Target) Close() error { return t.api.Close() }
 // HandleJob starts the run's execution once (see the package doc) and, with wait, follows
 // it until it finishes.
 func (t *Target) HandleJob(ctx context.Context, j *worker.Job) error {
-	res := t.job.Target.Resource
-	log := worker.Logger(ctx)
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	st, err := worker.StartEffect(ctx, worker.RunEffect, func(ctx context.Context, key string, prior int64) (string, error) {
-		if prior != 0 {
-			ref, err := t.call(ctx, func(ctx context.Context) (string, error) { return t.api.find(ctx, key) })
-			switch {
-			case errors.Is(err, errNotProven):
-				return "", worker.Permanent(fmt.Errorf("%s %s: attempt %d began the start and did not record its outcome, and %s; not started again (at most once): check %s for an execution carrying idempotency key %s: %w",
-					t.job.Kind, res, prior, errNotProven, res, worker.IdempotencyKey(ctx), &worker.UncertainEffectError{Name: worker.RunEffect, Key: key, Attempt: prior}))
-			case err != nil:
-				return "", t.apiError(ctx, "look up the start of attempt "+fmt.Sprint(prior), j, err)
-			case ref != "":
-				log.InfoContext(ctx, "found the execution an earlier attempt started; not starting another", slog.String("effect_ref", ref), slog.Int64("begun_by", prior))
-				return ref, nil
+	log := t.logger(ctx)
+	st, err := worker.StartEffect(ctx, worker.RunEffect, func(ctx context.Context, p *worker.PendingStart) (string, error) {
+		if p.Prior != 0 {
+			ref, err := t.lookUp(ctx, j, p)
+			if err != nil || ref != "" {
+				return ref, err
 			}
 		}
-		ref, err := t.call(ctx, func(ctx context.Context) (string, error) { return t.api.start(ctx, j, identity(ctx, j), key) })
+		ref, err := t.call(ctx, func(ctx context.Context) (string, error) { return t.api.start(ctx, j, identity(ctx, j), p.Key) })
 		if err != nil {
 			return "", t.startError(ctx, j, err)
 		}
@@ -186,6 +190,75 @@ func (t *Target) HandleJob(ctx context.Context, j *worker.Job) error {
 		return nil
 	}
 	return t.follow(ctx, j, st.Ref)
+}
+
+// logger is the job's logger, or a discarding one outside a job.
+func (t *Target) logger(ctx context.Context) *slog.Logger {
+	if log := worker.Logger(ctx); log != nil {
+		return log
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// lookUp looks for the execution an earlier attempt's start made (p.Prior began it and
+// its outcome is unknown) and returns its name, or "" when the API proves there is none.
+// A look-up that fails is retried within the attempt, LookupRetries times with
+// exponential backoff from a tenth of Backoff, unless its answer is one a retry cannot
+// change (definitive). A start it cannot settle stays uncertain and is never started
+// again: errNotProven fails the run at once; look-ups that keep failing release it with
+// backoff, and fail it once MaxUncertain has passed since the start was begun (or when
+// its attempts are exhausted). Both errors say what to look for; StartEffect adds how an
+// operator resolves the start.
+func (t *Target) lookUp(ctx context.Context, j *worker.Job, p *worker.PendingStart) (string, error) {
+	log := t.logger(ctx)
+	b := retry.WithMaxRetries(uint64(max(t.opts.LookupRetries, 0)),
+		retry.WithCappedDuration(t.opts.Backoff, retry.WithJitterPercent(20, retry.NewExponential(max(t.opts.Backoff/10, time.Millisecond)))))
+	tries := 0
+	ref, err := retry.DoValue(ctx, b, func(ctx context.Context) (string, error) {
+		tries++
+		ref, err := t.call(ctx, func(ctx context.Context) (string, error) { return t.api.find(ctx, p.Key) })
+		if err != nil && !errors.Is(err, errNotProven) && !definitive(status.Code(err)) && ctx.Err() == nil {
+			log.WarnContext(ctx, "looking up the start failed; looking again", slog.Int("try", tries), slog.Any("error", err))
+			return "", retry.RetryableError(err)
+		}
+		return ref, err
+	})
+	if err == nil {
+		if ref != "" {
+			log.InfoContext(ctx, "found the execution an earlier attempt started; not starting another", slog.String("effect_ref", ref), slog.Int64("begun_by", p.Prior))
+		}
+		return ref, nil
+	}
+	res := t.job.Target.Resource
+	what := fmt.Sprintf("%s %s: attempt %d began the start and did not record its outcome", t.job.Kind, res, p.Prior)
+	look := t.api.describe(ctx, p.Key)
+	uncertain := &worker.UncertainEffectError{Name: p.Name, Key: p.Key, Attempt: p.Prior}
+	switch {
+	case errors.Is(err, errNotProven):
+		return "", worker.Permanent(fmt.Errorf("%s, and %s; not started again (at most once): look for %s: %w", what, errNotProven, look, uncertain))
+	case ctx.Err() != nil:
+		return "", fmt.Errorf("%s; looking it up stopped: %w", what, err) // shutdown or lease lost
+	}
+	e := fmt.Errorf("%s, and looking it up failed (%d tries; last: %w)", what, tries, err)
+	if status.Code(err) == codes.PermissionDenied {
+		e = fmt.Errorf("%w: the worker's service account lacks %s on %s", e, t.readPerm, res)
+	}
+	if since := time.Since(p.BegunAt); since >= t.opts.MaxUncertain {
+		return "", worker.Permanent(fmt.Errorf("%w; not started again: its outcome has been unknown for %s (the bound is %s): look for %s: %w",
+			e, since.Round(time.Second), t.opts.MaxUncertain, look, uncertain))
+	}
+	return "", worker.RetryAfter(t.backoff(j), fmt.Errorf("%w; not started again while its outcome is unknown: the next attempt looks again, and %s after the start the run fails: look for %s: %w",
+		e, t.opts.MaxUncertain, look, uncertain))
+}
+
+// definitive reports whether a look-up's answer is one a retry within the attempt
+// cannot change.
+func definitive(c codes.Code) bool {
+	switch c {
+	case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.OutOfRange, codes.Unimplemented:
+		return true
+	}
+	return false
 }
 
 // call runs one API call under the call timeout.

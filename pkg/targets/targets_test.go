@@ -40,6 +40,8 @@ type bench struct {
 	fake *targetstest.Fake
 	led  ledger.Ledger
 	job  *jobs.Job
+	// opts are the targets' options; Backoff is set to backoff.
+	opts targets.Options
 }
 
 // newBench parses a jobs file naming the target "target" of kind with the extra fields.
@@ -61,7 +63,9 @@ func newBench(t testing.TB, kind, resource, extra string) *bench {
 
 func (b *bench) worker() *worker.Worker {
 	b.t.Helper()
-	tg, err := targets.New(b.t.Context(), b.job, &targets.Options{Backoff: backoff})
+	o := b.opts
+	o.Backoff = backoff
+	tg, err := targets.New(b.t.Context(), b.job, &o)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -594,6 +598,7 @@ func TestFailedLookUpNeverStartsAgain(t *testing.T) {
 				if s := b.fake.Started(); len(s) != 1 {
 					t.Fatalf("started %v while the look-ups failed, want only the first", s)
 				}
+				wantResolution(t, b.run(m), worker.RunEffect)
 
 				b.fake.FailEvery(kind.list, nil)
 				b.retryRun(m)
@@ -603,5 +608,92 @@ func TestFailedLookUpNeverStartsAgain(t *testing.T) {
 				b.wantOneRecorded(m, "the operator's retry started again")
 			})
 		}
+	}
+}
+
+// wantResolution fails unless the failed run's error tells an operator both ways to
+// resolve its uncertain start recorded under effect.
+func wantResolution(t *testing.T, r *ledger.Run, effect string) {
+	t.Helper()
+	if r.Status != ledger.StatusFailed {
+		t.Fatalf("run is %s, want failed", r.Status)
+	}
+	for _, cmd := range []string{
+		fmt.Sprintf("runonce runs resolve %s --effect %s --done --ref EXECUTION", r.ID, effect),
+		fmt.Sprintf("runonce runs resolve %s --effect %s --not-done", r.ID, effect),
+	} {
+		if !strings.Contains(r.LastError, cmd) {
+			t.Fatalf("last error %q does not name %q", r.LastError, cmd)
+		}
+	}
+}
+
+// A look-up that fails is retried within the attempt, which then finds the execution.
+func TestFailedLookUpIsRetriedWithinTheAttempt(t *testing.T) {
+	for _, kind := range apiKinds {
+		t.Run(kind.kind, func(t *testing.T) {
+			b := newBench(t, kind.kind, kind.resource, `, "wait": false`)
+			w := b.worker()
+			b.fake.LoseNextAnswer(kind.start, targetstest.Status(codes.Internal, "backend error"))
+			m := newMessage(`{}`)
+			v := b.verdict(process(b, w, m), worker.OutcomeReleased)
+			time.Sleep(time.Until(v.RetryAt))
+			b.fake.FailNext(kind.list, targetstest.QuotaExceeded("read", "read_requests"), targetstest.Status(codes.Unavailable, "try again"))
+			b.verdict(process(b, w, m), worker.OutcomeCompleted)
+			if n := len(b.fake.Calls(kind.list)); n != 3 {
+				t.Fatalf("%d look-ups, want 3 (two failed, then found) within the attempt", n)
+			}
+			started := b.fake.Started()
+			if r := b.run(m); r.Attempt != 2 || len(started) != 1 || b.ref(m) != started[0] {
+				t.Fatalf("run completed at attempt %d with %q, started %v; want attempt 2 following the only execution", r.Attempt, b.ref(m), started)
+			}
+		})
+	}
+}
+
+// A start whose outcome stays unknown fails the run, saying what to look for and how an
+// operator resolves it: where the API cannot prove there is no execution (Cloud Run,
+// Cloud Build), at once; where look-ups keep failing, once MaxUncertain has passed. The
+// effect named is the one left uncertain (run/2 after a quota denial).
+func TestUncertainStartFailsNamingTheResolution(t *testing.T) {
+	quota := targetstest.QuotaExceeded("svc", "requests")
+	for _, c := range []struct {
+		kind, resource, start, list string
+		look                        func(m *queue.Message) string
+	}{
+		{jobs.KindCloudRun, runJob, targetstest.RunJobsRun, "", func(m *queue.Message) string {
+			return targets.EnvIdempotencyKey + "=" + ledger.EffectKey(m.Identity.RunID, worker.RunEffect)
+		}},
+		{jobs.KindCloudBuild, buildTrig, targetstest.BuildTriggerRun, "", func(m *queue.Message) string {
+			return targets.SubstIdempotencyKey + "=" + ledger.EffectKey(m.Identity.RunID, worker.RunEffect)
+		}},
+		{jobs.KindWorkflows, workflow, targetstest.WorkflowsCreate, targetstest.WorkflowsList, func(m *queue.Message) string {
+			return targets.LabelEffect + "=" + ledger.EffectKey(m.Identity.RunID, ledger.StartTry(worker.RunEffect, 2))[:63]
+		}},
+	} {
+		t.Run(c.kind, func(t *testing.T) {
+			b := newBench(t, c.kind, c.resource, `, "wait": false`)
+			b.opts.MaxUncertain = time.Nanosecond
+			w := b.worker()
+			b.fake.FailNext(c.start, quota, targetstest.Status(codes.Unavailable, "connection reset"))
+			if c.list != "" {
+				b.fake.FailEvery(c.list, targetstest.Status(codes.Unavailable, "try again"))
+			}
+			m := newMessage(`{}`)
+			if v := b.drive(w, m, 5); v.Outcome != worker.OutcomeFailed {
+				t.Fatalf("run ended %s, want failed", v.Outcome)
+			}
+			r := b.run(m)
+			if r.Attempt != 3 {
+				t.Fatalf("run failed at attempt %d, want 3 (denied, uncertain, looked up)", r.Attempt)
+			}
+			wantResolution(t, r, ledger.StartTry(worker.RunEffect, 2))
+			if look := c.look(m); !strings.Contains(r.LastError, look) {
+				t.Fatalf("last error %q does not say to look for %s", r.LastError, look)
+			}
+			if s := b.fake.Started(); len(s) != 0 {
+				t.Fatalf("started %v", s)
+			}
+		})
 	}
 }

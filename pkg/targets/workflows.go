@@ -99,6 +99,10 @@ func (w *workflows) find(ctx context.Context, effectKey string) (string, error) 
 	}
 }
 
+func (w *workflows) describe(_ context.Context, effectKey string) string {
+	return fmt.Sprintf("an execution of %s labelled %s=%s", w.workflow, LabelEffect, label(effectKey))
+}
+
 // poll maps the execution's state: SUCCEEDED completes the run; FAILED and CANCELLED fail
 // it (the workflow's own retry policy has run: another execution would be a second run);
 // UNAVAILABLE (its data cannot be read, e.g. a revoked KMS key) releases it, and the next

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/runonce/runonce/pkg/ledger"
 )
@@ -21,8 +22,10 @@ type Start struct {
 	Recorded bool
 }
 
-// ErrNotStarted marks a start the API refused (a quota error, an unavailable service,
-// a denied permission): nothing was started, so the next attempt may start afresh.
+// ErrNotStarted marks a start the API refused before it reached the service (a denied
+// permission, an invalid request, a quota denial): nothing was started, so the next
+// attempt may start afresh. An answer that does not prove it (an unavailable service, a
+// timeout, no answer) is not a refusal: the start may have happened.
 var ErrNotStarted = errors.New("worker: the start was refused; nothing started")
 
 // NotStarted marks err as a start the API refused: see ErrNotStarted.
@@ -37,21 +40,43 @@ func (e *notStartedError) Is(target error) bool { return target == ErrNotStarted
 // maxStartTries bounds the effect names StartEffect walks (one per refused start).
 const maxStartTries = 1000
 
+// PendingStart is the start StartEffect asks fn to make: its effect is recorded as begun
+// by the caller's attempt.
+type PendingStart struct {
+	// Name is the effect's name: StartEffect's name, or name/2, name/3, … after starts
+	// the API refused. An operator resolves an uncertain start by it.
+	Name string
+	// Key is the effect's key: pass it to the execution as its idempotency key.
+	Key string
+	// Prior is the attempt that began this start and did not record its outcome (it
+	// died or was shut down between the call and the record, or the call's outcome was
+	// unknown), else 0: fn must then look the start up by key before starting again.
+	Prior int64
+	// BegunAt is when the start was first begun, by the ledger's clock: how long its
+	// outcome has been unknown when Prior is set.
+	BegunAt time.Time
+}
+
 // StartEffect records the start of an external execution as an effect, and the
 // execution's name (fn's answer, never empty) with it, so that a later attempt resumes
 // following the execution instead of starting another. It calls fn unless an earlier
 // attempt recorded the start.
 //
-// prior is the attempt that began this start and did not record it (it died or was shut
-// down between the call and the record, or the call's outcome was unknown), else 0: fn
-// must then look that start up by key before starting again, and where the API allows
-// no look-up, return an *UncertainEffectError (at most once) instead of starting.
+// When p.Prior is set, an earlier attempt began this start and its outcome is unknown:
+// fn must look the start up by key before starting again, and where it cannot tell
+// (the API allows no look-up that proves there is none, or the look-up keeps failing),
+// return an *UncertainEffectError (errors.Is ErrEffectUncertain; Permanent to fail the
+// run, or a retryable error to try again later) instead of starting: at most once.
+// StartEffect adds to such an error how an operator resolves the start once the run has
+// failed (ledger ResolveEffect; `runonce runs resolve RUN_ID --effect NAME --done --ref
+// EXECUTION` or `--not-done`). When p.Prior is 0 the start is new, or an operator
+// resolved it as not done: fn starts without a look-up.
 //
 // When fn's error is ErrNotStarted (NotStarted), the try is recorded as refused (done,
 // with an empty Ref) and the next attempt starts afresh under the next effect name:
-// name, name/2, name/3, … A lease lost meanwhile returns ledger.ErrLeaseLost and cancels
-// the job's context.
-func StartEffect(ctx context.Context, name string, fn func(ctx context.Context, key string, prior int64) (ref string, err error)) (*Start, error) {
+// name, name/2, name/3, … Any other error leaves the start begun. A lease lost meanwhile
+// returns ledger.ErrLeaseLost and cancels the job's context.
+func StartEffect(ctx context.Context, name string, fn func(ctx context.Context, p *PendingStart) (ref string, err error)) (*Start, error) {
 	a := attemptFrom(ctx)
 	if a == nil {
 		return nil, ErrNotInJob
@@ -73,12 +98,15 @@ func StartEffect(ctx context.Context, name string, fn func(ctx context.Context, 
 			log.InfoContext(ctx, "start recorded by an earlier attempt: following it", slog.String("effect_ref", res.Effect.Ref), slog.Int64("done_by", res.Effect.Attempt))
 			return &Start{Key: key, Ref: res.Effect.Ref, Recorded: true}, nil
 		}
-		var prior int64
+		p := &PendingStart{Name: n, Key: key, BegunAt: res.Effect.CreatedAt}
 		if res.PreviousAttempt != 0 && res.PreviousAttempt != a.fence.Attempt {
-			prior = res.PreviousAttempt
-			log.InfoContext(ctx, "an earlier attempt began this start and did not record it", slog.Int64("begun_by", prior))
+			p.Prior = res.PreviousAttempt
+			log.InfoContext(ctx, "an earlier attempt began this start and did not record it", slog.Int64("begun_by", p.Prior))
 		}
-		ref, ferr := fn(ctx, key, prior)
+		ref, ferr := fn(ctx, p)
+		if errors.Is(ferr, ErrEffectUncertain) {
+			return nil, fmt.Errorf("%w; %s", ferr, resolveHint(a.job.RunID, n))
+		}
 		if ferr != nil && !errors.Is(ferr, ErrNotStarted) {
 			return nil, ferr
 		}
@@ -96,6 +124,15 @@ func StartEffect(ctx context.Context, name string, fn func(ctx context.Context, 
 		return &Start{Key: key, Ref: ref}, nil
 	}
 	return nil, Permanent(fmt.Errorf("worker: %d starts of %s were refused", maxStartTries, name))
+}
+
+// resolveHint tells an operator how to resolve the uncertain start recorded under the
+// effect name of run runID once the run has failed: both outcomes of `runonce runs
+// resolve` (POST /v1/runs/{run_id}:resolve, ledger ResolveEffect).
+func resolveHint(runID, effect string) string {
+	return fmt.Sprintf("once the run has failed, an operator resolves it: `runonce runs resolve %[1]s --effect %[2]s --done --ref EXECUTION --reason TEXT` "+
+		"if the execution exists (EXECUTION is its full name; the run then follows it), or `runonce runs resolve %[1]s --effect %[2]s --not-done --reason TEXT` "+
+		"if it does not (the run then starts it, once)", runID, effect)
 }
 
 // Logger returns the logger of the job ctx belongs to (with its run, job and attempt),
