@@ -176,7 +176,9 @@ func (t *Target) HandleJob(ctx context.Context, j *worker.Job) error {
 				return ref, err
 			}
 		}
-		ref, err := t.call(ctx, func(ctx context.Context) (string, error) { return t.api.start(ctx, j, identity(ctx, j), p.Key) })
+		// A start already sent is not abandoned when the job's context ends (a shutdown,
+		// a lost lease): its answer, bounded by the call timeout, is still recorded.
+		ref, err := t.call(context.WithoutCancel(ctx), func(ctx context.Context) (string, error) { return t.api.start(ctx, j, identity(ctx, j), p.Key) })
 		if err != nil {
 			return "", t.startError(ctx, j, err)
 		}

@@ -697,3 +697,44 @@ func TestUncertainStartFailsNamingTheResolution(t *testing.T) {
 		})
 	}
 }
+
+// A worker shut down while its start is in flight waits for the answer and records the
+// execution, instead of leaving the start uncertain: without wait the run completes; with
+// wait it is released, and the next attempt follows the execution without a look-up.
+func TestStartInFlightAtShutdownIsRecorded(t *testing.T) {
+	for _, kind := range apiKinds {
+		for _, wait := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/wait=%t", kind.kind, wait), func(t *testing.T) {
+				b := newBench(t, kind.kind, kind.resource, fmt.Sprintf(`, "wait": %t`, wait))
+				first := b.worker()
+				h := b.fake.HoldNextAnswer(kind.start)
+				m := newMessage(`{}`)
+				ch := process(b, first, m)
+				<-h.Arrived()
+				first.CancelJobs() // the shutdown grace is over
+				time.Sleep(20 * time.Millisecond)
+				h.Release()
+				if wait {
+					b.verdict(ch, worker.OutcomeReleased)
+				} else {
+					b.verdict(ch, worker.OutcomeCompleted)
+				}
+				started := b.fake.Started()
+				if len(started) != 1 || b.ref(m) != started[0] {
+					t.Fatalf("recorded %q with %v started: the answer of a start in flight at shutdown was not recorded", b.ref(m), started)
+				}
+				if wait {
+					ch = process(b, b.worker(), m)
+					time.Sleep(3 * testPoll)
+					if err := b.fake.Finish(started[0], targetstest.Succeeded); err != nil {
+						t.Fatal(err)
+					}
+					b.verdict(ch, worker.OutcomeCompleted)
+				}
+				if n := len(b.fake.Calls(kind.list)); n != 0 || len(b.fake.Started()) != 1 {
+					t.Fatalf("%d look-ups and %v started, want none and the one", n, b.fake.Started())
+				}
+			})
+		}
+	}
+}

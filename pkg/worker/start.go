@@ -74,8 +74,10 @@ type PendingStart struct {
 //
 // When fn's error is ErrNotStarted (NotStarted), the try is recorded as refused (done,
 // with an empty Ref) and the next attempt starts afresh under the next effect name:
-// name, name/2, name/3, … Any other error leaves the start begun. A lease lost meanwhile
-// returns ledger.ErrLeaseLost and cancels the job's context.
+// name, name/2, name/3, … Any other error leaves the start begun. fn's outcome is
+// recorded even if the job's context ended while fn waited for it (a shutdown), as long
+// as the attempt still holds the run: fn should not abandon a start it has sent. A lease
+// lost meanwhile returns ledger.ErrLeaseLost and cancels the job's context.
 func StartEffect(ctx context.Context, name string, fn func(ctx context.Context, p *PendingStart) (ref string, err error)) (*Start, error) {
 	a := attemptFrom(ctx)
 	if a == nil {
@@ -113,7 +115,9 @@ func StartEffect(ctx context.Context, name string, fn func(ctx context.Context, 
 		if ferr == nil && ref == "" {
 			return nil, Permanent(fmt.Errorf("worker: start %s answered no execution name", n))
 		}
-		if _, err := w.cfg.Ledger.CompleteEffect(ctx, &ledger.CompleteEffectParams{Fence: a.fence, Name: n, Ref: ref, Retention: w.cfg.Retention}); err != nil {
+		// The outcome is recorded even when the job's context ended meanwhile (a
+		// shutdown): the attempt may still hold the run, and the fence decides.
+		if _, err := w.cfg.Ledger.CompleteEffect(context.WithoutCancel(ctx), &ledger.CompleteEffectParams{Fence: a.fence, Name: n, Ref: ref, Retention: w.cfg.Retention}); err != nil {
 			return nil, a.ledgerError(ctx, "complete effect "+n, err)
 		}
 		if ferr != nil {
