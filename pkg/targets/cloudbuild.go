@@ -76,36 +76,55 @@ func (b *cloudBuild) start(ctx context.Context, _ *worker.Job, id Identity, _ st
 	if err != nil || md.GetBuild().GetId() == "" {
 		return op.Name(), nil
 	}
-	if n := md.GetBuild().GetName(); n != "" {
-		return n, nil
-	}
-	loc := strings.Split(b.name, "/")[3]
-	return fmt.Sprintf("projects/%s/locations/%s/builds/%s", b.project, loc, md.GetBuild().GetId()), nil
+	return b.buildName(md.GetBuild()), nil
 }
 
-func (b *cloudBuild) find(ctx context.Context, _ string) (string, error) {
+// find looks among the trigger's latest maxScan builds (newest first) for those whose
+// substitutions carry the run's key; errNotProven when it finds none.
+func (b *cloudBuild) find(ctx context.Context, _ string) ([]execution, error) {
 	key := worker.IdempotencyKey(ctx)
-	loc := strings.Split(b.name, "/")[3]
 	it := b.c.ListBuilds(ctx, &cloudbuildpb.ListBuildsRequest{
-		Parent: fmt.Sprintf("projects/%s/locations/%s", b.project, loc), ProjectId: b.project,
+		Parent: fmt.Sprintf("projects/%s/locations/%s", b.project, b.location()), ProjectId: b.project,
 		Filter: fmt.Sprintf("trigger_id=%q", b.triggerID), PageSize: 100,
 	}, gax.WithRetry(nil)) // the target retries a failed look-up itself
+	var out []execution
 	for range maxScan {
 		bl, err := it.Next()
 		if errors.Is(err, iterator.Done) {
 			break
 		}
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		if bl.GetSubstitutions()[SubstIdempotencyKey] == key {
-			if n := bl.GetName(); n != "" {
-				return n, nil
-			}
-			return fmt.Sprintf("projects/%s/locations/%s/builds/%s", b.project, loc, bl.GetId()), nil
+			out = append(out, execution{name: b.buildName(bl), created: bl.GetCreateTime().AsTime()})
 		}
 	}
-	return "", errNotProven
+	if len(out) == 0 {
+		return nil, errNotProven
+	}
+	return out, nil
+}
+
+// location is the trigger's location.
+func (b *cloudBuild) location() string { return strings.Split(b.name, "/")[3] }
+
+// buildName is a build's full name, projects/P/locations/L/builds/ID.
+func (b *cloudBuild) buildName(bl *cloudbuildpb.Build) string {
+	if n := bl.GetName(); n != "" {
+		return n
+	}
+	return fmt.Sprintf("projects/%s/locations/%s/builds/%s", b.project, b.location(), bl.GetId())
+}
+
+// cancel cancels a build (builds.cancel).
+func (b *cloudBuild) cancel(ctx context.Context, name string) error {
+	parts := strings.Split(name, "/") // projects/P/locations/L/builds/ID
+	if len(parts) != 6 || parts[4] != "builds" {
+		return fmt.Errorf("%s is not a build name", name)
+	}
+	_, err := b.c.CancelBuild(ctx, &cloudbuildpb.CancelBuildRequest{Name: name, ProjectId: parts[1], Id: parts[5]})
+	return err
 }
 
 func (b *cloudBuild) describe(ctx context.Context, _ string) string {

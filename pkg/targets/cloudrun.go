@@ -88,26 +88,46 @@ func (c *cloudRun) start(ctx context.Context, _ *worker.Job, id Identity, _ stri
 	return e.GetName(), nil
 }
 
-func (c *cloudRun) find(ctx context.Context, _ string) (string, error) {
+// find looks among the job's latest maxScan executions (newest first) for those whose
+// template carries the run's key; errNotProven when it finds none.
+func (c *cloudRun) find(ctx context.Context, _ string) ([]execution, error) {
 	key := worker.IdempotencyKey(ctx)
 	it := c.execs.ListExecutions(ctx, &runpb.ListExecutionsRequest{Parent: c.job, PageSize: 100})
+	var out []execution
 	for range maxScan {
 		e, err := it.Next()
 		if errors.Is(err, iterator.Done) {
 			break
 		}
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		for _, ctr := range e.GetTemplate().GetContainers() {
-			for _, env := range ctr.GetEnv() {
-				if env.GetName() == EnvIdempotencyKey && env.GetValue() == key {
-					return e.GetName(), nil
-				}
+		if carries(e, key) {
+			out = append(out, execution{name: e.GetName(), created: e.GetCreateTime().AsTime()})
+		}
+	}
+	if len(out) == 0 {
+		return nil, errNotProven
+	}
+	return out, nil
+}
+
+// carries reports whether an execution's template carries the run's key.
+func carries(e *runpb.Execution, key string) bool {
+	for _, ctr := range e.GetTemplate().GetContainers() {
+		for _, env := range ctr.GetEnv() {
+			if env.GetName() == EnvIdempotencyKey && env.GetValue() == key {
+				return true
 			}
 		}
 	}
-	return "", errNotProven
+	return false
+}
+
+// cancel cancels an execution (executions.cancel); it does not wait for the operation.
+func (c *cloudRun) cancel(ctx context.Context, name string) error {
+	_, err := c.execs.CancelExecution(ctx, &runpb.CancelExecutionRequest{Name: name})
+	return err
 }
 
 func (c *cloudRun) describe(ctx context.Context, _ string) string {

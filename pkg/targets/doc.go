@@ -10,7 +10,8 @@
 // in the ledger before the call, and the execution's name with it after the call, so a
 // later attempt (a retry, a redelivery, a worker shut down mid-wait) follows the
 // recorded execution instead of starting another. The window between the API accepting
-// the call and the record is closed per kind:
+// the call and the record (an answer lost to a crash or behind an error) is closed per
+// kind:
 //
 //   - Workflows: every execution is labelled LabelEffect = the start's effect key, and an
 //     attempt that finds the start begun and not recorded lists the workflow's
@@ -22,6 +23,12 @@
 //     builds (by the SubstIdempotencyKey substitution) and followed when found; when none
 //     is found, nothing proves none was started, so it is not repeated: the run fails,
 //     naming the key to look for (at most once).
+//
+// The fencing window (an attempt taken over while its call is on its way; none of the
+// APIs takes a request ID) is narrowed: the attempt confirms its fence with the ledger
+// (worker.ConfirmFence) immediately before the call, does not abandon a call it sent,
+// and after every start lists the executions carrying the key, keeps the oldest (the one
+// the run follows) and cancels the newer ones. What remains per kind is in the README.
 //
 // Only an answer that proves the API refused the call before it reached the service is
 // recorded as not started (worker.NotStarted), so that the next attempt starts afresh:

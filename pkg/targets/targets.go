@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/api/option"
@@ -20,6 +22,7 @@ import (
 	"github.com/sethvargo/go-retry"
 
 	"github.com/runonce/runonce/pkg/jobs"
+	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -82,16 +85,24 @@ type api interface {
 	// start starts an execution labelled (where the API allows) with the effect key and
 	// returns its name.
 	start(ctx context.Context, j *worker.Job, id Identity, effectKey string) (string, error)
-	// find returns the execution an earlier attempt started under the effect key: "" when
-	// there is none; errNotProven when none was found and the API cannot prove there is
-	// none.
-	find(ctx context.Context, effectKey string) (string, error)
+	// find returns the executions carrying the start's key (the effect key, or for Cloud
+	// Run and Cloud Build the run's key), in any order: none when the API proves there is
+	// none; errNotProven when it found none and cannot prove there is none.
+	find(ctx context.Context, effectKey string) ([]execution, error)
+	// cancel cancels an execution.
+	cancel(ctx context.Context, name string) error
 	// describe says, for an operator, which execution find looks for.
 	describe(ctx context.Context, effectKey string) string
 	// poll reports whether the execution finished, and its failure (already mapped to the
 	// run's fate) when it did not succeed.
 	poll(ctx context.Context, ref string) (done bool, err error)
 	io.Closer
+}
+
+// execution is one execution a look-up found.
+type execution struct {
+	name    string
+	created time.Time
 }
 
 var errNotProven = errors.New("no execution carrying the run's key was found among the latest ones, and this API cannot prove that none was started")
@@ -104,9 +115,9 @@ type Target struct {
 	job  *jobs.Job
 	api  api
 	opts *Options
-	// perm and readPerm are the permissions and roles a start and a look-up or poll need,
-	// for errors.
-	perm, readPerm string
+	// perm, readPerm and cancelPerm are the permissions and roles a start, a look-up or
+	// poll, and a cancel need, for errors.
+	perm, readPerm, cancelPerm string
 }
 
 // New returns the target of a jobs-file entry whose Kind is a Google Cloud API's, with
@@ -129,14 +140,17 @@ func New(ctx context.Context, j *jobs.Job, o *Options) (*Target, error) {
 		t.api, err = newWorkflows(ctx, j.Target, copts)
 		t.perm = "workflows.executions.create (roles/workflows.invoker)"
 		t.readPerm = "workflows.executions.get and .list (roles/workflows.invoker)"
+		t.cancelPerm = "workflows.executions.cancel (roles/workflows.invoker)"
 	case jobs.KindCloudRun:
 		t.api, err = newCloudRun(ctx, j.Target, copts)
 		t.perm = "run.jobs.runWithOverrides (roles/run.jobsExecutorWithOverrides)"
 		t.readPerm = "run.executions.get and .list (roles/run.viewer)"
+		t.cancelPerm = "run.executions.cancel (roles/run.jobsExecutorWithOverrides)"
 	case jobs.KindCloudBuild:
 		t.api, err = newCloudBuild(ctx, j.Target, copts)
 		t.perm = "cloudbuild.builds.create (roles/cloudbuild.builds.editor)"
 		t.readPerm = "cloudbuild.builds.get and .list (roles/cloudbuild.builds.editor)"
+		t.cancelPerm = "cloudbuild.builds.update (roles/cloudbuild.builds.editor)"
 	default:
 		return nil, fmt.Errorf("targets: job %s: kind %q is not a Google Cloud API target", j.Name, j.Kind)
 	}
@@ -168,7 +182,6 @@ func (t *Target) Close() error { return t.api.Close() }
 // HandleJob starts the run's execution once (see the package doc) and, with wait, follows
 // it until it finishes.
 func (t *Target) HandleJob(ctx context.Context, j *worker.Job) error {
-	log := t.logger(ctx)
 	st, err := worker.StartEffect(ctx, worker.RunEffect, func(ctx context.Context, p *worker.PendingStart) (string, error) {
 		if p.Prior != 0 {
 			ref, err := t.lookUp(ctx, j, p)
@@ -176,14 +189,7 @@ func (t *Target) HandleJob(ctx context.Context, j *worker.Job) error {
 				return ref, err
 			}
 		}
-		// A start already sent is not abandoned when the job's context ends (a shutdown,
-		// a lost lease): its answer, bounded by the call timeout, is still recorded.
-		ref, err := t.call(context.WithoutCancel(ctx), func(ctx context.Context) (string, error) { return t.api.start(ctx, j, identity(ctx, j), p.Key) })
-		if err != nil {
-			return "", t.startError(ctx, j, err)
-		}
-		log.InfoContext(ctx, "execution started", slog.String("kind", t.job.Kind), slog.String("effect_ref", ref))
-		return ref, nil
+		return t.start(ctx, j, p)
 	})
 	if err != nil {
 		return err
@@ -218,7 +224,7 @@ func (t *Target) lookUp(ctx context.Context, j *worker.Job, p *worker.PendingSta
 	tries := 0
 	ref, err := retry.DoValue(ctx, b, func(ctx context.Context) (string, error) {
 		tries++
-		ref, err := t.call(ctx, func(ctx context.Context) (string, error) { return t.api.find(ctx, p.Key) })
+		ref, err := t.call(ctx, func(ctx context.Context) (string, error) { return t.settle(ctx, p, "") })
 		if err != nil && !errors.Is(err, errNotProven) && !definitive(status.Code(err)) && ctx.Err() == nil {
 			log.WarnContext(ctx, "looking up the start failed; looking again", slog.Int("try", tries), slog.Any("error", err))
 			return "", retry.RetryableError(err)
@@ -251,6 +257,97 @@ func (t *Target) lookUp(ctx context.Context, j *worker.Job, p *worker.PendingSta
 	}
 	return "", worker.RetryAfter(t.backoff(j), fmt.Errorf("%w; not started again while its outcome is unknown: the next attempt looks again, and %s after the start the run fails: look for %s: %w",
 		e, t.opts.MaxUncertain, look, uncertain))
+}
+
+// start starts the execution, within the narrowest window the APIs allow (none takes a
+// request ID). The fence is confirmed with the ledger immediately before the call, so an
+// attempt taken over meanwhile (a lease that ran out while it was paused, an operator's
+// release) does not start. The call is not abandoned when the job's context ends, so its
+// answer is known. After any answer but a refusal, the executions carrying the key are
+// listed (settle): the oldest is the one the run follows, and newer ones, starts that
+// raced it, are cancelled; an answer lost behind an error is settled so too when the
+// listing shows the execution.
+func (t *Target) start(ctx context.Context, j *worker.Job, p *worker.PendingStart) (string, error) {
+	log := t.logger(ctx)
+	if err := worker.ConfirmFence(ctx); err != nil {
+		if errors.Is(err, ledger.ErrLeaseLost) || ctx.Err() != nil {
+			return "", err
+		}
+		return "", worker.NotStarted(worker.RetryAfter(t.backoff(j), fmt.Errorf("%s %s: not started: %w", t.job.Kind, t.job.Target.Resource, err)))
+	}
+	detached := context.WithoutCancel(ctx)
+	ref, err := t.call(detached, func(ctx context.Context) (string, error) { return t.api.start(ctx, j, identity(ctx, j), p.Key) })
+	if err != nil && refused(err) {
+		return "", t.startError(ctx, j, err)
+	}
+	if err == nil {
+		log.InfoContext(ctx, "execution started", slog.String("kind", t.job.Kind), slog.String("effect_ref", ref))
+	}
+	oldest, serr := t.call(detached, func(ctx context.Context) (string, error) { return t.settle(ctx, p, ref) })
+	switch {
+	case serr != nil:
+		log.WarnContext(ctx, "listing the executions carrying the key after the start failed", slog.Any("error", serr))
+	case oldest != "" && err != nil:
+		log.InfoContext(ctx, "the start's answer was lost and its execution is listed: following it", slog.String("effect_ref", oldest), slog.Any("answer", err))
+		ref, err = oldest, nil
+	case oldest != ref:
+		log.WarnContext(ctx, "an older execution carries the key: following it", slog.String("effect_ref", oldest), slog.String("started", ref))
+		ref = oldest
+	}
+	if err != nil {
+		return "", t.startError(ctx, j, err)
+	}
+	return ref, nil
+}
+
+// settle lists the executions carrying the start's key and returns the oldest ("" when
+// none): the one the run follows. Newer ones are starts that raced it (a fenced attempt's
+// call that landed late, or one sent after another attempt's look-up): they are
+// cancelled. Every attempt that lists keeps the oldest, so two attempts that both settle
+// agree on it. own, when set, is the execution this attempt just started: the listing may
+// not show it yet, and then it counts as the newest; when own names an operation (the
+// answer named no execution) and the listing shows an execution, the run follows that. An execution whose creation time the
+// API does not give (a Workflows execution still queued has no start time) counts as
+// newer than every one that has it; ties go by name.
+func (t *Target) settle(ctx context.Context, p *worker.PendingStart, own string) (string, error) {
+	execs, err := t.api.find(ctx, p.Key)
+	if err != nil {
+		return "", err
+	}
+	// An operation's name (an answer that named no execution) is no execution to cancel.
+	if own != "" && !strings.Contains(own, "/operations/") && !slices.ContainsFunc(execs, func(e execution) bool { return e.name == own }) {
+		execs = append(execs, execution{name: own})
+	}
+	if len(execs) == 0 {
+		return "", nil
+	}
+	slices.SortStableFunc(execs, func(a, b execution) int {
+		if a.created.IsZero() != b.created.IsZero() {
+			return cmp.Compare(btoi(a.created.IsZero()), btoi(b.created.IsZero()))
+		}
+		return cmp.Or(a.created.Compare(b.created), strings.Compare(a.name, b.name))
+	})
+	log := t.logger(ctx)
+	for _, e := range execs[1:] {
+		err := t.api.cancel(ctx, e.name)
+		switch status.Code(err) {
+		case codes.OK:
+			log.WarnContext(ctx, "cancelled a second execution carrying the run's key; the run follows the oldest",
+				slog.String("cancelled", e.name), slog.String("effect_ref", execs[0].name))
+		case codes.FailedPrecondition: // it has ended already
+		default:
+			log.ErrorContext(ctx, "a second execution carries the run's key and could not be cancelled: cancel it by hand; the run follows the oldest",
+				slog.String("execution", e.name), slog.String("effect_ref", execs[0].name), slog.String("permission", t.cancelPerm), slog.Any("error", err))
+		}
+	}
+	return execs[0].name, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // definitive reports whether a look-up's answer is one a retry within the attempt

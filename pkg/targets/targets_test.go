@@ -1,9 +1,11 @@
 package targets_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,7 +40,7 @@ var runSeq atomic.Int64
 type bench struct {
 	t    testing.TB
 	fake *targetstest.Fake
-	led  ledger.Ledger
+	led  *pausingLedger
 	job  *jobs.Job
 	// opts are the targets' options; Backoff is set to backoff.
 	opts targets.Options
@@ -58,10 +60,16 @@ func newBench(t testing.TB, kind, resource, extra string) *bench {
 	if err != nil {
 		t.Fatalf("jobs file %s: %v", file, err)
 	}
-	return &bench{t: t, fake: fake, led: memory.New(nil), job: js["target"]}
+	return &bench{t: t, fake: fake, led: &pausingLedger{Ledger: memory.New(nil)}, job: js["target"]}
 }
 
 func (b *bench) worker() *worker.Worker {
+	b.t.Helper()
+	return b.workerWithLease(3 * time.Second)
+}
+
+// workerWithLease makes a worker whose lease (renewed every third of it) is lease.
+func (b *bench) workerWithLease(lease time.Duration) *worker.Worker {
 	b.t.Helper()
 	o := b.opts
 	o.Backoff = backoff
@@ -72,7 +80,7 @@ func (b *bench) worker() *worker.Worker {
 	b.t.Cleanup(func() { tg.Close() })
 	mux := worker.NewMux()
 	mux.Handle(b.job.Name, tg)
-	w, err := worker.New(&worker.Config{Ledger: b.led, Handler: mux, Lease: 3 * time.Second, MaxAttempts: 5})
+	w, err := worker.New(&worker.Config{Ledger: b.led, Handler: mux, Lease: lease, MaxAttempts: 5})
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -198,8 +206,8 @@ func TestWorkflowsStartsOneExecutionAndWaits(t *testing.T) {
 	if s := b.fake.Started(); len(s) != 1 {
 		t.Fatalf("started %v, want one execution", s)
 	}
-	if l := b.fake.Calls(targetstest.WorkflowsList); len(l) != 0 {
-		t.Fatalf("listed executions %d times for a start recorded at once, want 0", len(l))
+	if l := b.fake.Calls(targetstest.WorkflowsList); len(l) != 1 {
+		t.Fatalf("listed executions %d times, want once, after the start (the duplicate delivery lists nothing)", len(l))
 	}
 }
 
@@ -291,8 +299,8 @@ func TestQuotaDenialOnStartRetriesWithBackoff(t *testing.T) {
 	if n := len(b.fake.Calls(targetstest.WorkflowsCreate)); n != 3 {
 		t.Fatalf("%d create calls, want 3 (two denied, one started)", n)
 	}
-	if n := len(b.fake.Calls(targetstest.WorkflowsList)); n != 0 {
-		t.Fatalf("%d look-ups after denied starts, want none", n)
+	if n := len(b.fake.Calls(targetstest.WorkflowsList)); n != 1 {
+		t.Fatalf("%d listings, want one: after the start, none after the denied ones", n)
 	}
 	started := b.fake.Started()
 	if len(started) != 1 {
@@ -398,61 +406,72 @@ func TestWorkflowsUncertainStartIsLookedUpFirst(t *testing.T) {
 			time.Sleep(time.Until(v.RetryAt))
 			b.verdict(process(b, w, m), worker.OutcomeCompleted)
 			calls := b.fake.Calls(targetstest.WorkflowsCreate, targetstest.WorkflowsList)
-			if len(calls) != 3 || calls[1].Method != targetstest.WorkflowsList || calls[2].Method != targetstest.WorkflowsCreate {
-				t.Fatalf("calls %v, want create (%s), list, create", calls, status.Code(answer))
+			// Every start is listed after (found nothing here); the next attempt looks up
+			// first.
+			want := []string{targetstest.WorkflowsCreate, targetstest.WorkflowsList, targetstest.WorkflowsList, targetstest.WorkflowsCreate, targetstest.WorkflowsList}
+			if len(calls) != len(want) {
+				t.Fatalf("calls %v, want create (%s), list; list, create, list", calls, status.Code(answer))
+			}
+			for i, c := range calls {
+				if c.Method != want[i] {
+					t.Fatalf("calls %v, want create (%s), list; list, create, list", calls, status.Code(answer))
+				}
 			}
 			key := ledger.EffectKey(m.Identity.RunID, worker.RunEffect)
-			if f := calls[1].Request.(*executionspb.ListExecutionsRequest).GetFilter(); f != fmt.Sprintf("labels.%s=%q", targets.LabelEffect, key[:63]) {
+			if f := calls[2].Request.(*executionspb.ListExecutionsRequest).GetFilter(); f != fmt.Sprintf("labels.%s=%q", targets.LabelEffect, key[:63]) {
 				t.Fatalf("list filter %q, want the effect key's label", f)
 			}
-			if l := calls[2].Request.(*executionspb.CreateExecutionRequest).GetExecution().GetLabels()[targets.LabelEffect]; l != key[:63] {
+			if l := calls[3].Request.(*executionspb.CreateExecutionRequest).GetExecution().GetLabels()[targets.LabelEffect]; l != key[:63] {
 				t.Fatalf("second create labelled %q, want the same effect's key %q", l, key[:63])
 			}
 		})
 	}
 }
 
-// The API started the execution and its answer was an error that may mean so: the next
-// attempt finds the execution (Workflows by label, Cloud Run by its environment override,
-// Cloud Build by its substitution) and follows it instead of starting another.
+// The API started the execution and its answer was an error that may mean so: the
+// listing after the start finds the execution (Workflows by label, Cloud Run by its
+// environment override, Cloud Build by its substitution) and the run follows it; when
+// that listing fails too, the next attempt's look-up finds it. Another run's execution
+// is passed over either way.
 func TestLostAnswerOnStartIsFoundNotRepeated(t *testing.T) {
-	for _, kind := range []struct{ kind, resource, start, list, extra string }{
-		{jobs.KindWorkflows, workflow, targetstest.WorkflowsCreate, targetstest.WorkflowsList, ""},
-		{jobs.KindCloudRun, runJob, targetstest.RunJobsRun, targetstest.RunExecList, ""},
-		{jobs.KindCloudBuild, buildTrig, targetstest.BuildTriggerRun, targetstest.BuildList, `, "wait": true`},
-	} {
-		t.Run(kind.kind, func(t *testing.T) {
-			b := newBench(t, kind.kind, kind.resource, kind.extra)
-			w := b.worker()
-			// Another run's execution, which the look-up must pass over.
-			other := newMessage(`{}`)
-			ch := process(b, w, other)
-			if err := b.fake.Finish(b.waitStarted(1), targetstest.Succeeded); err != nil {
-				t.Fatal(err)
-			}
-			b.verdict(ch, worker.OutcomeCompleted)
+	for _, kind := range apiKinds {
+		for _, listing := range []string{"same-attempt", "next-attempt"} {
+			t.Run(kind.kind+"/"+listing, func(t *testing.T) {
+				b := newBench(t, kind.kind, kind.resource, `, "wait": true`)
+				w := b.worker()
+				other := newMessage(`{}`)
+				ch := process(b, w, other)
+				if err := b.fake.Finish(b.waitStarted(1), targetstest.Succeeded); err != nil {
+					t.Fatal(err)
+				}
+				b.verdict(ch, worker.OutcomeCompleted)
+				lists := len(b.fake.Calls(kind.list))
 
-			b.fake.LoseNextAnswer(kind.start, targetstest.Status(codes.DeadlineExceeded, "timed out"))
-			m := newMessage(`{}`)
-			v := b.verdict(process(b, w, m), worker.OutcomeReleased)
-			name := b.waitStarted(2)
-			time.Sleep(time.Until(v.RetryAt))
-			ch = process(b, w, m)
-			time.Sleep(3 * testPoll)
-			if err := b.fake.Finish(name, targetstest.Succeeded); err != nil {
-				t.Fatal(err)
-			}
-			b.verdict(ch, worker.OutcomeCompleted)
-			if s := b.fake.Started(); len(s) != 2 {
-				t.Fatalf("started %v, want one execution per run", s)
-			}
-			if n := len(b.fake.Calls(kind.list)); n != 1 {
-				t.Fatalf("%d look-ups, want 1", n)
-			}
-			if got := b.ref(m); got != name {
-				t.Fatalf("recorded %q, want the execution the lost answer started, %s", got, name)
-			}
-		})
+				b.fake.LoseNextAnswer(kind.start, targetstest.Status(codes.DeadlineExceeded, "timed out"))
+				m := newMessage(`{}`)
+				if listing == "next-attempt" {
+					b.fake.FailNext(kind.list, targetstest.Status(codes.Unavailable, "try again"))
+					v := b.verdict(process(b, w, m), worker.OutcomeReleased)
+					time.Sleep(time.Until(v.RetryAt))
+				}
+				ch = process(b, w, m)
+				name := b.waitStarted(2)
+				time.Sleep(3 * testPoll)
+				if err := b.fake.Finish(name, targetstest.Succeeded); err != nil {
+					t.Fatal(err)
+				}
+				b.verdict(ch, worker.OutcomeCompleted)
+				if s := b.fake.Started(); len(s) != 2 {
+					t.Fatalf("started %v, want one execution per run", s)
+				}
+				if n := len(b.fake.Calls(kind.list)) - lists; n != 1 && listing == "same-attempt" || n != 2 && listing == "next-attempt" {
+					t.Fatalf("%d listings, want one per attempt", n)
+				}
+				if got := b.ref(m); got != name {
+					t.Fatalf("recorded %q, want the execution the lost answer started, %s", got, name)
+				}
+			})
+		}
 	}
 }
 
@@ -635,13 +654,14 @@ func TestFailedLookUpIsRetriedWithinTheAttempt(t *testing.T) {
 			b := newBench(t, kind.kind, kind.resource, `, "wait": false`)
 			w := b.worker()
 			b.fake.LoseNextAnswer(kind.start, targetstest.Status(codes.Internal, "backend error"))
+			b.fake.FailNext(kind.list, targetstest.Status(codes.Unavailable, "try again")) // the listing after the start
 			m := newMessage(`{}`)
 			v := b.verdict(process(b, w, m), worker.OutcomeReleased)
 			time.Sleep(time.Until(v.RetryAt))
 			b.fake.FailNext(kind.list, targetstest.QuotaExceeded("read", "read_requests"), targetstest.Status(codes.Unavailable, "try again"))
 			b.verdict(process(b, w, m), worker.OutcomeCompleted)
-			if n := len(b.fake.Calls(kind.list)); n != 3 {
-				t.Fatalf("%d look-ups, want 3 (two failed, then found) within the attempt", n)
+			if n := len(b.fake.Calls(kind.list)); n != 4 {
+				t.Fatalf("%d listings, want 4: one after the start, then 3 in the look-up (two failed, then found)", n)
 			}
 			started := b.fake.Started()
 			if r := b.run(m); r.Attempt != 2 || len(started) != 1 || b.ref(m) != started[0] {
@@ -731,10 +751,192 @@ func TestStartInFlightAtShutdownIsRecorded(t *testing.T) {
 					}
 					b.verdict(ch, worker.OutcomeCompleted)
 				}
-				if n := len(b.fake.Calls(kind.list)); n != 0 || len(b.fake.Started()) != 1 {
-					t.Fatalf("%d look-ups and %v started, want none and the one", n, b.fake.Started())
+				// One listing, after the start; none by the next attempt.
+				if n := len(b.fake.Calls(kind.list)); n != 1 || len(b.fake.Started()) != 1 {
+					t.Fatalf("%d listings and %v started, want one and the one", n, b.fake.Started())
 				}
 			})
 		}
 	}
+}
+
+// operatorRelease is an operator's release of the run's attempt (its holder looks gone).
+func (b *bench) operatorRelease(m *queue.Message) {
+	b.t.Helper()
+	if _, err := b.led.OperatorRelease(b.t.Context(), &ledger.OperatorParams{RunID: m.Identity.RunID, Actor: "ops@example.com", Reason: "holder looks stuck"}); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// pausedLease is the lease of a worker standing for a paused holder: it renews too
+// rarely to learn of an operator's release during the test, as a paused process would.
+const pausedLease = time.Minute
+
+// The fencing window, a start on the wire: attempt 1's call is held mid-flight and an
+// operator releases the run. On Workflows, attempt 2 looks up (nothing), starts and
+// records its own; then attempt 1's call lands, attempt 1 learns the fence no longer
+// holds, lists the executions carrying the key and cancels its own, the newer: one
+// execution runs, the one the run recorded. On Cloud Run and Cloud Build a look-up that
+// finds nothing proves nothing, so attempt 2 fails the run for an operator instead of
+// starting; attempt 1's late start is then the only execution, and is kept.
+func TestFencedStartLandingLateIsCancelled(t *testing.T) {
+	for _, kind := range apiKinds {
+		t.Run(kind.kind, func(t *testing.T) {
+			b := newBench(t, kind.kind, kind.resource, `, "wait": false`)
+			paused, other := b.workerWithLease(pausedLease), b.worker()
+			h := b.fake.HoldNext(kind.start)
+			m := newMessage(`{}`)
+			first := process(b, paused, m)
+			<-h.Arrived()
+			b.operatorRelease(m)
+			if kind.kind != jobs.KindWorkflows {
+				b.verdict(process(b, other, m), worker.OutcomeFailed)
+				wantResolution(t, b.run(m), worker.RunEffect)
+				h.Release()
+				b.verdict(first, worker.OutcomeLeaseLost)
+				if started, running := b.fake.Started(), b.fake.Running(); len(started) != 1 || len(running) != 1 || len(b.fake.Calls(kind.cancel)) != 0 {
+					t.Fatalf("started %v, running %v, cancels %v: want attempt 1's late start, kept", started, running, b.fake.Calls(kind.cancel))
+				}
+				return
+			}
+			b.verdict(process(b, other, m), worker.OutcomeCompleted)
+			recorded := b.ref(m)
+			h.Release()
+			b.verdict(first, worker.OutcomeLeaseLost)
+
+			started := b.fake.Started()
+			if len(started) != 2 || recorded != started[0] {
+				t.Fatalf("started %v, recorded %q: want attempt 2's start recorded, then attempt 1's", started, recorded)
+			}
+			if running := b.fake.Running(); len(running) != 1 || running[0] != recorded {
+				t.Fatalf("running %v, want only the recorded execution %s", running, recorded)
+			}
+			if c := b.fake.Calls(kind.cancel); len(c) != 1 || c[0].Name != started[1] {
+				t.Fatalf("cancels %v, want one, of the late start %s", c, started[1])
+			}
+		})
+	}
+}
+
+// The fencing window on Workflows, the other way round: attempt 2 looked up (nothing)
+// before attempt 1's held call landed, and starts after it. Attempt 2's start is
+// contested (attempt 1 began it), so it lists again, keeps the older execution, records
+// it and cancels its own.
+func TestWorkflowsStartRacingAnOlderOneFollowsTheOlder(t *testing.T) {
+	b := newBench(t, jobs.KindWorkflows, workflow, `, "wait": false`)
+	paused, other := b.workerWithLease(pausedLease), b.workerWithLease(pausedLease)
+	start := b.fake.HoldNext(targetstest.WorkflowsCreate)
+	m := newMessage(`{}`)
+	first := process(b, paused, m)
+	<-start.Arrived()
+	b.operatorRelease(m)
+	// Attempt 2's look-up reads "nothing"; its answer waits until attempt 1's start has
+	// landed.
+	look := b.fake.HoldNextAnswer(targetstest.WorkflowsList)
+	second := process(b, other, m)
+	<-look.Arrived()
+	start.Release()
+	b.verdict(first, worker.OutcomeLeaseLost)
+	look.Release()
+	b.verdict(second, worker.OutcomeCompleted)
+
+	started := b.fake.Started()
+	if len(started) != 2 || b.ref(m) != started[0] {
+		t.Fatalf("started %v, recorded %q: want attempt 1's late start (the older) recorded", started, b.ref(m))
+	}
+	if running := b.fake.Running(); len(running) != 1 || running[0] != started[0] {
+		t.Fatalf("running %v, want only the older execution %s", running, started[0])
+	}
+	if c := b.fake.Calls(targetstest.WorkflowsCancel); len(c) != 1 || c[0].Name != started[1] {
+		t.Fatalf("cancels %v, want one, of the newer start %s", c, started[1])
+	}
+}
+
+// The fencing window before the call: attempt 1 recorded the start and was paused
+// before making it; meanwhile an operator released the run and attempt 2 took the start
+// over (Workflows: looked up, started and recorded it; Cloud Run and Cloud Build: failed
+// the run for an operator). Attempt 1 confirms its fence with the ledger immediately
+// before the call, finds it lost and starts nothing.
+func TestFenceIsConfirmedImmediatelyBeforeTheStart(t *testing.T) {
+	for _, kind := range apiKinds {
+		t.Run(kind.kind, func(t *testing.T) {
+			b := newBench(t, kind.kind, kind.resource, `, "wait": false`)
+			arrived, resume := b.led.pauseNextBeginEffect()
+			m := newMessage(`{}`)
+			paused := process(b, b.workerWithLease(pausedLease), m)
+			<-arrived
+			b.operatorRelease(m)
+			want := worker.OutcomeCompleted
+			if kind.kind != jobs.KindWorkflows {
+				want = worker.OutcomeFailed
+			}
+			b.verdict(process(b, b.worker(), m), want)
+			resume()
+			b.verdict(paused, worker.OutcomeLeaseLost)
+
+			if started := b.fake.Started(); len(started) > 1 || len(started) == 1 && b.ref(m) != started[0] {
+				t.Fatalf("started %v, recorded %q: the fenced attempt started after it resumed", started, b.ref(m))
+			}
+		})
+	}
+}
+
+// The fencing window on Workflows between a look-up and the start: attempt 2 looked up
+// (nothing) and was paused; meanwhile an operator released the run and attempt 3
+// started and recorded the execution. Attempt 2 confirms its fence before the call and
+// starts nothing.
+func TestWorkflowsFenceIsConfirmedAfterTheLookUp(t *testing.T) {
+	b := newBench(t, jobs.KindWorkflows, workflow, `, "wait": false`)
+	w := b.worker()
+	b.fake.FailNext(targetstest.WorkflowsCreate, targetstest.Status(codes.Unavailable, "connection reset"))
+	m := newMessage(`{}`)
+	v := b.verdict(process(b, w, m), worker.OutcomeReleased)
+	time.Sleep(time.Until(v.RetryAt))
+
+	look := b.fake.HoldNextAnswer(targetstest.WorkflowsList)
+	paused := process(b, b.workerWithLease(pausedLease), m)
+	<-look.Arrived()
+	b.operatorRelease(m)
+	b.verdict(process(b, w, m), worker.OutcomeCompleted)
+	look.Release()
+	b.verdict(paused, worker.OutcomeLeaseLost)
+
+	if started := b.fake.Started(); len(started) != 1 || b.ref(m) != started[0] {
+		t.Fatalf("started %v, recorded %q: a fenced attempt started after its look-up", started, b.ref(m))
+	}
+}
+
+// pausingLedger is a real ledger whose next BeginEffect, once armed, is written and then
+// answered only when resumed: its attempt is paused between recording a start and
+// making it.
+type pausingLedger struct {
+	ledger.Ledger
+	mu     sync.Mutex
+	armed  bool
+	pause  chan struct{}
+	resume chan struct{}
+}
+
+// pauseNextBeginEffect arms the pause: arrived is closed when the next BeginEffect was
+// written, and resume lets it answer.
+func (l *pausingLedger) pauseNextBeginEffect() (arrived <-chan struct{}, resume func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.armed, l.pause, l.resume = true, make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r := l.resume
+	return l.pause, func() { once.Do(func() { close(r) }) }
+}
+
+func (l *pausingLedger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
+	res, err := l.Ledger.BeginEffect(ctx, p)
+	l.mu.Lock()
+	armed, pause, resume := l.armed, l.pause, l.resume
+	l.armed = false
+	l.mu.Unlock()
+	if armed {
+		close(pause)
+		<-resume
+	}
+	return res, err
 }

@@ -79,24 +79,32 @@ func (w *workflows) start(ctx context.Context, j *worker.Job, id Identity, effec
 }
 
 // find lists the workflow's executions with the AIP-160 filter labels.runonce_effect="…"
-// (executions.list filters by label).
-func (w *workflows) find(ctx context.Context, effectKey string) (string, error) {
+// (executions.list filters by label): every one it answers carries the key, and none
+// proves there is none.
+func (w *workflows) find(ctx context.Context, effectKey string) ([]execution, error) {
 	it := w.c.ListExecutions(ctx, &executionspb.ListExecutionsRequest{
 		Parent: w.workflow, Filter: fmt.Sprintf("labels.%s=%q", LabelEffect, label(effectKey)),
 	})
+	var out []execution
 	for {
 		e, err := it.Next()
 		if errors.Is(err, iterator.Done) {
-			return "", nil
+			return out, nil
 		}
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		// The filter selected it; a view without labels is trusted, a different label is not.
 		if v, ok := e.GetLabels()[LabelEffect]; !ok || v == label(effectKey) {
-			return e.GetName(), nil
+			out = append(out, execution{name: e.GetName(), created: e.GetStartTime().AsTime()})
 		}
 	}
+}
+
+// cancel cancels an execution (executions.cancel).
+func (w *workflows) cancel(ctx context.Context, name string) error {
+	_, err := w.c.CancelExecution(ctx, &executionspb.CancelExecutionRequest{Name: name})
+	return err
 }
 
 func (w *workflows) describe(_ context.Context, effectKey string) string {

@@ -29,7 +29,10 @@
 //     key: an effect an earlier attempt began and did not finish is skipped and reported.
 //     StartEffect records the start of an execution elsewhere with its name, so that a
 //     later attempt follows that execution instead of starting another (package targets
-//     starts Workflows executions, Cloud Run jobs and builds with it).
+//     starts Workflows executions, Cloud Run jobs and builds with it); a start whose
+//     outcome is unknown is looked up, never made blindly, and one that cannot be settled
+//     fails the run for an operator to resolve. ConfirmFence renews the lease at once,
+//     for a call a fenced attempt must not make (such as a start).
 //   - A handler's error decides the run: nil completes it; Permanent(err) fails it; any
 //     other error, a RetryAfter or a panic releases it for a retry, until the job's
 //     attempts are exhausted, when it fails. An operator's retry (ledger.Ledger.Retry)

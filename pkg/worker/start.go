@@ -130,6 +130,28 @@ func StartEffect(ctx context.Context, name string, fn func(ctx context.Context, 
 	return nil, Permanent(fmt.Errorf("worker: %d starts of %s were refused", maxStartTries, name))
 }
 
+// ConfirmFence renews the lease of the job's attempt now, confirming with the ledger
+// that no other attempt has taken the run over (a lease that ran out while this one was
+// paused, an operator's release or cancel): call it immediately before a call that a
+// fenced attempt must not make, such as StartEffect's fn before it starts an execution
+// the API cannot deduplicate. Until the next renewal an attempt learns of a takeover
+// only here. The lease then lasts a full Config.Lease from the renewal, so no other
+// attempt can take the run over meanwhile unless an operator acts. It returns an error
+// wrapping ledger.ErrLeaseLost, and cancels the job's context, when the attempt was
+// fenced out; any other error means the fence could not be confirmed. ErrNotInJob
+// outside a job.
+func ConfirmFence(ctx context.Context) error {
+	a := attemptFrom(ctx)
+	if a == nil {
+		return ErrNotInJob
+	}
+	w := a.w
+	if _, err := w.cfg.Ledger.Renew(ctx, &ledger.RenewParams{Fence: a.fence, Lease: w.cfg.Lease, Retention: w.cfg.Retention}); err != nil {
+		return a.ledgerError(ctx, "confirm the fence", err)
+	}
+	return nil
+}
+
 // resolveHint tells an operator how to resolve the uncertain start recorded under the
 // effect name of run runID once the run has failed: both outcomes of `runonce runs
 // resolve` (POST /v1/runs/{run_id}:resolve, ledger ResolveEffect).

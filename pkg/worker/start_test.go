@@ -90,3 +90,38 @@ func TestStartEffectNamesTheResolutionOfAnUncertainStart(t *testing.T) {
 		}
 	}
 }
+
+// ConfirmFence renews the attempt's lease at once, and once an operator released the
+// run it refuses with ErrLeaseLost and cancels the job, before the next renewal would.
+func TestConfirmFenceRenewsAndRefusesAFencedAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, &worker.Config{Lease: time.Minute, MaxAttempts: 3}) // no renewal during the test
+	var first, second, cause error
+	var deadline time.Time
+	var sent time.Time
+	b.mux.HandleFunc("start", func(ctx context.Context, j *worker.Job) error {
+		time.Sleep(100 * time.Millisecond) // the claim's lease is older than the renewal's
+		sent = time.Now()
+		first = worker.ConfirmFence(ctx)
+		deadline = b.run(j.RunID).Deadline
+		if _, err := b.ledger.OperatorRelease(ctx, &ledger.OperatorParams{RunID: j.RunID, Actor: "ops@example.com", Reason: "stuck"}); err != nil {
+			return err
+		}
+		second = worker.ConfirmFence(ctx)
+		cause = context.Cause(ctx)
+		return second
+	})
+	m := message("start", "k", "{}")
+	if v := b.process(m); v.Outcome != worker.OutcomeLeaseLost {
+		t.Fatalf("verdict %s, want lease lost", v.Outcome)
+	}
+	if first != nil || deadline.Before(sent.Add(time.Minute-20*time.Millisecond)) {
+		t.Fatalf("first ConfirmFence = %v with the lease until %s (%s after it was sent); want nil and a fresh lease", first, deadline, deadline.Sub(sent))
+	}
+	if !errors.Is(second, ledger.ErrLeaseLost) || !errors.Is(cause, ledger.ErrLeaseLost) {
+		t.Fatalf("ConfirmFence after the release = %v, job cause %v; want ErrLeaseLost for both", second, cause)
+	}
+	if err := worker.ConfirmFence(t.Context()); !errors.Is(err, worker.ErrNotInJob) {
+		t.Fatalf("ConfirmFence outside a job = %v, want ErrNotInJob", err)
+	}
+}
