@@ -37,9 +37,17 @@
 // Nothing is started after the answer is written.
 //
 // The key (DeriveKey) follows docs/design.md: Cloud Scheduler's job name and strict RFC 3339
-// schedule time normalised to UTC, else Idempotency-Key, else the JSON body's job_key;
-// a schedule time further in the future than MaxSkew is a forced run and refused. The
-// namespace and the path's job are part of every run ID.
+// schedule time normalised to UTC, else Idempotency-Key, else the job_key of a body
+// declared JSON (Content-Type: application/json); a schedule time further in the future
+// than MaxSkew is a forced run and refused. The namespace and the path's job are part
+// of every run ID.
+//
+// A request that can change state (every method but GET, HEAD and OPTIONS) that a
+// browser sends from a page of another origin is refused with 403 on every route, and
+// an operator's action must declare its JSON body (Content-Type: application/json, else
+// 415): a web page can post text/plain or form bodies anywhere without a CORS
+// preflight, never JSON. Clients that are not browsers send no Origin and are not
+// affected.
 //
 // Logs carry run_id, job, outcome and the key's source, never the payload; values the
 // caller supplied are escaped (obs.Clean).

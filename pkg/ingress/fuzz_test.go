@@ -1,6 +1,7 @@
 package ingress_test
 
 import (
+	"mime"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -19,36 +20,43 @@ var strictRFC3339 = regexp.MustCompile(`^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[
 // derivation. It must never panic; an accepted schedule time must be strict RFC 3339;
 // an accepted request must yield a valid run ID that is
 // deterministic, names a UTC schedule time no further than the skew ahead, and is the
-// same for the same instant written at another UTC offset and in another header case.
+// same for the same instant written at another UTC offset and in another header case;
+// a body's job_key keys a run only when the body is declared JSON.
 func FuzzDeriveKey(f *testing.F) {
 	now := time.Date(2026, 11, 1, 12, 0, 30, 0, time.UTC)
-	for _, s := range []struct{ name, ts, idem, body string }{
-		{"daily-report", "2026-11-01T12:00:00Z", "", ""},
-		{"daily-report", "2026-11-01T05:00:00-07:00", "", `{"a":1}`},
-		{"daily-report", "2026-11-01T12:00:00.123456789+00:00", "", ""},
-		{"daily-report", "2026-11-01 12:00:00Z", "", ""},
-		{"daily-report", "2026-11-01T12:00:00+0000", "", ""},
-		{"daily-report", "2026-11-01T12:05:00Z", "", ""},
-		{"j", "", "", ""},
-		{"", "2026-11-01T12:00:00Z", "", ""},
-		{"", "", "daily-report:2026-11-01", ""},
-		{"", "", `"quoted \"key\""`, ""},
-		{"", "", `"unterminated`, ""},
-		{"", "", "", `{"job_key":"k-1"}`},
-		{"", "", "", `{"job_key":7}`},
-		{"", "", "", `{"job_key":"a\u202eb"}`},
-		{"", "", "", "\x00\xff"},
-		{"a b", "2026-11-01T12:00:00Z", "", ""},
-		{"", "", "", `{"job_key":""}`},
-		{"j", "", "forced-1", ""},
-		{"daily-report", "2026-11-01T12:00:00,5Z", "", ""},
-		{"daily-report", "2026-11-01T1:00:00Z", "", ""},
-		{"daily-report", "2026-11-01T12:00:00+24:01", "", ""},
+	for _, s := range []struct{ name, ts, idem, body, ct string }{
+		{"daily-report", "2026-11-01T12:00:00Z", "", "", ""},
+		{"daily-report", "2026-11-01T05:00:00-07:00", "", `{"a":1}`, ""},
+		{"daily-report", "2026-11-01T12:00:00.123456789+00:00", "", "", ""},
+		{"daily-report", "2026-11-01 12:00:00Z", "", "", ""},
+		{"daily-report", "2026-11-01T12:00:00+0000", "", "", ""},
+		{"daily-report", "2026-11-01T12:05:00Z", "", "", ""},
+		{"j", "", "", "", ""},
+		{"", "2026-11-01T12:00:00Z", "", "", ""},
+		{"", "", "daily-report:2026-11-01", "", ""},
+		{"", "", `"quoted \"key\""`, "", ""},
+		{"", "", `"unterminated`, "", ""},
+		{"", "", "", `{"job_key":"k-1"}`, "application/json"},
+		{"", "", "", `{"job_key":"k-1"}`, "text/plain"},
+		{"", "", "", `{"job_key":"k-1"}`, "application/json; charset=utf-8"},
+		{"", "", "", `{"job_key":"k-1"}`, "application/json; charset"},
+		{"", "", "", `{"job_key":7}`, "application/json"},
+		{"", "", "", `{"job_key":"a\u202eb"}`, "application/json"},
+		{"", "", "", "\x00\xff", ""},
+		{"a b", "2026-11-01T12:00:00Z", "", "", ""},
+		{"", "", "", `{"job_key":""}`, "application/json"},
+		{"j", "", "forced-1", "", ""},
+		{"daily-report", "2026-11-01T12:00:00,5Z", "", "", ""},
+		{"daily-report", "2026-11-01T1:00:00Z", "", "", ""},
+		{"daily-report", "2026-11-01T12:00:00+24:01", "", "", ""},
 	} {
-		f.Add(s.name, s.ts, s.idem, s.body)
+		f.Add(s.name, s.ts, s.idem, s.body, s.ct)
 	}
-	f.Fuzz(func(t *testing.T, name, ts, idem, body string) {
+	f.Fuzz(func(t *testing.T, name, ts, idem, body, ct string) {
 		h := http.Header{}
+		if ct != "" {
+			h["content-type"] = []string{ct}
+		}
 		if name != "" {
 			h["x-cloudscheduler-jobname"] = []string{name}
 		}
@@ -96,7 +104,12 @@ func FuzzDeriveKey(f *testing.F) {
 					t.Fatalf("offset %d: %+v %v, want run %s", off, k2, err, id.RunID)
 				}
 			}
-		case ingress.SourceIdempotencyKey, ingress.SourceJobKey:
+		case ingress.SourceJobKey:
+			if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+				t.Fatalf("job_key read from a body declared %q", ct)
+			}
+			fallthrough
+		case ingress.SourceIdempotencyKey:
 			if !id.ScheduleTime.IsZero() || id.RunID != ledger.KeyedRunID("ns", "job", id.Key) {
 				t.Fatalf("keyed identity %+v", id)
 			}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/runonce/runonce/internal/jsonhttp"
 	"github.com/runonce/runonce/internal/obs"
+	"github.com/runonce/runonce/internal/sameorigin"
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/ledger"
@@ -100,6 +101,7 @@ type Handler struct {
 	known   string // the accepted jobs, listed for a 404
 	log     *slog.Logger
 	mux     *http.ServeMux
+	ui      *ui
 	handler http.Handler
 	m       instruments
 }
@@ -182,7 +184,8 @@ func New(cfg Config) (*Handler, error) {
 			r.Method, obs.Clean(r.URL.Path)))
 	})
 	h.mux = mux
-	h.handler = (&obs.Tracing{Provider: cfg.TracerProvider, Propagator: obs.Propagator()}).Handler(obs.WithTrace(cfg.TraceProject, mux))
+	h.ui = u
+	h.handler = (&obs.Tracing{Provider: cfg.TracerProvider, Propagator: obs.Propagator()}).Handler(obs.WithTrace(cfg.TraceProject, h.sameOrigin(mux)))
 	return h, nil
 }
 
@@ -195,6 +198,33 @@ func wantsHTML(r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// sameOrigin refuses, on every route, a request that a browser sent from a page of
+// another origin with a method that can change state (sameorigin.Check): posting a
+// run, an operator's action, a dashboard form. Without it any page an operator visits
+// could post a text/plain "form" to the API with the operator's access (with -auth none,
+// anyone's). Callers that are not browsers send no Origin and pass. The refusal is a 403
+// naming the problem: a page under /ui/, JSON elsewhere.
+func (h *Handler) sameOrigin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := sameorigin.Check(r)
+		if err == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx := r.Context()
+		h.log.WarnContext(ctx, "cross-origin request refused", slog.String("method", obs.Clean(r.Method)), slog.String("path", obs.Clean(r.URL.Path)),
+			slog.String("origin", obs.Clean(r.Header.Get("Origin"))), slog.String("sec_fetch_site", obs.Clean(r.Header.Get("Sec-Fetch-Site"))))
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/ui/"):
+			h.ui.fail(w, http.StatusForbidden, uiPage{}, err.Error())
+			return
+		case strings.HasPrefix(r.URL.Path, "/v1/jobs/"):
+			h.m.request(ctx, OutcomeCrossOrigin, "")
+		}
+		writeError(w, http.StatusForbidden, err.Error())
+	})
 }
 
 // ServeHTTP implements http.Handler.
@@ -221,6 +251,8 @@ const (
 	OutcomeBadRequest      = "bad_request"
 	OutcomeUnauthenticated = "unauthenticated"
 	OutcomeForbidden       = "forbidden"
+	// OutcomeCrossOrigin: a browser posted from a page of another origin (403).
+	OutcomeCrossOrigin     = "cross_origin"
 	OutcomeUnknownJob      = "unknown_job"
 	OutcomeTooLarge        = "too_large"
 	OutcomePayloadMismatch = "payload_mismatch"

@@ -176,6 +176,7 @@ func TestContract(t *testing.T) {
 		},
 		{
 			name: "job_key in the JSON body", method: "POST", path: "/v1/jobs/daily-report",
+			hdr:        map[string]string{"Content-Type": "application/json; charset=utf-8"},
 			body:       `{"job_key":"daily-report:2026-11-01","x":1}`,
 			wantStatus: 202, wantBody: map[string]any{"run_id": ledger.KeyedRunID(ns, "daily-report", "daily-report:2026-11-01")}, wantPublished: 1,
 		},
@@ -257,7 +258,32 @@ func TestContract(t *testing.T) {
 		},
 		{
 			name: "job_key not a string", method: "POST", path: "/v1/jobs/daily-report", body: `{"job_key":7}`,
+			hdr:        map[string]string{"Content-Type": "application/json"},
 			wantStatus: 400, wantBody: map[string]any{"error": `"job_key" must be a string`},
+		},
+		{
+			name: "job_key in a body not declared JSON", method: "POST", path: "/v1/jobs/daily-report",
+			hdr: map[string]string{"Content-Type": "text/plain"}, body: `{"job_key":"daily-report:2026-11-01"}`,
+			wantStatus: 400, wantBody: map[string]any{"error": `the body has a "job_key" field, but Content-Type "text/plain" is not application/json`},
+		},
+		{
+			name: "job_key in a body without a Content-Type", method: "POST", path: "/v1/jobs/daily-report",
+			body:       `{"job_key":"daily-report:2026-11-01"}`,
+			wantStatus: 400, wantBody: map[string]any{"error": `the body has a "job_key" field, but the request has no Content-Type`},
+		},
+		{
+			name: "a JSON body without job_key is not a key", method: "POST", path: "/v1/jobs/daily-report",
+			hdr: map[string]string{"Content-Type": "application/json"}, body: `{"x":1}`,
+			wantStatus: 400, wantBody: map[string]any{"error": "no run key"},
+		},
+		{
+			name: "Cloud Scheduler's default octet-stream body with its headers", method: "POST", path: "/v1/jobs/daily-report",
+			hdr: map[string]string{
+				ingress.HeaderSchedulerJobName: "daily-report-job", ingress.HeaderSchedulerScheduleTime: st.Format(time.RFC3339),
+				"Content-Type": "application/octet-stream",
+			},
+			body:       `{"job_key":"ignored: the scheduler's headers key the run"}`,
+			wantStatus: 202, wantBody: map[string]any{"run_id": schedID, "status": "queued"}, wantPublished: 1,
 		},
 		{
 			name: "unknown job with a jobs file", cfg: func(c *ingress.Config) { c.Jobs = []string{"other"} },
@@ -659,7 +685,7 @@ func TestMetricsAndLogs(t *testing.T) {
 	b.do(t, "POST", "/v1/jobs/report", map[string]string{"Idempotency-Key": "k"}, secret)
 	b.do(t, "POST", "/v1/jobs/report", map[string]string{"Idempotency-Key": "k"}, secret)
 	b.do(t, "POST", "/v1/jobs/report", map[string]string{"Idempotency-Key": "bad\x80key"}, secret)
-	b.do(t, "POST", "/v1/jobs/report", map[string]string{}, `{"job_key":"line\nbreak\u202e"}`)
+	b.do(t, "POST", "/v1/jobs/report", map[string]string{"Content-Type": "application/json"}, `{"job_key":"line\nbreak\u202e"}`)
 	resp, err := http.Get(b.srv.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)

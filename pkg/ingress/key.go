@@ -3,7 +3,9 @@ package ingress
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"strings"
 	"time"
@@ -57,9 +59,11 @@ func badKey(format string, args ...any) error { return &keyError{fmt.Sprintf(for
 // DeriveKey derives the identity of the run a request asks for, as docs/design.md's "The dedup
 // key" says: the scheduler's X-CloudScheduler-JobName and X-CloudScheduler-ScheduleTime
 // (strict RFC 3339, normalised to UTC; further than maxSkew after now is a forced run
-// and refused), else Idempotency-Key (a bare token or an RFC 8941 string), else the JSON
-// body's job_key. Header names are matched case-insensitively. namespace and job must
-// already be valid. The error, when there is one, names the problem for a 400.
+// and refused), else Idempotency-Key (a bare token or an RFC 8941 string), else the
+// job_key of a body declared JSON (Content-Type: application/json; a job_key in a body
+// declared otherwise is refused, since a web page can post text/plain anywhere). Header
+// names are matched case-insensitively. namespace and job must already be valid. The
+// error, when there is one, names the problem for a 400.
 func DeriveKey(namespace, job string, h http.Header, body []byte, now time.Time, maxSkew time.Duration) (*Key, error) {
 	id := ledger.Identity{Namespace: namespace, Job: job, PayloadHash: ledger.PayloadHash(body)}
 	names, err := headerValue(h, HeaderSchedulerJobName)
@@ -97,11 +101,17 @@ func DeriveKey(namespace, job string, h http.Header, body []byte, now time.Time,
 		return &Key{Identity: id, Source: SourceIdempotencyKey}, nil
 	}
 	k, found, err := bodyJobKey(body)
+	if ctErr := jsonContent(h); ctErr != nil && (found || err != nil) {
+		// The body is read for a key only when it is declared JSON: a web page's
+		// text/plain form post must not key (and so create) a run.
+		return nil, badKey("the body has a %q field, but %v: %q is read only from a body declared JSON; send Content-Type: application/json, or an %s header",
+			BodyFieldJobKey, ctErr, BodyFieldJobKey, HeaderIdempotencyKey)
+	}
 	if err != nil {
 		return nil, err
 	}
 	if !found {
-		return nil, badKey("no run key: send %s and %s (Cloud Scheduler), an %s header, or a JSON body with a %q field",
+		return nil, badKey("no run key: send %s and %s (Cloud Scheduler), an %s header, or a JSON body (Content-Type: application/json) with a %q field",
 			HeaderSchedulerJobName, HeaderSchedulerScheduleTime, HeaderIdempotencyKey, BodyFieldJobKey)
 	}
 	id.Key = k
@@ -205,6 +215,28 @@ func parseSFString(v string) (string, bool) {
 		}
 	}
 	return b.String(), true
+}
+
+// jsonContent reports, as an error naming the problem, a request whose body is not
+// declared JSON: Content-Type application/json, parameters allowed. A web page can post
+// text/plain, form and multipart bodies to any site without a CORS preflight, never
+// application/json, so a body is read as JSON only when it says it is.
+func jsonContent(h http.Header) error {
+	v, err := headerValue(h, "Content-Type")
+	if err != nil {
+		return err
+	}
+	if v == nil || *v == "" {
+		return errors.New("the request has no Content-Type")
+	}
+	mt, _, err := mime.ParseMediaType(*v)
+	if err != nil {
+		return fmt.Errorf("Content-Type %s cannot be read: %v", quoted(*v), err)
+	}
+	if mt != "application/json" {
+		return fmt.Errorf("Content-Type %s is not application/json", quoted(*v))
+	}
+	return nil
 }
 
 // bodyJobKey returns the body's job_key when the body is a JSON object that has one.

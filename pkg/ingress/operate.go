@@ -390,6 +390,10 @@ func (h *Handler) postRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, badRunID(id, false)+": an action names the run by its full ID")
 		return
 	}
+	if err := jsonContent(r.Header); err != nil {
+		writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("%v: send the body {\"reason\": \"…\"} with Content-Type: application/json; the run is unchanged", err))
+		return
+	}
 	var req ActionRequest
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxActionBody))
 	if err != nil {

@@ -46,6 +46,9 @@ func operatorBackends() []struct {
 	return out
 }
 
+// jsonBody declares a request's body JSON, as an action's must be.
+var jsonBody = map[string]string{"Content-Type": "application/json"}
+
 func operatorSetup(t *testing.T, open func(tb testing.TB) ledger.Ledger) *bundle {
 	return setup(t, setupOpts{open: open, namespace: "ops-" + uuid.NewString()[:8], cfg: func(c *ingress.Config) { c.Operators = auth.None{} }})
 }
@@ -119,24 +122,24 @@ func TestOperatorsFindUnderstandRetryAndCancel(t *testing.T) {
 
 			// Retry it: queued, republished, its history says who and why.
 			before := b.published()
-			r = b.do(t, http.MethodPost, "/v1/runs/"+id+":retry", nil, `{"reason":"relay fixed"}`)
+			r = b.do(t, http.MethodPost, "/v1/runs/"+id+":retry", jsonBody, `{"reason":"relay fixed"}`)
 			if r.status != http.StatusOK || r.body["status"] != "queued" || r.body["republished"] != true || r.body["attempts_made"] != 0.0 {
 				t.Fatalf("POST :retry = %d %v; want 200 queued, republished, a fresh budget", r.status, r.body)
 			}
 			if got := b.published(); got != before+1 {
 				t.Fatalf("%d messages published by the retry, want 1", got-before)
 			}
-			r = b.do(t, http.MethodPost, "/v1/runs/"+id+":retry", nil, `{"reason":"again"}`)
+			r = b.do(t, http.MethodPost, "/v1/runs/"+id+":retry", jsonBody, `{"reason":"again"}`)
 			if r.status != http.StatusConflict || !strings.Contains(r.body["error"].(string), "only a failed run can be retried") {
 				t.Fatalf("a second :retry = %d %v; want 409 naming the rule", r.status, r.body)
 			}
 
 			// Cancel it while queued; a later duplicate answers 200 cancelled.
-			r = b.do(t, http.MethodPost, "/v1/runs/"+id+":cancel", nil, `{"reason":"duplicate invoices"}`)
+			r = b.do(t, http.MethodPost, "/v1/runs/"+id+":cancel", jsonBody, `{"reason":"duplicate invoices"}`)
 			if r.status != http.StatusOK || r.body["status"] != "cancelled" {
 				t.Fatalf("POST :cancel = %d %v; want 200 cancelled", r.status, r.body)
 			}
-			r = b.do(t, http.MethodPost, "/v1/runs/"+id+":release", nil, `{"reason":"free it"}`)
+			r = b.do(t, http.MethodPost, "/v1/runs/"+id+":release", jsonBody, `{"reason":"free it"}`)
 			if r.status != http.StatusConflict {
 				t.Fatalf("POST :release of a cancelled run = %d %v; want 409", r.status, r.body)
 			}
@@ -159,7 +162,7 @@ func TestDuplicateOfACancelledRunAnswers200(t *testing.T) {
 	hdr := map[string]string{"Idempotency-Key": "nightly-1"}
 	r := b.do(t, http.MethodPost, "/v1/jobs/report", hdr, "{}")
 	id := r.body["run_id"].(string)
-	if r = b.do(t, http.MethodPost, "/v1/runs/"+id+":cancel", nil, `{"reason":"must not go out"}`); r.status != http.StatusOK {
+	if r = b.do(t, http.MethodPost, "/v1/runs/"+id+":cancel", jsonBody, `{"reason":"must not go out"}`); r.status != http.StatusOK {
 		t.Fatalf(":cancel = %d %v", r.status, r.body)
 	}
 	before := b.published()
@@ -247,7 +250,7 @@ func TestOperatorRequestsNameTheProblem(t *testing.T) {
 		{"POST", "/v1/runs/" + id + ":retry", `{"reason":"` + strings.Repeat("x", ledger.MaxReason+1) + `"}`, 400, "reason"},
 		{"DELETE", "/v1/runs/" + id, "", 405, "GET, POST"},
 	} {
-		r := b.do(t, c.method, c.path, nil, c.body)
+		r := b.do(t, c.method, c.path, jsonBody, c.body)
 		msg, _ := r.body["error"].(string)
 		if r.status != c.status || !strings.Contains(msg, c.want) {
 			t.Errorf("%s %.80s %.40s = %d %q; want %d naming %q", c.method, c.path, c.body, r.status, msg, c.status, c.want)
@@ -263,7 +266,7 @@ func TestRetryWhosePublishFailsSaysTheRescuerRepublishes(t *testing.T) {
 	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
 	id := b.failRun(t, "job", "boom")
 	b.pub.fail.Store(true)
-	r := b.do(t, http.MethodPost, "/v1/runs/"+id+":retry", nil, `{"reason":"again"}`)
+	r := b.do(t, http.MethodPost, "/v1/runs/"+id+":retry", jsonBody, `{"reason":"again"}`)
 	if r.status != http.StatusOK || r.body["republished"] != false || !strings.Contains(r.body["warning"].(string), "rescuer") {
 		t.Fatalf(":retry with Pub/Sub down = %d %v; want 200, not republished, a warning naming the rescuer", r.status, r.body)
 	}
@@ -295,7 +298,7 @@ func TestUnsupportedBackendAnswers501(t *testing.T) {
 		t.Fatalf("GET /v1/runs = %d %v; want 501", r.status, r.body)
 	}
 	id := b.do(t, http.MethodPost, "/v1/jobs/j", map[string]string{"Idempotency-Key": "k"}, "{}").body["run_id"].(string)
-	if r := b.do(t, http.MethodPost, "/v1/runs/"+id+":cancel", nil, `{"reason":"x"}`); r.status != http.StatusNotImplemented {
+	if r := b.do(t, http.MethodPost, "/v1/runs/"+id+":cancel", jsonBody, `{"reason":"x"}`); r.status != http.StatusNotImplemented {
 		t.Fatalf(":cancel = %d %v; want 501", r.status, r.body)
 	}
 }
@@ -320,7 +323,7 @@ func TestReadersAndOperatorsAreAllowedSeparately(t *testing.T) {
 	tok := func(email string) map[string]string {
 		c, _ := json.Marshal(map[string]any{"iss": idp.URL, "aud": "aud", "sub": "1", "email": email, "email_verified": true,
 			"iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()})
-		return map[string]string{"Authorization": "Bearer " + oidctest.SignIDToken(key, "k", "RS256", string(c))}
+		return map[string]string{"Authorization": "Bearer " + oidctest.SignIDToken(key, "k", "RS256", string(c)), "Content-Type": "application/json"}
 	}
 	b := setup(t, setupOpts{cfg: func(c *ingress.Config) {
 		c.Auth = newOIDC("scheduler@p.iam.gserviceaccount.com")
@@ -357,7 +360,7 @@ func TestReadersAndOperatorsAreAllowedSeparately(t *testing.T) {
 		t.Fatalf("the cancellation's actor = %v, want the operator's verified email", last["actor"])
 	}
 	nob := setup(t, setupOpts{})
-	if r := nob.do(t, http.MethodPost, "/v1/runs/"+id+":cancel", nil, `{"reason":"x"}`); r.status != http.StatusForbidden || !strings.Contains(r.body["error"].(string), "-operators") {
+	if r := nob.do(t, http.MethodPost, "/v1/runs/"+id+":cancel", jsonBody, `{"reason":"x"}`); r.status != http.StatusForbidden || !strings.Contains(r.body["error"].(string), "-operators") {
 		t.Fatalf("an action with no operators configured = %d %v; want 403 naming -operators", r.status, r.body)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/runonce/runonce/internal/jsonhttp"
+	"github.com/runonce/runonce/internal/sameorigin"
 	"github.com/runonce/runonce/pkg/queue"
 )
 
@@ -109,7 +110,8 @@ func NoAuth(h http.Handler) http.Handler { return h }
 //     done, a duplicate of a finished one, failed for good or can never be run; 503
 //     with Retry-After (Pub/Sub redelivers after its backoff) when the run must come
 //     back later or the worker is stopping; 429 when Config.Concurrency push
-//     deliveries are already running.
+//     deliveries are already running. A post a browser sends from a page of another
+//     origin is refused with 403 before PushAuth sees it (Pub/Sub sends no Origin).
 //
 // The server must not time out push requests shorter than the longest job
 // (http.Server.WriteTimeout 0): a push request lasts as long as its job.
@@ -118,7 +120,9 @@ func (w *Worker) Handler() http.Handler {
 	h.HandleFunc("GET /healthz", func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "ok\n") })
 	h.HandleFunc("GET /readyz", w.ready)
 	if w.cfg.PushAuth != nil {
-		h.Handle("/v1/push", w.cfg.PushAuth(http.HandlerFunc(w.push)))
+		// A push runs any job with any payload: a browser must not post one from a page
+		// of another origin, whatever PushAuth lets through (NoAuth lets everyone).
+		h.Handle("/v1/push", sameorigin.Middleware(w.cfg.PushAuth(http.HandlerFunc(w.push))))
 	}
 	return h
 }

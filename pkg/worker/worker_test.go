@@ -828,6 +828,58 @@ func TestPushDeliveriesAreBoundedByTheConcurrency(t *testing.T) {
 	}
 }
 
+// A push runs any job with any payload, and a web page can post a text/plain "form" to
+// any URL without a preflight: the push endpoint refuses a post a browser sends from a
+// page of another origin, whatever PushAuth lets through, while Pub/Sub's (no Origin)
+// and a same-origin page's still run.
+func TestPushRefusesAPostFromAnotherSite(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, &worker.Config{Lease: time.Second, MaxAttempts: 3})
+	var ran atomic.Int64
+	b.mux.HandleFunc("job", func(context.Context, *worker.Job) error { ran.Add(1); return nil })
+	pushURL := b.pushServer(worker.NoAuth)
+	post := func(key string, hdr map[string]string) (int, string) {
+		m := message("job", key, "{}")
+		env, _ := json.Marshal(map[string]any{"subscription": "projects/p/subscriptions/s", "message": map[string]any{
+			"attributes": m.Attributes(), "data": base64.StdEncoding.EncodeToString(m.Data()), "messageId": key, "publishTime": time.Now().Format(time.RFC3339Nano)}})
+		req, _ := http.NewRequest(http.MethodPost, pushURL, strings.NewReader(string(env)))
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e struct{ Error string }
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return resp.StatusCode, e.Error
+	}
+	for _, hdr := range []map[string]string{
+		{"Content-Type": "text/plain", "Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"},
+		{"Content-Type": "text/plain", "Origin": "https://evil.example"},
+	} {
+		if got, msg := post("from-a-page", hdr); got != http.StatusForbidden || !strings.Contains(msg, "cross-origin request refused") || !strings.Contains(msg, "https://evil.example") {
+			t.Errorf("a cross-site push (%v) = %d %q; want 403 naming the cross-origin request", hdr, got, msg)
+		}
+	}
+	if n := ran.Load(); n != 0 {
+		t.Fatalf("cross-site pushes ran the job %d times", n)
+	}
+	if _, err := b.ledger.Get(t.Context(), &ledger.GetParams{RunID: ledger.KeyedRunID("ns", "job", "from-a-page")}); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("a cross-site push left a run record: %v", err)
+	}
+	if got, msg := post("from-pubsub", map[string]string{"Content-Type": "application/json"}); got != http.StatusNoContent {
+		t.Fatalf("Pub/Sub's push = %d %q, want 204", got, msg)
+	}
+	if got, msg := post("same-origin", map[string]string{"Content-Type": "application/json", "Sec-Fetch-Site": "same-origin"}); got != http.StatusNoContent {
+		t.Fatalf("a same-origin push = %d %q, want 204", got, msg)
+	}
+	if n := ran.Load(); n != 2 {
+		t.Fatalf("the job ran %d times, want 2", n)
+	}
+}
+
 // A handler past its maximum run time is cancelled and its run released: before, a
 // hung handler renewed its lease forever.
 func TestHandlerPastItsMaxRunTimeIsReleased(t *testing.T) {
