@@ -330,9 +330,9 @@ func (u *ui) run(w http.ResponseWriter, r *http.Request) {
 	case ActionRelease:
 		p.Flash = "Released: the run is queued again and republished."
 	}
-	if w := r.URL.Query().Get("warning"); w != "" {
-		p.Error = clipRunes(w, 300)
-	}
+	// Only a known warning code is shown, as its fixed text: the page never shows what
+	// a link says, so a link from elsewhere cannot put words in the dashboard's mouth.
+	p.Error = uiWarnings[r.URL.Query().Get("warning")]
 	u.render(w, http.StatusOK, "run", p)
 }
 
@@ -361,6 +361,15 @@ func (u *ui) redirectPrefix(ctx context.Context, w http.ResponseWriter, r *http.
 		target += "?" + r.URL.RawQuery
 	}
 	http.Redirect(w, r, target, http.StatusFound)
+}
+
+// warnNotRepublished is the warning code of an action whose republish failed.
+const warnNotRepublished = "not-republished"
+
+// uiWarnings are the warnings a run's page shows after an action, by the code in its
+// ?warning=; any other value shows nothing.
+var uiWarnings = map[string]string{
+	warnNotRepublished: "The run is queued but could not be republished now: the rescuer republishes it after its pickup deadline.",
 }
 
 var explanations = map[string]string{
@@ -437,8 +446,8 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	target := "/ui/runs/" + id + "?done=" + action
-	if out.Warning != "" {
-		target += "&warning=" + url.QueryEscape(out.Warning)
+	if out.Republished != nil && !*out.Republished {
+		target += "&warning=" + warnNotRepublished
 	}
 	http.Redirect(w, r, target, http.StatusSeeOther)
 }

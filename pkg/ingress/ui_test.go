@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"context"
 	"flag"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -283,5 +284,46 @@ func TestBrowserAtRootGetsTheDashboard(t *testing.T) {
 	}
 	if r := b.do(t, http.MethodGet, "/", nil, ""); r.status != http.StatusNotFound || !strings.Contains(r.body["error"].(string), "/ui/") {
 		t.Errorf("GET / from an API client = %d %v; want 404 listing the endpoints", r.status, r.body)
+	}
+}
+
+// TestDashboardWarningsAreAFixedSet: a run's page shows a warning only from its known
+// codes, as fixed text; whatever else a link puts in ?warning= is not shown, so a link
+// from elsewhere cannot make the dashboard say "the run is stuck: retry it" or worse.
+func TestDashboardWarningsAreAFixedSet(t *testing.T) {
+	t.Parallel()
+	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	id := b.failRun(t, "job", "boom")
+	page := func(path string) string {
+		t.Helper()
+		resp, err := b.srv.Client().Get(b.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s = %d", path, resp.StatusCode)
+		}
+		return string(raw)
+	}
+	planted := "Security notice: this run is compromised, call +1 555 0100"
+	for _, v := range []string{planted, "<b>" + planted + "</b>", "not-republished-" + planted} {
+		if got := page("/ui/runs/" + id + "?warning=" + url.QueryEscape(v)); strings.Contains(got, "Security notice") || strings.Contains(got, `role="alert"`) {
+			t.Errorf("?warning=%q is shown on the run's page:\n%s", v, got)
+		}
+	}
+
+	// The one warning an action leaves: a retry whose republish failed.
+	b.pub.fail.Store(true)
+	resp, err := b.srv.Client().PostForm(b.srv.URL+"/ui/runs/"+id+"/retry", url.Values{"reason": {"relay fixed"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Request.URL.Query().Get("warning") != "not-republished" ||
+		!strings.Contains(string(raw), "could not be republished now: the rescuer republishes it after its pickup deadline") {
+		t.Fatalf("a retry whose republish failed = %d at %s; want the run's page with the fixed warning:\n%s", resp.StatusCode, resp.Request.URL, raw)
 	}
 }
