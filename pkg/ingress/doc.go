@@ -7,7 +7,7 @@
 //	POST /v1/jobs/{job}
 //	  new run claimed and published       202 + Location: /v1/runs/{run_id}  {run_id, status: queued}
 //	  duplicate of a queued/running run   202  {run_id, status, duplicate: true}
-//	  duplicate of a completed/failed run 200  {run_id, status, duplicate: true, result | last_error}
+//	  duplicate of a completed/failed run 200  {run_id, status, duplicate: true, result | last_error (operators)}
 //	  no usable key, bad time, bad name   400  {error}
 //	  token missing or invalid · denied   401 · 403
 //	  job not in the jobs file            404

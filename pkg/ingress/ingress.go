@@ -238,7 +238,9 @@ type Response struct {
 	// Result is a completed run's stored result (worker.SetResult), replayed to every
 	// duplicate of it, never recomputed.
 	Result json.RawMessage `json:"result,omitempty"`
-	// LastError is a failed run's final error, answered to a duplicate of it.
+	// LastError is a failed run's final error, answered to a duplicate of it when the
+	// caller is an operator (Config.Operators): an error may carry what the job's target
+	// answered.
 	LastError string `json:"last_error,omitempty"`
 	// Error names the problem of a refused request (4xx, 5xx).
 	Error string `json:"error,omitempty"`
@@ -339,6 +341,10 @@ func (h *Handler) handleJob(ctx context.Context, w http.ResponseWriter, r *http.
 		return fail(http.StatusBadRequest, OutcomeBadRequest, err.Error(), nil)
 	}
 	a := h.claim(ctx, key, body)
+	if a.resp.LastError != "" && !h.isOperator(ctx, r) {
+		// A failed run's error may carry what its target answered: operators only.
+		a.resp.LastError = ""
+	}
 	a.key = key
 	if caller != nil {
 		a.caller = caller.Email

@@ -19,6 +19,7 @@ import (
 
 	"github.com/runonce/runonce/internal/obs"
 	"github.com/runonce/runonce/internal/syncbuf"
+	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
@@ -153,7 +154,8 @@ func TestContract(t *testing.T) {
 			wantStatus: 200, wantBody: map[string]any{"run_id": schedID, "status": "completed", "result": map[string]any{"sent": 3.0}}, wantPublished: 1,
 		},
 		{
-			name: "duplicate of a failed run",
+			name: "duplicate of a failed run, to an operator",
+			cfg:  func(c *ingress.Config) { c.Operators = auth.None{} },
 			before: func(t *testing.T, b *bundle) {
 				post(b, t)
 				r := acquire(t, b.led, schedID, time.Minute)

@@ -69,6 +69,22 @@ type RunDetailJSON struct {
 	Payload  *PayloadJSON            `json:"payload,omitempty"`
 }
 
+// HideErrors leaves out the run's errors, as the answer to a caller who is not an
+// operator: its last error, the texts of its history's events that no operator wrote
+// (an attempt's error) and the attempts' errors folded from them. An operator's reason
+// stays.
+func (d *RunDetailJSON) HideErrors() {
+	d.RunJSON.HideErrors()
+	hist := make([]ledger.Event, len(d.History))
+	for i, e := range d.History {
+		if e.Text != "" && e.Actor == "" {
+			e.Text, d.ErrorsHidden = "", true
+		}
+		hist[i] = e
+	}
+	d.History, d.Attempts = hist, ledger.Attempts(hist)
+}
+
 // ListJSON is GET /v1/runs: a page of runs (never their payloads).
 type ListJSON struct {
 	Runs          []*RunJSON `json:"runs"`
@@ -116,6 +132,15 @@ func (h *Handler) who(w http.ResponseWriter, r *http.Request) (c *auth.Caller, o
 		return nil, false, false
 	}
 	return c, false, true
+}
+
+// isOperator reports whether Config.Operators authenticates the request's caller.
+func (h *Handler) isOperator(ctx context.Context, r *http.Request) bool {
+	if h.cfg.Operators == nil {
+		return false
+	}
+	_, err := h.cfg.Operators.Authenticate(ctx, r)
+	return err == nil
 }
 
 func authError(w http.ResponseWriter, err error) {
@@ -191,7 +216,8 @@ func (h *Handler) lookup(w http.ResponseWriter, r *http.Request) (id string, ok 
 // listRuns serves GET /v1/runs.
 func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	if _, _, ok := h.who(w, r); !ok {
+	_, operator, ok := h.who(w, r)
+	if !ok {
 		return
 	}
 	p, err := ParseListQuery(r.URL.Query(), h.cfg.Now())
@@ -208,7 +234,11 @@ func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	out := ListJSON{Runs: make([]*RunJSON, 0, len(res.Runs)), NextPageToken: res.Next}
 	for _, run := range res.Runs {
-		out.Runs = append(out.Runs, NewRunJSON(run))
+		rj := NewRunJSON(run)
+		if !operator {
+			rj.HideErrors()
+		}
+		out.Runs = append(out.Runs, rj)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -314,6 +344,9 @@ func (h *Handler) getRunDetail(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.ledgerError(ctx, w, "get run", id, err)
 		return
+	}
+	if !operator {
+		d.HideErrors()
 	}
 	writeJSON(w, http.StatusOK, d)
 }

@@ -303,28 +303,36 @@ func TestUnsupportedBackendAnswers501(t *testing.T) {
 	}
 }
 
-func TestReadersAndOperatorsAreAllowedSeparately(t *testing.T) {
-	t.Parallel()
+// idp is an OIDC provider for tests: newOIDC verifies its tokens for the emails allow
+// lists, tok signs one for email (as headers, with a JSON Content-Type).
+func idp(t *testing.T) (newOIDC func(allow ...string) *auth.OIDC, tok func(email string) map[string]string) {
+	t.Helper()
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &oidctest.Server{PublicKeys: []oidctest.PublicKey{{PublicKey: key.Public(), KeyID: "k", Algorithm: "RS256"}}}
-	idp := httptest.NewServer(s)
-	t.Cleanup(idp.Close)
-	s.SetIssuer(idp.URL)
-	newOIDC := func(allow string) *auth.OIDC {
-		v, err := auth.NewOIDC(t.Context(), auth.OIDCConfig{Audience: "aud", Allow: []string{allow}, Issuers: []string{idp.URL}, JWKSURL: idp.URL + "/keys"})
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	s.SetIssuer(srv.URL)
+	newOIDC = func(allow ...string) *auth.OIDC {
+		v, err := auth.NewOIDC(t.Context(), auth.OIDCConfig{Audience: "aud", Allow: allow, Issuers: []string{srv.URL}, JWKSURL: srv.URL + "/keys"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return v
 	}
-	tok := func(email string) map[string]string {
-		c, _ := json.Marshal(map[string]any{"iss": idp.URL, "aud": "aud", "sub": "1", "email": email, "email_verified": true,
+	tok = func(email string) map[string]string {
+		c, _ := json.Marshal(map[string]any{"iss": srv.URL, "aud": "aud", "sub": "1", "email": email, "email_verified": true,
 			"iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()})
 		return map[string]string{"Authorization": "Bearer " + oidctest.SignIDToken(key, "k", "RS256", string(c)), "Content-Type": "application/json"}
 	}
+	return newOIDC, tok
+}
+
+func TestReadersAndOperatorsAreAllowedSeparately(t *testing.T) {
+	t.Parallel()
+	newOIDC, tok := idp(t)
 	b := setup(t, setupOpts{cfg: func(c *ingress.Config) {
 		c.Auth = newOIDC("scheduler@p.iam.gserviceaccount.com")
 		c.Operators = newOIDC("oncall@example.com")
@@ -440,5 +448,98 @@ func TestRunsByIDPrefix(t *testing.T) {
 				t.Errorf("GET /ui/?job=prefixed = %d; want the run's key %q in the table:\n%s", status, key, body)
 			}
 		})
+	}
+}
+
+// TestRunErrorsAreForOperatorsOnly: a run's errors may carry what its target answered
+// (an HTTP target's body) and called (its URL). A caller who is not an operator (the
+// scheduler's service account, a webhook) sees the run's status and result, never its
+// errors: not in the 200 for a duplicate of the failed run, nor in the run's record,
+// the list or the dashboard. An operator sees them all.
+func TestRunErrorsAreForOperatorsOnly(t *testing.T) {
+	t.Parallel()
+	newOIDC, tok := idp(t)
+	const scheduler, oncall = "scheduler@p.iam.gserviceaccount.com", "oncall@example.com"
+	b := setup(t, setupOpts{cfg: func(c *ingress.Config) {
+		c.Auth = newOIDC(scheduler, oncall)
+		c.Operators = newOIDC(oncall)
+	}})
+	secret := `job pay: POST https://billing.internal/pay?token=s3cr3t answered 400: "account 12345 of jane@example.com is closed"`
+	post := func(email string) reply {
+		hdr := tok(email)
+		hdr["Idempotency-Key"] = "pay-1"
+		return b.do(t, http.MethodPost, "/v1/jobs/pay", hdr, "{}")
+	}
+	id := post(scheduler).body["run_id"].(string)
+	cur, _ := b.led.Get(t.Context(), &ledger.GetParams{RunID: id})
+	for attempt := range 2 {
+		res, err := b.led.Acquire(t.Context(), &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, PayloadHash: cur.PayloadHash}, AttemptID: uuid.NewString(), Worker: "w/1"})
+		if err != nil || res.Outcome != ledger.OutcomeAcquired {
+			t.Fatalf("Acquire: %v %v", res, err)
+		}
+		f := ledger.Fence{RunID: id, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}
+		if attempt == 0 {
+			_, err = b.led.Release(t.Context(), &ledger.ReleaseParams{Fence: f, Error: "released: " + secret})
+		} else {
+			_, err = b.led.Fail(t.Context(), &ledger.FailParams{Fence: f, Error: secret})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	leaks := func(who, what string, r reply) {
+		t.Helper()
+		raw, _ := json.Marshal(r.body)
+		if r.status/100 != 2 || strings.Contains(string(raw), "s3cr3t") || strings.Contains(string(raw), "jane@example.com") {
+			t.Errorf("%s: %s = %d %s; want it without the run's errors", who, what, r.status, raw)
+		}
+	}
+	shows := func(who, what string, r reply) {
+		t.Helper()
+		raw, _ := json.Marshal(r.body)
+		if r.status/100 != 2 || !strings.Contains(string(raw), "s3cr3t") {
+			t.Errorf("%s: %s = %d %s; want the run's errors", who, what, r.status, raw)
+		}
+	}
+	r := post(scheduler)
+	if r.status != http.StatusOK || r.body["status"] != "failed" || r.body["duplicate"] != true {
+		t.Fatalf("the scheduler's duplicate = %d %v; want 200 failed", r.status, r.body)
+	}
+	leaks("the scheduler", "a duplicate of the failed run", r)
+	detail := b.do(t, http.MethodGet, "/v1/runs/"+id, tok(scheduler), "")
+	leaks("the scheduler", "GET /v1/runs/{id}", detail)
+	if detail.body["errors_hidden"] != true || detail.body["status"] != "failed" || len(detail.body["attempts"].([]any)) != 2 {
+		t.Errorf("the scheduler's GET /v1/runs/{id} = %v; want the failed run, its two attempts, errors_hidden", detail.body)
+	}
+	leaks("the scheduler", "GET /v1/runs", b.do(t, http.MethodGet, "/v1/runs?job=pay", tok(scheduler), ""))
+
+	shows("the operator", "a duplicate of the failed run", post(oncall))
+	if r := post(oncall); r.body["last_error"] != secret {
+		t.Errorf("the operator's duplicate's last_error = %v, want the run's error", r.body["last_error"])
+	}
+	detail = b.do(t, http.MethodGet, "/v1/runs/"+id, tok(oncall), "")
+	shows("the operator", "GET /v1/runs/{id}", detail)
+	if _, hidden := detail.body["errors_hidden"]; hidden {
+		t.Errorf("the operator's GET /v1/runs/{id} says errors_hidden")
+	}
+	shows("the operator", "GET /v1/runs", b.do(t, http.MethodGet, "/v1/runs?job=pay", tok(oncall), ""))
+
+	page := func(email string) string {
+		req, _ := http.NewRequest(http.MethodGet, b.srv.URL+"/ui/runs/"+id, nil)
+		req.Header.Set("Authorization", tok(email)["Authorization"])
+		resp, err := b.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return string(raw)
+	}
+	if p := page(scheduler); strings.Contains(p, "s3cr3t") || !strings.Contains(p, "Only operators") {
+		t.Errorf("the scheduler's dashboard page shows the run's errors, or does not say they are hidden:\n%s", p)
+	}
+	if p := page(oncall); !strings.Contains(p, "s3cr3t") {
+		t.Errorf("the operator's dashboard page lacks the run's error:\n%s", p)
 	}
 }

@@ -44,6 +44,18 @@ type RunJSON struct {
 	// Execution names what a Google Cloud API target started for the run (a Workflows
 	// execution, a Cloud Run execution, a build), once recorded.
 	Execution string `json:"execution,omitempty"`
+	// ErrorsHidden says that the run's errors (LastError, and the attempts' and the
+	// history's texts) were left out: only operators see them (HideErrors).
+	ErrorsHidden bool `json:"errors_hidden,omitempty"`
+}
+
+// HideErrors leaves out the run's last error, as the answer to a caller who is not an
+// operator: an error may carry what the job's target answered (an HTTP target's body)
+// or called (its URL), which is for operators, like the payload.
+func (r *RunJSON) HideErrors() {
+	if r.LastError != "" {
+		r.LastError, r.ErrorsHidden = "", true
+	}
 }
 
 // NewRunJSON returns the JSON form of r.

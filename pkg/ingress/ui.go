@@ -238,7 +238,11 @@ func (u *ui) runs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, run := range res.Runs {
-		p.Runs = append(p.Runs, NewRunJSON(run))
+		rj := NewRunJSON(run)
+		if !page.Operator {
+			rj.HideErrors()
+		}
+		p.Runs = append(p.Runs, rj)
 	}
 	if res.Next != "" {
 		nq := cloneValues(q)
@@ -316,6 +320,9 @@ func (u *ui) run(w http.ResponseWriter, r *http.Request) {
 		status, msg := ledgerFailure(err, id)
 		u.fail(w, status, page, msg)
 		return
+	}
+	if !page.Operator {
+		d.HideErrors()
 	}
 	p := &uiRunPage{uiPage: page, RunDetailJSON: d, Run: d}
 	p.Title = d.Job + " " + id[:12]
