@@ -131,6 +131,7 @@ func TestWorkerRefusesUnsafeConfig(t *testing.T) {
 		{"no ledger", []string{"-auth", "none"}, "-ledger is required"},
 		{"no concurrency", append(base, "-auth", "none", "-concurrency", "0"), "-concurrency 0"},
 		{"push without authentication", append(base, "-auth", "none", "-push"), "-push with -auth none"},
+		{"negative unhandled bound", append(base, "-auth", "none", "-unhandled-after", "-1h"), "-unhandled-after -1h0m0s: must not be negative"},
 		{"neither pull nor push", []string{"-ledger", "memory://worker-refuse", "-auth", "none"}, "no way to receive runs"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

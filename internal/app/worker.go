@@ -89,7 +89,10 @@ type WorkerFlags struct {
 	Subscription, Topic, Jobs    string
 	Lease, Grace, RescueInterval time.Duration
 	MaxAckExtension              time.Duration
-	Concurrency, MaxAttempts     int
+	// UnhandledAfter: a run of a job no worker runs is failed once it has waited this
+	// long (worker.Config.UnhandledAfter; 0: never).
+	UnhandledAfter           time.Duration
+	Concurrency, MaxAttempts int
 	// Push serves POST /v1/push, for a Pub/Sub push subscription.
 	Push bool
 }
@@ -114,6 +117,7 @@ func WorkerFlagSet(f *WorkerFlags) *flag.FlagSet {
 	fs.DurationVar(&f.Grace, "grace", 8*time.Second, "shutdown grace before running jobs are cancelled and released")
 	fs.IntVar(&f.MaxAttempts, "max-attempts", 5, "attempts of a run before it fails, for jobs that set no max_attempts")
 	fs.DurationVar(&f.RescueInterval, "rescue-interval", 30*time.Second, "how often the rescuer looks for runs to republish")
+	fs.DurationVar(&f.UnhandledAfter, "unhandled-after", worker.DefaultUnhandledAfter, "a run of a job this worker has no handler for is failed, naming the job, once it has waited this long for a worker that runs the job (since its creation, last claim or retry); before, it is nacked for another worker; 0: never")
 	fs.DurationVar(&f.MaxAckExtension, "max-ack-extension", 60*time.Second, "longest single ack-deadline extension: a crashed worker's messages come back within it (10s to 600s)")
 	return fs
 }
@@ -158,6 +162,8 @@ func RunWorker(ctx context.Context, args []string, env config.Env, _, stderr io.
 		return config.Usagef("-concurrency %d: must be at least 1", f.Concurrency)
 	case f.Grace <= 0 || f.Lease <= 0:
 		return config.Usagef("-grace and -lease must be positive")
+	case f.UnhandledAfter < 0:
+		return config.Usagef("-unhandled-after %s: must not be negative (0: never fail a run of a job no worker runs)", f.UnhandledAfter)
 	case f.Subscription == "" && !f.Push:
 		return config.Usagef("no way to receive runs: give -subscription (pull) or -push (push), or both")
 	case f.Push && f.Auth == "none":
@@ -230,8 +236,17 @@ func (f *WorkerFlags) project() string {
 func (f *WorkerFlags) config() worker.Config {
 	return worker.Config{
 		Lease: f.Lease, MaxAttempts: f.MaxAttempts, Retention: f.Retention, Grace: f.Grace,
-		Concurrency: f.Concurrency, RescueInterval: f.RescueInterval,
+		Concurrency: f.Concurrency, RescueInterval: f.RescueInterval, UnhandledAfter: unhandledAfter(f.UnhandledAfter),
 	}
+}
+
+// unhandledAfter is worker.Config.UnhandledAfter for -unhandled-after: 0 means never,
+// which the Config spells negative.
+func unhandledAfter(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // ServeWorker runs a worker (worker.Run) and serves its Handler (health, readiness and,

@@ -46,7 +46,9 @@
 //   - A delivery of a job the handler does not run (a Router says which it runs) is not
 //     an attempt: nothing is written, it is logged and nacked after a delay, so that
 //     in a rolling deploy a run waits for a worker that knows its job instead of
-//     burning its attempts.
+//     burning its attempts; once it has waited Config.UnhandledAfter (a day), the
+//     worker that receives it claims it and fails it, naming the job, so that a run of
+//     a job no worker runs still ends failed.
 //   - A rescuer in every worker republishes runs whose pickup deadline or lease passed
 //     (a lost message, an ingress that died between claim and publish); a conditional
 //     ledger write makes exactly one rescuer republish each.

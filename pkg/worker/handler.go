@@ -69,7 +69,8 @@ type Router interface {
 
 // Mux routes jobs to handlers by job name. Registering a name twice, or a nil handler,
 // panics. A Mux is a Router: a delivery of a job with no handler is not an attempt, and
-// waits for a worker that has one (a newer worker, in a rolling deploy).
+// waits for a worker that has one (a newer worker, in a rolling deploy), at most
+// Config.UnhandledAfter.
 type Mux struct {
 	mu       sync.RWMutex
 	handlers map[string]route

@@ -76,6 +76,15 @@ type Config struct {
 	// it is nacked (no attempt is counted; another worker, or this one once it knows the
 	// job, runs it). Defaults to 10s.
 	NoHandlerDelay time.Duration
+	// UnhandledAfter bounds how long a run of a job no worker runs waits: a delivery of
+	// a job Handler does not run, of a run that has waited longer than this for a worker
+	// (since the latest of its creation, its last claim or operator action, and the time
+	// it became due, as its record tells), is claimed and failed for good, naming the
+	// job; before that it is nacked as NoHandlerDelay says. The run's age is judged from
+	// the message until it is past the bound, so younger runs cost no ledger read.
+	// Defaults to DefaultUnhandledAfter; negative: never (such a run stays queued until a
+	// worker that runs its job takes it).
+	UnhandledAfter time.Duration
 	// Lease is the lease a claim takes; it is renewed every third of it. Defaults to 30s.
 	Lease time.Duration
 	// MaxAttempts bounds the attempts of a run whose job sets none. Defaults to 5.
@@ -146,6 +155,9 @@ const (
 	// DefaultNoHandlerDelay is how long a delivery of a job this worker does not run is
 	// held before its nack.
 	DefaultNoHandlerDelay = 10 * time.Second
+	// DefaultUnhandledAfter is how long a run waits for a worker that has its job before
+	// a worker without it fails it: a day, far longer than a rolling deploy.
+	DefaultUnhandledAfter = 24 * time.Hour
 	// SchedulerRetryWindow bounds how long a scheduler keeps retrying one run: a record
 	// must outlast it, on top of the message retention and the longest lease.
 	SchedulerRetryWindow = 24 * time.Hour
@@ -173,6 +185,7 @@ func (c Config) withDefaults() Config {
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	c.MessageRetention = cmp.Or(c.MessageRetention, queue.DefaultSubscriptionRetention)
 	c.NoHandlerDelay = cmp.Or(c.NoHandlerDelay, DefaultNoHandlerDelay)
+	c.UnhandledAfter = cmp.Or(c.UnhandledAfter, DefaultUnhandledAfter)
 	if c.Instance == "" {
 		host, _ := os.Hostname()
 		c.Instance = fmt.Sprintf("%s/%d", cmp.Or(host, "unknown-host"), os.Getpid())
@@ -352,6 +365,10 @@ const (
 	// OutcomeNoHandler: Handler does not run the delivery's job; the delivery is nacked
 	// after Config.NoHandlerDelay, nothing is written and no attempt counted.
 	OutcomeNoHandler = "no_handler"
+	// OutcomeUnhandled: Handler does not run the delivery's job, and the run waited
+	// longer than Config.UnhandledAfter for a worker that does: it was claimed and
+	// failed for good, and the delivery acked.
+	OutcomeUnhandled = "unhandled"
 	// OutcomeStopping: the worker is shutting down and took no new delivery (nacked).
 	OutcomeStopping = "stopping"
 )
@@ -362,7 +379,8 @@ const (
 // delivery's context ends when its receiver stops, while a job gets the shutdown grace
 // (see CancelJobs). A delivery that is not a runonce message (d.Err) is acked: it can
 // never be run. A delivery of a job Handler does not run is not an attempt: nothing is
-// written, and it is nacked after Config.NoHandlerDelay.
+// written, and it is nacked after Config.NoHandlerDelay; once its run has waited
+// Config.UnhandledAfter for a worker that runs the job, it is claimed and failed.
 func (w *Worker) Process(ctx context.Context, d *queue.Delivery) (v Verdict) {
 	if d.Err != nil {
 		w.cfg.Logger.ErrorContext(ctx, "message is not a runonce run; acked and dropped", slog.String("message_id", d.ID), slog.Any("error", d.Err))
@@ -376,11 +394,14 @@ func (w *Worker) Process(ctx context.Context, d *queue.Delivery) (v Verdict) {
 	defer func() { end(v) }()
 	m := d.Message
 	log := w.cfg.Logger.With(slog.String("run_id", m.Identity.RunID), slog.String("job", m.Identity.Job))
+	// unhandled is the run as read when Handler does not run its job and it waited for
+	// a worker that does longer than UnhandledAfter: it is claimed to be failed.
+	var unhandled *ledger.Run
 	if _, ok := w.policy(m.Identity.Job); !ok {
-		log.WarnContext(ctx, "no handler for this job in this worker: delivery nacked, no attempt counted; a worker that runs the job (or this one, once it does) runs it",
-			slog.Duration("nack_after", w.cfg.NoHandlerDelay))
-		w.hold(ctx, w.cfg.NoHandlerDelay)
-		return w.verdict(ctx, Verdict{RetryAt: w.cfg.Now().Add(w.cfg.NoHandlerDelay), Outcome: OutcomeNoHandler})
+		var v Verdict
+		if unhandled, v = w.unhandled(ctx, d, log); unhandled == nil {
+			return v
+		}
 	}
 	attemptID, err := uuid.NewV7()
 	if err != nil {
@@ -429,7 +450,78 @@ func (w *Worker) Process(ctx context.Context, d *queue.Delivery) (v Verdict) {
 		w.nackDelay(ctx, res.Until)
 		return w.verdict(ctx, Verdict{RetryAt: res.Until, Outcome: OutcomeHeld})
 	}
+	if unhandled != nil {
+		return w.failUnhandled(ctx, unhandled, res.Run, log)
+	}
 	return w.run(ctx, d, res.Run, claimStart, log)
+}
+
+// unhandled decides a delivery of a job Handler does not run. While the run has waited
+// less than UnhandledAfter for a worker that runs its job (judged from the message,
+// without a ledger read, while the run itself is younger than that), the delivery is
+// held NoHandlerDelay and nacked, nothing written: a worker that runs the job (a newer
+// one, in a rolling deploy) takes it. Past it, the run as read is returned, to be
+// claimed and failed. A delivery of a finished run is acked.
+func (w *Worker) unhandled(ctx context.Context, d *queue.Delivery, log *slog.Logger) (*ledger.Run, Verdict) {
+	bound, now := w.cfg.UnhandledAfter, w.cfg.Now()
+	young := bound < 0 || !d.Message.EnqueuedAt.IsZero() && now.Sub(d.Message.EnqueuedAt) < bound
+	if !young {
+		run, err := w.cfg.Ledger.Get(ctx, &ledger.GetParams{RunID: d.Message.Identity.RunID})
+		switch {
+		case err != nil:
+			log.WarnContext(ctx, "no handler for this job in this worker, and its run could not be read to see how long it has waited; delivery nacked", slog.Any("error", err))
+		case run.Status.Terminal():
+			log.InfoContext(ctx, "duplicate delivery of a finished run acked", slog.String("status", string(run.Status)))
+			return nil, w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeTerminal})
+		case now.Sub(waitingSince(run)) >= bound:
+			return run, Verdict{}
+		}
+	}
+	log.WarnContext(ctx, "no handler for this job in this worker: delivery nacked, no attempt counted; a worker that runs the job (or this one, once it does) runs it, "+
+		"or a worker without it fails the run once it has waited unhandled_after", slog.Duration("nack_after", w.cfg.NoHandlerDelay), slog.Duration("unhandled_after", bound))
+	w.hold(ctx, w.cfg.NoHandlerDelay)
+	return nil, w.verdict(ctx, Verdict{RetryAt: w.cfg.Now().Add(w.cfg.NoHandlerDelay), Outcome: OutcomeNoHandler})
+}
+
+// waitingSince is when r began to wait for the worker that is to claim it next: the
+// latest of its creation, the time it became due (NotBefore), the end of a running
+// run's lease and its history's latest event other than a rescue (a claim, an attempt's
+// end, an operator's action). A rescue only republishes the run: it does not count as
+// a worker taking it. A history whose kept events are all rescues (a run nobody
+// claimed for MaxHistory pickup timeouts) counts from the run's creation.
+func waitingSince(r *ledger.Run) time.Time {
+	since := r.CreatedAt
+	if r.NotBefore.After(since) {
+		since = r.NotBefore
+	}
+	if r.Status == ledger.StatusRunning && r.Deadline.After(since) {
+		since = r.Deadline
+	}
+	for i := len(r.History) - 1; i >= 0; i-- {
+		if e := r.History[i]; e.Kind != ledger.EventRescued {
+			if e.At.After(since) {
+				since = e.At
+			}
+			break
+		}
+	}
+	return since
+}
+
+// failUnhandled fails a run this worker claimed only because no worker ran its job for
+// UnhandledAfter (read is the run as read before the claim, got as claimed). If another
+// attempt claimed the run between the read and the claim, a worker may run its job
+// after all: the run is released instead.
+func (w *Worker) failUnhandled(ctx context.Context, read, got *ledger.Run, log *slog.Logger) Verdict {
+	fence := ledger.Fence{RunID: got.ID, Attempt: got.Attempt, AttemptID: got.AttemptID}
+	log = log.With(slog.Int64("attempt", got.Attempt), slog.String("attempt_id", got.AttemptID))
+	if got.Attempt != read.Attempt+1 {
+		return w.release(ctx, fence, fmt.Sprintf("claimed by %s, which has no handler for job %q, to fail it as unhandled, but attempt %d claimed it since it was read: released for a worker that runs the job",
+			w.cfg.Instance, got.Job, got.Attempt-1), 0, log)
+	}
+	since := waitingSince(read)
+	return w.failAs(ctx, fence, fmt.Sprintf("no worker has a handler for job %q: the run waited %s for one (since %s), longer than the unhandled bound of %s (-unhandled-after); %s, which received it, does not run the job either",
+		got.Job, w.cfg.Now().Sub(since).Round(time.Second), since.UTC().Format(time.RFC3339), w.cfg.UnhandledAfter, w.cfg.Instance), OutcomeUnhandled, log)
 }
 
 // age is how old a delivery's message is by Config.Now, the clock the worker times
@@ -738,11 +830,16 @@ func (w *Worker) complete(ctx context.Context, f ledger.Fence, result []byte, lo
 }
 
 func (w *Worker) fail(ctx context.Context, f ledger.Fence, reason string, log *slog.Logger) Verdict {
+	return w.failAs(ctx, f, reason, OutcomeFailed, log)
+}
+
+// failAs fails the run for good, counted as outcome.
+func (w *Worker) failAs(ctx context.Context, f ledger.Fence, reason, outcome string, log *slog.Logger) Verdict {
 	err := w.finish(ctx, func(ctx context.Context) error {
 		_, err := w.cfg.Ledger.Fail(ctx, &ledger.FailParams{Fence: f, Error: reason, Progress: progressOf(ctx), Retention: w.cfg.Retention})
 		return err
 	})
-	return w.finished(ctx, err, Verdict{Ack: true, Outcome: OutcomeFailed}, "run failed for good: "+reason, log)
+	return w.finished(ctx, err, Verdict{Ack: true, Outcome: outcome}, "run failed for good: "+reason, log)
 }
 
 func (w *Worker) release(ctx context.Context, f ledger.Fence, reason string, delay time.Duration, log *slog.Logger) Verdict {
