@@ -121,8 +121,11 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 		worker.MuxFromJobs(mux, fileJobs, &worker.HTTPTargetOptions{Token: worker.GoogleIDTokens()})
 	}
 	here := mux.Jobs()
-	var accepted []string // nil: any job (-dev-concurrency 0 without a jobs file)
-	if inProcess || f.Jobs != "" {
+	// The jobs it runs and the jobs file's; any job with -accept-any-job, or when there
+	// are none to name (-dev-concurrency 0 without a jobs file: every run waits for a
+	// worker that joins).
+	var accepted []string // nil: any job
+	if !f.AcceptAnyJob && (inProcess || f.Jobs != "") {
 		accepted = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(here), jobs.Names(fileJobs)...))))
 	}
 	elsewhere := &pubsubpb.Subscription{AckDeadlineSeconds: 30}
@@ -278,7 +281,14 @@ func printBanner(w io.Writer, b *banner) {
 		fmt.Fprintf(&s, "    %-12s %s\n", name, b.describe(name, here[name]))
 	}
 	if b.accepted == nil {
-		fmt.Fprintf(&s, "    (any name: no jobs file, so every job is accepted and waits for a worker that runs it)\n")
+		for _, name := range b.here {
+			fmt.Fprintf(&s, "    %-12s %s\n", name, b.describe(name, true))
+		}
+		other := "any name"
+		if len(b.here) > 0 {
+			other = "any other name"
+		}
+		fmt.Fprintf(&s, "    (%s: every job is accepted and waits for a worker that runs it)\n", other)
 	}
 
 	job := DemoJob

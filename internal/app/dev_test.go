@@ -167,6 +167,34 @@ func TestDevWithoutInProcessWorker(t *testing.T) {
 	}
 }
 
+// TestDevAcceptsOnlyItsJobs: -dev accepts the jobs it runs (and a jobs file's), so a
+// typo is 404, not a run nobody claims; with -accept-any-job it accepts any name, as it
+// must without a job to name (-dev-concurrency 0 and no jobs file).
+func TestDevAcceptsOnlyItsJobs(t *testing.T) {
+	t.Parallel()
+	own := freeAddr(t)
+	dev(t, []string{"-addr", own, "-ledger", "memory://dev-own-jobs"}, nil)
+	if status, body := postJob(t, own, "dmeo", "k"); status != http.StatusNotFound || !strings.Contains(body["error"].(string), "demo, demo-http") {
+		t.Errorf("-dev: a typo = %d %v, want 404 listing demo, demo-http", status, body)
+	}
+	anyJob := freeAddr(t)
+	banner, _ := dev(t, []string{"-addr", anyJob, "-ledger", "memory://dev-any-job", "-accept-any-job"}, nil)
+	if !strings.Contains(banner, "any other name: every job is accepted") || !strings.Contains(banner, "demo ") {
+		t.Errorf("the banner of -dev -accept-any-job does not say it accepts any other name:\n%s", banner)
+	}
+	if status, body := postJob(t, anyJob, "dmeo", "k"); status != http.StatusAccepted {
+		t.Errorf("-dev -accept-any-job: a typo = %d %v, want 202", status, body)
+	}
+	none := freeAddr(t)
+	banner, _ = dev(t, []string{"-addr", none, "-ledger", "memory://dev-none-any", "-dev-concurrency", "0"}, nil)
+	if !strings.Contains(banner, "(any name: every job is accepted") {
+		t.Errorf("the banner of -dev -dev-concurrency 0 does not say it accepts any name:\n%s", banner)
+	}
+	if status, body := postJob(t, none, "mine", "k"); status != http.StatusAccepted {
+		t.Errorf("-dev -dev-concurrency 0 without a jobs file: a job = %d %v, want 202", status, body)
+	}
+}
+
 func postJob(t *testing.T, addr, job, key string) (int, map[string]any) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/jobs/"+job, strings.NewReader(`{}`))

@@ -26,8 +26,11 @@ type IngressFlags struct {
 	Operators          string
 	MaxSkew, DemoDelay time.Duration
 	MaxBody            int64
-	Dev                bool
-	DevConcurrency     int
+	// AcceptAnyJob accepts runs of any job name, not only the jobs file's: -jobs or it
+	// is required (-dev: see runDev).
+	AcceptAnyJob   bool
+	Dev            bool
+	DevConcurrency int
 }
 
 // IngressSummary is the ingress's one-line description (its -h).
@@ -46,7 +49,8 @@ func IngressFlagSet(f *IngressFlags) *flag.FlagSet {
 	fs.StringVar(&f.NamespaceHeader, "namespace-header", "", "a request header that, when sent, replaces -namespace for that request (only with authenticated callers)")
 	fs.Int64Var(&f.MaxBody, "max-body", ingress.DefaultMaxBody, "largest accepted payload in bytes")
 	fs.DurationVar(&f.MaxSkew, "max-skew", ingress.DefaultMaxSkew, "how far in the future a schedule time may be before it is refused as a forced run")
-	fs.StringVar(&f.Jobs, "jobs", "", "optional jobs file: a job it does not name gets 404 (-dev: its targets run in-process too, a job without a target waits for a worker that joins)")
+	fs.StringVar(&f.Jobs, "jobs", "", "jobs file: a job it does not name gets 404; this or -accept-any-job is required (-dev: its targets run in-process too, a job without a target waits for a worker that joins)")
+	fs.BoolVar(&f.AcceptAnyJob, "accept-any-job", false, "accept runs of any job name instead of a jobs file's: a typo is answered 202, and its run fails when a worker's -unhandled-after passes (-dev -dev-concurrency 0 without -jobs: implied)")
 	fs.BoolVar(&f.Dev, "dev", false, "the embedded all-in-one: embedded ledger, in-process Pub/Sub and workers, demo jobs, auth off")
 	fs.DurationVar(&f.DemoDelay, "demo-delay", 2*time.Second, "how long the -dev demo job works before its effect")
 	fs.IntVar(&f.DevConcurrency, "dev-concurrency", 32, "jobs the -dev in-process worker runs at once; 0 runs none (a worker joins from another process: the banner prints the command)")
@@ -89,7 +93,14 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 	if err != nil {
 		return err
 	}
-	var jobNames []string
+	switch {
+	case f.Jobs == "" && !f.AcceptAnyJob:
+		return config.Usagef("-jobs or -accept-any-job is required: without a jobs file the ingress would answer 202 for any job name, " +
+			"typos included, whose runs no worker claims until a worker's -unhandled-after fails them")
+	case f.Jobs != "" && f.AcceptAnyJob:
+		return config.Usagef("-jobs and -accept-any-job are both given: the jobs file lists the jobs the ingress accepts, -accept-any-job accepts any; give one")
+	}
+	var jobNames []string // nil: any job (-accept-any-job)
 	if f.Jobs != "" {
 		js, err := jobs.Load(f.Jobs)
 		if err != nil {
@@ -137,8 +148,8 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 	return err
 }
 
-// newIngress builds the ingress handler; tracing (nil: none) spans each request, its
-// ledger calls and its publish.
+// newIngress builds the ingress handler for the jobs jobNames, or any job when it is
+// nil; tracing (nil: none) spans each request, its ledger calls and its publish.
 func newIngress(f *IngressFlags, led ledger.Ledger, pub queue.RunPublisher, authn, operators auth.Authenticator, jobNames []string, project string, metrics *obs.Metrics, tracing *obs.Tracing, log *slog.Logger) (*ingress.Handler, error) {
 	topic := f.Topic
 	if _, id, err := queue.ParseURL(f.Topic); err == nil {
@@ -147,7 +158,7 @@ func newIngress(f *IngressFlags, led ledger.Ledger, pub queue.RunPublisher, auth
 	return ingress.New(ingress.Config{
 		Ledger: traceLedger(led, tracing), Publisher: &tracedPublisher{RunPublisher: pub, tracer: tracing.Tracer(tracerName), topic: topic},
 		TracerProvider: tracing.TracerProvider(), Namespace: f.Namespace, NamespaceHeader: f.NamespaceHeader,
-		MaxBody: f.MaxBody, MaxSkew: f.MaxSkew, Jobs: jobNames, Retention: f.Retention, Auth: authn, Operators: operators,
+		MaxBody: f.MaxBody, MaxSkew: f.MaxSkew, Jobs: jobNames, AcceptAnyJob: jobNames == nil, Retention: f.Retention, Auth: authn, Operators: operators,
 		TraceProject: project, Logger: log,
 		Meter: metrics.Meter("github.com/runonce/runonce/pkg/ingress"), Metrics: metrics.Handler(),
 	})

@@ -40,7 +40,9 @@ func TestRefusesUnsafeConfig(t *testing.T) {
 		{"short retention", append(base, "-auth", "none", "-retention", "168h"), nil, "-retention 168h0m0s is too short"},
 		{"short retention from env", append(base, "-auth", "none"), map[string]string{"RUNONCE_RETENTION": "100h"}, "too short"},
 		{"no ledger", []string{"-auth", "none", "-topic", "pubsub://p/runs"}, nil, "-ledger and -topic are required"},
-		{"bad topic", []string{"-auth", "none", "-ledger", "memory://x", "-topic", "p/runs"}, nil, "scheme must be pubsub"},
+		{"bad topic", []string{"-auth", "none", "-accept-any-job", "-ledger", "memory://x", "-topic", "p/runs"}, nil, "scheme must be pubsub"},
+		{"neither a jobs file nor -accept-any-job", append(base, "-auth", "none"), nil, "-jobs or -accept-any-job is required"},
+		{"a jobs file and -accept-any-job", append(base, "-auth", "none", "-jobs", "jobs.json", "-accept-any-job"), nil, "both given"},
 		{"dev with a bad jobs file", []string{"-dev", "-addr", "127.0.0.1:0", "-ledger", "memory://dev-bad", "-jobs", "/nonexistent/jobs.json"}, nil, "jobs file"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -53,7 +55,8 @@ func TestRefusesUnsafeConfig(t *testing.T) {
 }
 
 // TestServes starts the binary's run against an in-process Pub/Sub (as an emulator)
-// and the memory ledger, configured from the environment, and stops it with its context.
+// and the memory ledger, configured from the environment, accepting any job, and stops
+// it with its context.
 func TestServes(t *testing.T) {
 	ps, err := queue.NewInProcess(t.Context(), "p")
 	if err != nil {
@@ -68,7 +71,7 @@ func TestServes(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-auth", "none", "-log-level", "error"}, env(map[string]string{
+		done <- run(ctx, []string{"-auth", "none", "-log-level", "error", "-accept-any-job"}, env(map[string]string{
 			"RUNONCE_LEDGER": "memory://serves", "RUNONCE_TOPIC": "pubsub://p/runs", "RUNONCE_ADDR": addr,
 		}))
 	}()

@@ -199,7 +199,7 @@ func setup(tb testing.TB, o setupOpts) *bundle {
 		logw = t.Output()
 	}
 	cfg := ingress.Config{
-		Ledger: b.led, Publisher: b.pub, Namespace: cmpOr(o.namespace, "proj/us-central1"), Auth: auth.None{},
+		Ledger: b.led, Publisher: b.pub, Namespace: cmpOr(o.namespace, "proj/us-central1"), Auth: auth.None{}, AcceptAnyJob: true,
 		Logger: slog.New(slog.NewJSONHandler(logw, nil)), Now: clk.Now,
 	}
 	if o.cfg != nil {

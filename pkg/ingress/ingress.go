@@ -52,9 +52,14 @@ type Config struct {
 	// MaxSkew is how far after now a schedule time may be before the request is refused
 	// as a forced run. Default DefaultMaxSkew.
 	MaxSkew time.Duration
-	// Jobs, when non-nil, are the only job names accepted; others get 404, whose error
-	// lists them (the first MaxListedJobs).
+	// Jobs are the only job names accepted; others get 404, whose error lists them (the
+	// first MaxListedJobs). Nil is refused unless AcceptAnyJob is set: a 2xx for a job
+	// no worker runs (a typo) would promise a run nobody claims.
 	Jobs []string
+	// AcceptAnyJob accepts a run of any valid job name, with Jobs nil. A run of a job no
+	// worker has a handler for then waits until a worker fails it
+	// (worker.Config.UnhandledAfter).
+	AcceptAnyJob bool
 	// PickupTimeout is a new run's pickup deadline. Zero: the ledger's default.
 	PickupTimeout time.Duration
 	// Retention is how long run records are kept. Zero: the ledger's default.
@@ -119,6 +124,13 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if err := validNamespace(cfg.Namespace); err != nil {
 		return nil, fmt.Errorf("ingress: %w", err)
+	}
+	switch {
+	case cfg.Jobs == nil && !cfg.AcceptAnyJob:
+		return nil, errors.New("ingress: Config.Jobs is nil: list the jobs this ingress accepts (a 2xx for a job no worker runs, a typo, " +
+			"promises a run nobody claims), or set Config.AcceptAnyJob")
+	case cfg.Jobs != nil && cfg.AcceptAnyJob:
+		return nil, errors.New("ingress: Config.Jobs and Config.AcceptAnyJob are both set: give one")
 	}
 	if cfg.MaxBody < 0 || cfg.MaxSkew < 0 {
 		return nil, errors.New("ingress: MaxBody and MaxSkew must not be negative")

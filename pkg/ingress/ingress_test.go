@@ -22,6 +22,7 @@ import (
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/memory"
 	"github.com/runonce/runonce/pkg/queue"
 )
 
@@ -288,12 +289,12 @@ func TestContract(t *testing.T) {
 			wantStatus: 202, wantBody: map[string]any{"run_id": schedID, "status": "queued"}, wantPublished: 1,
 		},
 		{
-			name: "unknown job with a jobs file", cfg: func(c *ingress.Config) { c.Jobs = []string{"other"} },
+			name: "unknown job with a jobs file", cfg: func(c *ingress.Config) { c.Jobs, c.AcceptAnyJob = []string{"other"}, false },
 			method: "POST", path: "/v1/jobs/daily-report", hdr: map[string]string{"Idempotency-Key": "k"},
 			wantStatus: 404, wantBody: map[string]any{"error": `unknown job "daily-report": the jobs file does not name it (this ingress accepts other)`},
 		},
 		{
-			name: "known job with a jobs file", cfg: func(c *ingress.Config) { c.Jobs = []string{"daily-report"} },
+			name: "known job with a jobs file", cfg: func(c *ingress.Config) { c.Jobs, c.AcceptAnyJob = []string{"daily-report"}, false },
 			method: "POST", path: "/v1/jobs/daily-report", hdr: map[string]string{"Idempotency-Key": "k"},
 			wantStatus: 202, wantPublished: 1,
 		},
@@ -736,5 +737,44 @@ func TestRunJSONFinishedAt(t *testing.T) {
 	b, _ = json.Marshal(ingress.NewRunJSON(&ledger.Run{ID: strings.Repeat("a", 64), Status: ledger.StatusQueued}))
 	if strings.Contains(string(b), "finished_at") {
 		t.Errorf("an unfinished run has finished_at: %s", b)
+	}
+}
+
+// TestUnknownJobsAreRefusedUnlessAnyIsAccepted: a 2xx promises a run that ends completed
+// or failed, so an ingress does not accept a job it does not know (a typo) unless told
+// to accept any: New refuses a Config that lists no jobs and does not say so, and a
+// job the list does not name is 404.
+func TestUnknownJobsAreRefusedUnlessAnyIsAccepted(t *testing.T) {
+	t.Parallel()
+	led := memory.New(nil)
+	pub := &flakyPublisher{}
+	for _, c := range []struct {
+		name string
+		cfg  ingress.Config
+		want string
+	}{
+		{"no jobs and no AcceptAnyJob", ingress.Config{}, "Config.Jobs is nil: list the jobs this ingress accepts"},
+		{"jobs and AcceptAnyJob", ingress.Config{Jobs: []string{"a"}, AcceptAnyJob: true}, "both set"},
+	} {
+		c.cfg.Ledger, c.cfg.Publisher, c.cfg.Auth = led, pub, auth.None{}
+		if _, err := ingress.New(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: New = %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+	key := map[string]string{"Idempotency-Key": "k"}
+	none := setup(t, setupOpts{cfg: func(c *ingress.Config) { c.Jobs, c.AcceptAnyJob = []string{}, false }})
+	if r := none.do(t, http.MethodPost, "/v1/jobs/daily-reprot", key, "{}"); r.status != http.StatusNotFound || !strings.Contains(r.body["error"].(string), `unknown job "daily-reprot"`) {
+		t.Errorf("a job of an ingress that accepts none = %d %v, want 404 naming it", r.status, r.body)
+	}
+	listed := setup(t, setupOpts{cfg: func(c *ingress.Config) { c.Jobs, c.AcceptAnyJob = []string{"daily-report"}, false }})
+	if r := listed.do(t, http.MethodPost, "/v1/jobs/daily-reprot", key, "{}"); r.status != http.StatusNotFound || !strings.Contains(r.body["error"].(string), "accepts daily-report") {
+		t.Errorf("a typo of a listed job = %d %v, want 404 listing the jobs", r.status, r.body)
+	}
+	if listed.published() != 0 || none.published() != 0 {
+		t.Error("a refused job was published")
+	}
+	anyJob := setup(t, setupOpts{})
+	if r := anyJob.do(t, http.MethodPost, "/v1/jobs/daily-reprot", key, "{}"); r.status != http.StatusAccepted {
+		t.Errorf("a job of an ingress that accepts any = %d %v, want 202", r.status, r.body)
 	}
 }

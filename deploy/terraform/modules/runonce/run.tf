@@ -13,6 +13,10 @@ locals {
     RUNONCE_ALLOW     = join(",", local.allowed_callers)
     RUNONCE_OPERATORS = join(",", var.operators)
     RUNONCE_RETENTION = "${var.retention_hours}h"
+    # The ingress has no jobs file (the worker's may carry credentials, and Go handlers
+    # have none): it accepts any job name, and a worker fails the run of a job no
+    # worker has a handler for once its -unhandled-after (24h) passes.
+    RUNONCE_ACCEPT_ANY_JOB = "true"
     # Metrics to Cloud Monitoring (monitoring.tf's dashboard and alerts read them).
     RUNONCE_METRICS_EXPORT = var.monitoring ? "gcp" : "prometheus"
     # Spans to Cloud Trace: the request, its ledger calls and the publish.
