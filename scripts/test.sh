@@ -44,6 +44,11 @@ if [ -n "$unformatted" ]; then
 fi
 # The workspace's modules (go.work): ./... does not reach into the nested ones.
 modules=(./... ./deploy/... ./loadtest/... ./examples/userworker/...)
+echo "test: no merge conflict markers" >&2
+if git grep -nE '^(<<<<<<< |>>>>>>> |=======$)' -- ':!*.sum' ':!go.work.sum'; then
+	echo "unresolved merge conflict markers (above)" >&2
+	exit 1
+fi
 echo "test: go vet" >&2
 go vet "${modules[@]}"
 echo "test: staticcheck" >&2
