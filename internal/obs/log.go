@@ -6,14 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/chainguard-dev/clog/gcp"
 	"golang.org/x/term"
+
+	"github.com/runonce/runonce/internal/cleantext"
 )
 
 // NewLogger returns a JSON logger in Cloud Logging's format writing to w at level.
@@ -106,32 +104,7 @@ func ParseLevel(s string) (slog.Level, error) {
 
 // MaxCleanLen is the longest value Clean returns before it cuts one (in bytes, before
 // escaping).
-const MaxCleanLen = 256
+const MaxCleanLen = cleantext.MaxLen
 
-// Clean makes a caller-supplied value safe to log or echo: control characters, format
-// characters (bidi overrides, zero-width) and invalid UTF-8 are escaped Go-style
-// (\n, \x00, \u202e), and a value longer than MaxCleanLen is cut with a marker saying
-// how long it was. A value with nothing to escape is returned unchanged.
-func Clean(s string) string {
-	cut := ""
-	if len(s) > MaxCleanLen {
-		cut = fmt.Sprintf("…(%d bytes)", len(s))
-		s = strings.ToValidUTF8(s[:MaxCleanLen], "")
-	}
-	if !needsEscape(s) {
-		return s + cut
-	}
-	q := strconv.QuoteToGraphic(s)
-	q = q[1 : len(q)-1] // drop the quotes; keep the escapes
-	q = strings.ReplaceAll(q, `\"`, `"`)
-	return q + cut
-}
-
-func needsEscape(s string) bool {
-	for _, r := range s {
-		if r == utf8.RuneError || r == '\\' || !unicode.IsGraphic(r) || unicode.Is(unicode.Cf, r) {
-			return true
-		}
-	}
-	return false
-}
+// Clean makes a caller-supplied value safe to log or echo: see cleantext.Clean.
+func Clean(s string) string { return cleantext.Clean(s) }

@@ -15,8 +15,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/runonce/runonce/internal/cleantext"
 	"github.com/runonce/runonce/internal/jsonhttp"
-	"github.com/runonce/runonce/internal/obs"
 )
 
 // ErrCrossOrigin wraps every refusal of Check.
@@ -34,12 +34,12 @@ func Check(r *http.Request) error {
 		return fmt.Errorf("%w: a browser sent %s %s from a page of another origin (Origin %s, Sec-Fetch-Site %s), "+
 			"and a page on another site must not act on runs with its visitor's access; "+
 			"call this endpoint from a page of this origin, or from a client that is not a browser (one that sends no Origin header): %v",
-			ErrCrossOrigin, obs.Clean(r.Method), obs.Clean(r.URL.Path), quoted(r.Header.Get("Origin")), quoted(r.Header.Get("Sec-Fetch-Site")), err)
+			ErrCrossOrigin, cleantext.Clean(r.Method), cleantext.Clean(r.URL.Path), quoted(r.Header.Get("Origin")), quoted(r.Header.Get("Sec-Fetch-Site")), err)
 	}
 	return nil
 }
 
-func quoted(v string) string { return `"` + obs.Clean(v) + `"` }
+func quoted(v string) string { return `"` + cleantext.Clean(v) + `"` }
 
 // Middleware lets a request through to next unless Check refuses it: then it answers
 // 403 with a JSON body {"error": …} that names the problem.
