@@ -718,23 +718,26 @@ func TestMetricsAndLogs(t *testing.T) {
 	}
 }
 
-// TestRunJSONFinishedAt: a finished run (completed or failed) carries finished_at, and
-// completed_at under its old name for one release.
+// TestRunJSONFinishedAt: a finished run (completed, failed or cancelled) carries
+// finished_at and nothing under completed_at, its old name, which misled for a failed or
+// cancelled run.
 func TestRunJSONFinishedAt(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 30, 6, 0, 1, 0, time.UTC)
-	b, err := json.Marshal(ingress.NewRunJSON(&ledger.Run{ID: strings.Repeat("a", 64), Status: ledger.StatusFailed, CompletedAt: at}))
-	if err != nil {
-		t.Fatal(err)
+	for _, s := range []ledger.Status{ledger.StatusCompleted, ledger.StatusFailed, ledger.StatusCancelled} {
+		b, err := json.Marshal(ingress.NewRunJSON(&ledger.Run{ID: strings.Repeat("a", 64), Status: s, CompletedAt: at}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if _, old := got["completed_at"]; got["finished_at"] != "2026-11-30T06:00:01Z" || old {
+			t.Errorf("a %s run: finished_at %v, completed_at %v; want finished_at 2026-11-30T06:00:01Z alone", s, got["finished_at"], got["completed_at"])
+		}
 	}
-	var got map[string]any
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatal(err)
-	}
-	if got["finished_at"] != "2026-11-30T06:00:01Z" || got["completed_at"] != got["finished_at"] {
-		t.Errorf("finished_at %v, completed_at %v; want both 2026-11-30T06:00:01Z", got["finished_at"], got["completed_at"])
-	}
-	b, _ = json.Marshal(ingress.NewRunJSON(&ledger.Run{ID: strings.Repeat("a", 64), Status: ledger.StatusQueued}))
+	b, _ := json.Marshal(ingress.NewRunJSON(&ledger.Run{ID: strings.Repeat("a", 64), Status: ledger.StatusQueued}))
 	if strings.Contains(string(b), "finished_at") {
 		t.Errorf("an unfinished run has finished_at: %s", b)
 	}

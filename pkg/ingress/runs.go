@@ -29,13 +29,9 @@ type RunJSON struct {
 	LastError    string        `json:"last_error,omitempty"`
 	CreatedAt    time.Time     `json:"created_at"`
 	UpdatedAt    time.Time     `json:"updated_at"`
-	// FinishedAt is when the run became completed or failed.
+	// FinishedAt is when the run became completed, failed or cancelled.
 	FinishedAt time.Time `json:"finished_at,omitzero"`
-	// CompletedAt is FinishedAt under its old name, which misled for a failed run.
-	//
-	// Deprecated: read FinishedAt; completed_at is served for one more release.
-	CompletedAt time.Time `json:"completed_at,omitzero"`
-	ExpireAt    time.Time `json:"expire_at"`
+	ExpireAt   time.Time `json:"expire_at"`
 	// Result is what the completed attempt returned (worker.SetResult), as stored.
 	Result json.RawMessage `json:"result,omitempty"`
 	// Progress is how far the run's work has got as its latest attempt last wrote it (a
@@ -64,7 +60,7 @@ func NewRunJSON(r *ledger.Run) *RunJSON {
 		RunID: r.ID, Namespace: r.Namespace, Job: r.Job, Key: r.Key, ScheduleTime: r.ScheduleTime,
 		Status: r.Status, Attempt: r.Attempt, AttemptsMade: r.AttemptsMade,
 		Deadline: r.Deadline, NotBefore: r.NotBefore, PayloadHash: r.PayloadHash, LastError: r.LastError,
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.CompletedAt, CompletedAt: r.CompletedAt, ExpireAt: r.ExpireAt,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.CompletedAt, ExpireAt: r.ExpireAt,
 		Result: r.Result, Progress: r.Progress,
 	}
 }
