@@ -233,9 +233,9 @@ func list(ctx context.Context, g *globals, f *listFlags, stdout, stderr io.Write
 	}
 	now := g.now()
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN ID\tJOB\tKEY\tSTATUS\tATTEMPT\tCREATED\tUPDATED\tLAST ERROR")
+	fmt.Fprintln(tw, "RUN ID\tJOB\tKEY\tSTATUS\tATTEMPT\tCREATED\tUPDATED\tERROR")
 	for _, r := range res.Runs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", ShortID(r.RunID), r.Job, oneLine(r.Key, 40), r.Status, r.Attempt, Ago(r.CreatedAt, now), Ago(r.UpdatedAt, now), oneLine(r.LastError, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", ShortID(r.RunID), r.Job, oneLine(r.Key, 40), r.Status, r.Attempt, Ago(r.CreatedAt, now), Ago(r.UpdatedAt, now), oneLine(r.StatusError(), 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -272,9 +272,9 @@ func show(ctx context.Context, g *globals, id string, full bool, stdout io.Write
 			fmt.Fprintf(tw, "%s\t%s\n", k, v)
 		}
 	}
-	if d.LastError != "" && d.Status != ledger.StatusCompleted {
-		row("error", oneLine(d.LastError, 200))
-	}
+	// The error first, where it explains the status; an earlier attempt's is in
+	// ATTEMPTS and HISTORY.
+	row("error", oneLine(d.StatusError(), 200))
 	row("run", d.RunID)
 	row("status", string(d.Status))
 	row("job", d.Job)

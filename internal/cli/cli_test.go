@@ -64,8 +64,8 @@ func newServer(t *testing.T) *server {
 	return s
 }
 
-// failedRun claims a run of job and fails its first attempt with msg.
-func (s *server) failedRun(t *testing.T, job, msg string) string {
+// post claims a run of job with a fresh key and returns its ID.
+func (s *server) post(t *testing.T, job string) string {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, s.url+"/v1/jobs/"+job, strings.NewReader("{}"))
 	req.Header.Set("Idempotency-Key", uuid.NewString())
@@ -76,13 +76,32 @@ func (s *server) failedRun(t *testing.T, job, msg string) string {
 	var body map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&body)
 	resp.Body.Close()
-	id := body["run_id"].(string)
-	ctx := t.Context()
-	res, err := s.led.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, PayloadHash: ledger.PayloadHash([]byte("{}"))}, AttemptID: uuid.NewString(), Worker: "host-b/9"})
+	return body["run_id"].(string)
+}
+
+// acquire starts the run's next attempt on worker host-b/9, as a worker's claim does.
+func (s *server) acquire(t *testing.T, id string) ledger.Fence {
+	t.Helper()
+	res, err := s.led.Acquire(t.Context(), &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, PayloadHash: ledger.PayloadHash([]byte("{}"))}, AttemptID: uuid.NewString(), Worker: "host-b/9"})
 	if err != nil || res.Outcome != ledger.OutcomeAcquired {
 		t.Fatalf("Acquire: %v %v", res, err)
 	}
-	if _, err := s.led.Fail(ctx, &ledger.FailParams{Fence: ledger.Fence{RunID: id, Attempt: 1, AttemptID: res.Run.AttemptID}, Error: msg}); err != nil {
+	return ledger.Fence{RunID: id, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}
+}
+
+// release releases the attempt f with msg, as a worker shutting down does.
+func (s *server) release(t *testing.T, f ledger.Fence, msg string) {
+	t.Helper()
+	if _, err := s.led.Release(t.Context(), &ledger.ReleaseParams{Fence: f, Error: msg}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// failedRun claims a run of job and fails its first attempt with msg.
+func (s *server) failedRun(t *testing.T, job, msg string) string {
+	t.Helper()
+	id := s.post(t, job)
+	if _, err := s.led.Fail(t.Context(), &ledger.FailParams{Fence: s.acquire(t, id), Error: msg}); err != nil {
 		t.Fatal(err)
 	}
 	return id
@@ -157,6 +176,48 @@ func TestFindUnderstandRetryAndCancelFromTheCLI(t *testing.T) {
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &d) != nil || d.History[len(d.History)-1].Kind != ledger.EventCancelled {
 		t.Fatalf("runs show --json = %d\n%s", r.code, r.stdout)
 	}
+}
+
+// TestErrorShownWhereItExplainsTheStatus: the list and a run's page show the last error
+// of a failed run and of a run queued again after an error, but not an earlier
+// attempt's error of a run that completed since; that stays in its attempts.
+func TestErrorShownWhereItExplainsTheStatus(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	env := map[string]string{"RUNONCE_URL": s.url}
+	const old, again = "worker: shutting down", "smtp: 421 try again later"
+	completed := s.post(t, "report")
+	s.release(t, s.acquire(t, completed), old)
+	if _, err := s.led.Complete(t.Context(), &ledger.CompleteParams{Fence: s.acquire(t, completed)}); err != nil {
+		t.Fatal(err)
+	}
+	queued := s.post(t, "mail")
+	s.release(t, s.acquire(t, queued), again)
+	failed := s.failedRun(t, "invoice", "smtp: 554 rejected")
+
+	r := runCLI(t, env, "runs", "list")
+	if r.code != 0 || strings.Contains(row(r.stdout, completed), old) || !strings.Contains(row(r.stdout, queued), again) || !strings.Contains(row(r.stdout, failed), "smtp: 554 rejected") {
+		t.Fatalf("runs list = %d\n%s%s\nwant the errors of the queued and the failed runs, not the completed run's old one", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, env, "runs", "show", completed)
+	attempts := r.stdout[strings.Index(r.stdout, "ATTEMPTS"):]
+	if r.code != 0 || strings.HasPrefix(r.stdout, "error") || !strings.Contains(attempts, old) {
+		t.Fatalf("runs show of the completed run = %d\n%s%s\nwant no error line, the old error in its attempts", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, env, "runs", "show", queued)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "error") || !strings.Contains(strings.SplitN(r.stdout, "\n", 2)[0], again) {
+		t.Fatalf("runs show of the released run = %d\n%s%s\nwant its error first", r.code, r.stdout, r.stderr)
+	}
+}
+
+// row returns the line of a table that shows the run id (its first 12 digits at least).
+func row(table, id string) string {
+	for l := range strings.Lines(table) {
+		if strings.Contains(l, id[:12]) {
+			return l
+		}
+	}
+	return ""
 }
 
 func TestCLIErrorsSayWhatFailed(t *testing.T) {

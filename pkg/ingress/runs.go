@@ -65,6 +65,23 @@ func NewRunJSON(r *ledger.Run) *RunJSON {
 	}
 }
 
+// StatusError is the run's last error where it explains the run's status: a failed
+// run's final error, or a queued run's error of the attempt before it (released for a
+// retry, released by an operator, or failed and retried). A completed, running or
+// cancelled run's last error is an earlier attempt's: StatusError is empty for it, and
+// the error stays in the run's attempts and history (and LastError).
+func (r *RunJSON) StatusError() string {
+	switch r.Status {
+	case ledger.StatusFailed:
+		return r.LastError
+	case ledger.StatusQueued:
+		if r.Attempt > 0 {
+			return r.LastError
+		}
+	}
+	return ""
+}
+
 // runEffect is worker.RunEffect, the effect a target's start is recorded under.
 const runEffect = "run"
 
