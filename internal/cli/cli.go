@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -293,6 +294,9 @@ func show(ctx context.Context, g *globals, id string, full bool, stdout io.Write
 		row("deadline", stamp(d.Deadline, now))
 	}
 	row("execution", d.Execution)
+	if len(d.Result) > 0 {
+		row("result", compactJSON(d.Result, 200))
+	}
 	if d.Payload != nil {
 		p := d.Payload.Text
 		if p == "" {
@@ -383,6 +387,20 @@ func act(ctx context.Context, g *globals, id, action string, req *ingress.Action
 		fmt.Fprintf(stdout, "warning: %s\n", res.Warning)
 	}
 	return nil
+}
+
+// compactJSON is a stored JSON value (a run's result) on one line of at most n runes;
+// --json shows it whole.
+func compactJSON(raw json.RawMessage, n int) string {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return oneLine(string(raw), n)
+	}
+	s := buf.String()
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + fmt.Sprintf("… (%d bytes; --json shows it whole)", len(s))
+	}
+	return s
 }
 
 func printJSON(w io.Writer, v any) error {

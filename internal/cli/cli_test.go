@@ -210,6 +210,29 @@ func TestErrorShownWhereItExplainsTheStatus(t *testing.T) {
 	}
 }
 
+// TestShowPrintsTheResult: runs show prints what a completed run left (worker.SetResult),
+// on one line, cut when long.
+func TestShowPrintsTheResult(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	env := map[string]string{"RUNONCE_URL": s.url}
+	short, long := s.post(t, "report"), s.post(t, "report")
+	for id, res := range map[string]string{short: `{"greeting": "hello, once per run",
+  "attempt": 1}`, long: `{"sent": "` + strings.Repeat("x", 500) + `"}`} {
+		if _, err := s.led.Complete(t.Context(), &ledger.CompleteParams{Fence: s.acquire(t, id), Result: []byte(res)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := runCLI(t, env, "runs", "show", short)
+	if r.code != 0 || !strings.Contains(r.stdout, `result     {"greeting":"hello, once per run","attempt":1}`+"\n") {
+		t.Fatalf("runs show = %d\n%s%s\nwant the result on one line", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, env, "runs", "show", long)
+	if r.code != 0 || !strings.Contains(r.stdout, "… (511 bytes; --json shows it whole)") {
+		t.Fatalf("runs show of a long result = %d\n%s%s\nwant it cut, with its size", r.code, r.stdout, r.stderr)
+	}
+}
+
 // row returns the line of a table that shows the run id (its first 12 digits at least).
 func row(table, id string) string {
 	for l := range strings.Lines(table) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -83,6 +84,7 @@ func newUI(h *Handler) (*ui, error) {
 		"clip":  func(s string, n int) string { return clipRunes(s, n) },
 		"title": func(s string) string { return strings.ToUpper(s[:1]) + s[1:] },
 		"when":  func(t time.Time) template.HTML { return when(t, h.cfg.Now()) },
+		"json":  indentJSON,
 	}
 	u := &ui{h: h, pages: map[string]*template.Template{}}
 	for _, name := range []string{"runs", "run", "confirm", "error"} {
@@ -139,6 +141,16 @@ func relative(t, now time.Time) string {
 		return "in " + s
 	}
 	return s + " ago"
+}
+
+// indentJSON lays a stored JSON value (a run's result) out for reading; one that does
+// not parse is shown as it is.
+func indentJSON(raw json.RawMessage) string {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return string(raw)
+	}
+	return buf.String()
 }
 
 func clipRunes(s string, n int) string {

@@ -95,3 +95,26 @@ func TestDashboardShowsTheErrorThatExplainsTheStatus(t *testing.T) {
 		t.Errorf("the completed run's page lost the old error from its attempts")
 	}
 }
+
+// TestDashboardShowsTheResult: a completed run's page shows its result to whoever may read
+// the run (as GET /v1/runs/{run_id} does), while its payload stays for operators.
+func TestDashboardShowsTheResult(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{}) // no operators: the caller is a reader
+	id := b.do(t, http.MethodPost, "/v1/jobs/report", map[string]string{"Idempotency-Key": "r-1"}, `{"secret":"payload"}`).body["run_id"].(string)
+	if _, err := b.led.Complete(t.Context(), &ledger.CompleteParams{Fence: b.acquire(t, id), Result: []byte(`{"greeting":"hello, once per run","attempt":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	p := b.page(t, "/ui/runs/"+id, nil)
+	want := "{\n  &#34;greeting&#34;: &#34;hello, once per run&#34;,\n  &#34;attempt&#34;: 1\n}"
+	if !strings.Contains(p, `<h2 id="res-h">Result</h2>`) || !strings.Contains(p, want) {
+		t.Fatalf("the run page lacks the result laid out:\n%s", p)
+	}
+	if strings.Contains(p, "payload&#34;") || strings.Contains(p, `id="pl-h"`) {
+		t.Fatalf("a reader sees the payload:\n%s", p)
+	}
+	other := b.do(t, http.MethodPost, "/v1/jobs/report", map[string]string{"Idempotency-Key": "r-2"}, "{}").body["run_id"].(string)
+	if p := b.page(t, "/ui/runs/"+other, nil); strings.Contains(p, `id="res-h"`) {
+		t.Fatalf("a run without a result shows a result section")
+	}
+}
