@@ -236,7 +236,7 @@ func list(ctx context.Context, g *globals, f *listFlags, stdout, stderr io.Write
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN ID\tJOB\tKEY\tSTATUS\tATTEMPT\tCREATED\tUPDATED\tERROR")
 	for _, r := range res.Runs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", ShortID(r.RunID), r.Job, oneLine(r.Key, 40), r.Status, r.Attempt, Ago(r.CreatedAt, now), Ago(r.UpdatedAt, now), oneLine(r.StatusError(), 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", ShortID(r.RunID), r.Job, oneLine(runKey(r), 48), r.Status, r.Attempt, Ago(r.CreatedAt, now), Ago(r.UpdatedAt, now), oneLine(r.StatusError(), 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -253,6 +253,14 @@ func list(ctx context.Context, g *globals, f *listFlags, stdout, stderr io.Write
 // ShortID is the part of a run ID a table shows: its first 12 digits, which name it in
 // `runs show` and the dashboard's URLs.
 func ShortID(id string) string { return id[:min(12, len(id))] }
+// runKey is what identifies a run to its caller: the scheduler's job name and schedule
+// time, or the Idempotency-Key (or job_key).
+func runKey(r *ingress.RunJSON) string {
+	if !r.ScheduleTime.IsZero() {
+		return r.Key + " @ " + r.ScheduleTime.UTC().Format(time.RFC3339)
+	}
+	return r.Key
+}
 
 func show(ctx context.Context, g *globals, id string, full bool, stdout io.Writer) error {
 	c, err := g.client(ctx)

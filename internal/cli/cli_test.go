@@ -233,6 +233,36 @@ func TestShowPrintsTheResult(t *testing.T) {
 	}
 }
 
+// TestListShowsTheKey: runs list shows what identifies each run to its caller, the
+// Idempotency-Key or the scheduler's job name and schedule time.
+func TestListShowsTheKey(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	post := func(hdr map[string]string) string {
+		req, _ := http.NewRequest(http.MethodPost, s.url+"/v1/jobs/report", strings.NewReader("{}"))
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("POST = %d %v %v", resp.StatusCode, body, err)
+		}
+		return body["run_id"].(string)
+	}
+	keyed := post(map[string]string{"Idempotency-Key": "daily-report:2026-11-01"})
+	scheduled := post(map[string]string{"X-CloudScheduler-JobName": "nightly-report", "X-CloudScheduler-ScheduleTime": "2026-11-30T06:00:00+01:00"})
+	r := runCLI(t, map[string]string{"RUNONCE_URL": s.url}, "runs", "list")
+	if r.code != 0 || !strings.Contains(r.stdout, "KEY") || !strings.Contains(row(r.stdout, keyed), "daily-report:2026-11-01") ||
+		!strings.Contains(row(r.stdout, scheduled), "nightly-report @ 2026-11-30T05:00:00Z") {
+		t.Fatalf("runs list = %d\n%s%s\nwant a KEY column with each run's key", r.code, r.stdout, r.stderr)
+	}
+}
+
 // row returns the line of a table that shows the run id (its first 12 digits at least).
 func row(table, id string) string {
 	for l := range strings.Lines(table) {
