@@ -35,7 +35,7 @@ locals {
       reducer   = "REDUCE_MAX"
       window    = 300
       threshold = var.alert_thresholds.dead_letter_messages
-      doc       = "A message was delivered ${var.max_delivery_attempts} times without being settled and was dead-lettered to ${local.dead_letter_subscription_name}. Its run is usually `failed` in the ledger with `last_error`. Inspect it without acking: `gcloud pubsub subscriptions pull ${local.dead_letter_subscription_name} --limit=10 --format=json` (deploy/README.md, runbook)."
+      doc       = "A message was delivered ${var.max_delivery_attempts} times without being settled and was dead-lettered to ${local.dead_letter_subscription_name}. Its run is usually `failed` in the ledger: look it up with `runonce runs show RUN_ID` and retry it with `runonce runs retry` once its cause is fixed. Inspect the message without acking: `gcloud pubsub subscriptions pull ${local.dead_letter_subscription_name} --limit=10 --format=json` (deploy/README.md, runbook)."
     }
     runs_failed = {
       title     = "runs failed"
@@ -44,7 +44,7 @@ locals {
       reducer   = "REDUCE_SUM"
       window    = 600
       threshold = var.alert_thresholds.runs_failed
-      doc       = "A run failed for good: its job returned a permanent error, or it used up its attempts. It will not run again for the same key. Find it in the worker's logs (`jsonPayload.outcome=\"failed\"`), read its `last_error` with GET /v1/runs/RUN_ID, and re-run it with a new key if the work must happen (deploy/README.md, runbook)."
+      doc       = "A run failed for good: its job returned a permanent error, or it used up its attempts. Nothing runs it again by itself. Find it (`runonce runs list --status failed`, or `jsonPayload.outcome=\"failed\"` in the worker's logs), read its error (`runonce runs show RUN_ID`), fix the cause, then retry it: `runonce runs retry RUN_ID --reason ...`, the dashboard's Retry, or POST /v1/runs/RUN_ID:retry (deploy/README.md, runbook)."
     }
     leases_lost = {
       title     = "leases lost"
@@ -71,7 +71,7 @@ locals {
       reducer   = "REDUCE_SUM"
       window    = 600
       threshold = var.alert_thresholds.ingress_5xx
-      doc       = "The ingress answered 5xx: 503 means the ledger (Firestore) or Pub/Sub was unavailable and the claim was released, so the scheduler's retry claims it afresh. Check Firestore's and Pub/Sub's status and the ingress's /readyz and logs (deploy/README.md, runbook)."
+      doc       = "The ingress answered 5xx: 503 means the ledger or Pub/Sub was unavailable; a claim already written is kept (never deleted) and made due at once, so the scheduler's retry or the rescuer republishes it. Check Firestore's and Pub/Sub's status and the ingress's /readyz and logs (deploy/README.md, runbook)."
     }
     oldest_unacked = {
       title     = "oldest unacked message older than the pickup timeout"
