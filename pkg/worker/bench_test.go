@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -137,7 +138,7 @@ func BenchmarkNoopJobs(b *testing.B) {
 				mux := worker.NewMux()
 				mux.HandleFunc("noop", func(context.Context, *worker.Job) error { return nil })
 				sub := queue.NewSubscriber(client, "s-"+id, nil)
-				w, err := worker.New(&worker.Config{Ledger: cl, Handler: mux, Subscriber: sub, Concurrency: conc, Grace: time.Second})
+				w, err := worker.New(&worker.Config{Ledger: cl, Handler: mux, Subscriber: sub, Concurrency: conc, Grace: time.Second, Logger: slog.New(slog.DiscardHandler)})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -166,7 +167,7 @@ func BenchmarkNoopJobs(b *testing.B) {
 func BenchmarkProcess(b *testing.B) {
 	mux := worker.NewMux()
 	mux.HandleFunc("noop", func(context.Context, *worker.Job) error { return nil })
-	w, err := worker.New(&worker.Config{Ledger: memory.New(nil), Handler: mux, Lease: time.Minute})
+	w, err := worker.New(&worker.Config{Ledger: memory.New(nil), Handler: mux, Lease: time.Minute, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,7 +118,7 @@ func (h *chainBench) worker(side string) *countingLedger {
 	mux.HandleFunc("noop", func(context.Context, *worker.Job) error { return nil })
 	cl := &countingLedger{Ledger: h.l, done: make(chan struct{}), want: -1}
 	w, err := worker.New(&worker.Config{Ledger: cl, Handler: mux, Subscriber: queue.NewSubscriber(h.c, side+"-s-"+h.id, nil),
-		Concurrency: h.conc, Grace: time.Second})
+		Concurrency: h.conc, Grace: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		h.b.Fatal(err)
 	}

@@ -136,7 +136,8 @@ type Config struct {
 	// (a simulation's clock fires its timers as it advances), or deadlines past a jump
 	// of the clock are noticed only on real time.
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
-	// Logger receives JSON logs. Defaults to discarding them.
+	// Logger receives the worker's logs. Defaults to slog.Default(), as the ingress's
+	// does; slog.New(slog.DiscardHandler) silences them.
 	Logger *slog.Logger
 	// Meter records metrics. Defaults to a no-op meter.
 	Meter metric.Meter
@@ -191,7 +192,7 @@ func (c Config) withDefaults() Config {
 		c.Instance = fmt.Sprintf("%s/%d", cmp.Or(host, "unknown-host"), os.Getpid())
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -50,6 +51,9 @@ func setup(t *testing.T, l ledger.Ledger, cfg *worker.Config) *bundle {
 		c = *cfg
 	}
 	c.Ledger, c.Handler = l, b.mux
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
 	b.cfg = c
 	b.rebuild(nil)
 	return b

@@ -3,6 +3,7 @@ package workertest
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,7 +74,7 @@ func BenchmarkBatch(b *testing.B, open func(tb testing.TB) ledger.Ledger) {
 					return nil
 				})
 			})
-			w, err := worker.New(&worker.Config{Ledger: l, Handler: mux, Lease: time.Minute})
+			w, err := worker.New(&worker.Config{Ledger: l, Handler: mux, Lease: time.Minute, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				b.Fatal(err)
 			}
