@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/runonce/runonce/internal/logonce"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
 )
@@ -245,6 +247,9 @@ type Worker struct {
 	stopping bool
 	running  bool
 	inflight sync.WaitGroup
+	// noHandler and held are the jobs without a handler and the runs' holding attempts
+	// already logged: their deliveries come back every few seconds.
+	noHandler, held logonce.Set
 }
 
 // New returns a worker. It refuses a configuration that could run a run twice or that
@@ -447,7 +452,13 @@ func (w *Worker) Process(ctx context.Context, d *queue.Delivery) (v Verdict) {
 		return w.verdict(ctx, Verdict{Ack: true, Outcome: OutcomeTerminal})
 	case ledger.OutcomeHeld:
 		w.metrics.nackedHeld.Add(ctx, 1)
-		log.InfoContext(ctx, "run held by another attempt; delivery nacked", slog.Time("held_until", res.Until), slog.Int64("holder_attempt", res.Run.Attempt))
+		// A held run's deliveries come back until its holder finishes: logged once per
+		// run and holding attempt, then at debug level.
+		level := slog.LevelDebug
+		if w.held.First(res.Run.ID + "/" + strconv.FormatInt(res.Run.Attempt, 10)) {
+			level = slog.LevelInfo
+		}
+		log.Log(ctx, level, "run held by another attempt; delivery nacked (logged once per run and attempt)", slog.Time("held_until", res.Until), slog.Int64("holder_attempt", res.Run.Attempt))
 		w.nackDelay(ctx, res.Until)
 		return w.verdict(ctx, Verdict{RetryAt: res.Until, Outcome: OutcomeHeld})
 	}
@@ -478,8 +489,15 @@ func (w *Worker) unhandled(ctx context.Context, d *queue.Delivery, log *slog.Log
 			return run, Verdict{}
 		}
 	}
-	log.WarnContext(ctx, "no handler for this job in this worker: delivery nacked, no attempt counted; a worker that runs the job (or this one, once it does) runs it, "+
-		"or a worker without it fails the run once it has waited unhandled_after", slog.Duration("nack_after", w.cfg.NoHandlerDelay), slog.Duration("unhandled_after", bound))
+	// Its deliveries come back every NoHandlerDelay for as long as no worker runs the
+	// job: warned once per job, then at debug level.
+	level := slog.LevelDebug
+	if w.noHandler.First(d.Message.Identity.Job) {
+		level = slog.LevelWarn
+	}
+	log.Log(ctx, level, "no handler for this job in this worker: its deliveries are nacked, no attempt counted, until a worker that runs the job (or this one, once it does) takes them, "+
+		"or a worker without it fails the run once it has waited unhandled_after; logged once per job, later deliveries at debug level",
+		slog.Duration("nack_after", w.cfg.NoHandlerDelay), slog.Duration("unhandled_after", bound))
 	w.hold(ctx, w.cfg.NoHandlerDelay)
 	return nil, w.verdict(ctx, Verdict{RetryAt: w.cfg.Now().Add(w.cfg.NoHandlerDelay), Outcome: OutcomeNoHandler})
 }
