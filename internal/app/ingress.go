@@ -143,9 +143,11 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 	}
 	log.Info("ingress listening", slog.String("addr", ln.Addr().String()), slog.String("topic", f.Topic),
 		slog.String("auth", f.Auth), slog.String("namespace", f.Namespace))
-	err = config.Serve(ctx, config.NewServer(f.Addr, h, log), ln, config.ShutdownGrace)
-	log.Info("ingress stopped", slog.Any("error", err))
-	return err
+	if err := config.Serve(ctx, config.NewServer(f.Addr, h, log), ln, config.ShutdownGrace); err != nil {
+		return err // config.Main prints it
+	}
+	log.Info("ingress stopped")
+	return nil
 }
 
 // newIngress builds the ingress handler for the jobs jobNames, or any job when it is

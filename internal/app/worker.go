@@ -324,9 +324,8 @@ func ServeWorker(ctx context.Context, s *WorkerSetup) error {
 	srv.WriteTimeout = 0 // a push request lasts as long as its job
 	g.Go(func() error { return config.Serve(gctx, srv, ln, f.Grace+time.Second) })
 	g.Go(func() error { return w.Run(gctx) })
-	err = g.Wait()
-	log.Info("worker stopped", slog.Any("error", err))
-	return err
+	// worker.Run logs its own stop; an error is the caller's to print.
+	return g.Wait()
 }
 
 // shutdownTracing exports the spans still batched.

@@ -37,7 +37,8 @@ func TestLoggerDefaultsToSlogDefault(t *testing.T) {
 	}
 }
 
-// countLogs counts the JSON log lines at level whose message starts with prefix.
+// countLogs counts the JSON log lines at level whose message starts with prefix; a
+// prefix ending in "$" must be the whole message.
 func countLogs(t *testing.T, logs, level, prefix string) int {
 	t.Helper()
 	n := 0
@@ -46,7 +47,8 @@ func countLogs(t *testing.T, logs, level, prefix string) int {
 		if err := json.Unmarshal([]byte(l), &e); err != nil {
 			t.Fatalf("log line %q: %v", l, err)
 		}
-		if e.Level == level && strings.HasPrefix(e.Msg, prefix) {
+		whole, exact := strings.CutSuffix(prefix, "$")
+		if e.Level == level && (exact && e.Msg == whole || !exact && strings.HasPrefix(e.Msg, prefix)) {
 			n++
 		}
 	}
@@ -108,5 +110,49 @@ func TestRepeatedDeliveriesAreLoggedOnce(t *testing.T) {
 	deliver(2)
 	if info, debug := countLogs(t, logs.String(), "INFO", "run held by another attempt"), countLogs(t, logs.String(), "DEBUG", "run held by another attempt"); info != 2 || debug != 8 {
 		t.Fatalf("10 deliveries of a run held by 2 attempts in turn logged %d info and %d debug lines; want one per attempt, the rest at debug:\n%s", info, debug, logs.String())
+	}
+}
+
+// TestShutdownReleaseSaysItsErrorOnce: a job that returns the cause its context was
+// cancelled with (context.Cause, as a job should) is released with that error said
+// once, in the run's record and in the log line; the worker logs one line when it has
+// stopped, with no error attribute when there is none. Before, the release said
+// "worker: shutting down (job error: worker: shutting down)", and the stop was logged
+// with "error": null.
+func TestShutdownReleaseSaysItsErrorOnce(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	b := setup(t, nil, &worker.Config{Lease: time.Minute, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	started := make(chan struct{})
+	b.mux.HandleFunc("slow", func(ctx context.Context, _ *worker.Job) error {
+		close(started)
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	b.withQueue()
+	stop := b.pull(10 * time.Millisecond)
+	m := message("slow", "k", "{}")
+	if _, err := b.ledger.Claim(t.Context(), &ledger.ClaimParams{Identity: m.Identity, AttemptID: uuid.NewString()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pub.Publish(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the job never started")
+	}
+	stop()
+	r := b.run(m.Identity.RunID)
+	if r.Status != ledger.StatusQueued || r.LastError != worker.ErrShutdown.Error() {
+		t.Fatalf("after the shutdown the run is %s with last error %q; want queued, %q", r.Status, r.LastError, worker.ErrShutdown)
+	}
+	l := logs.String()
+	if n := countLogs(t, l, "INFO", "run released for a retry: "+worker.ErrShutdown.Error()); n != 1 || strings.Contains(l, "job error") {
+		t.Errorf("release lines naming the shutdown once: %d, want 1:\n%s", n, l)
+	}
+	if n := countLogs(t, l, "INFO", "worker: stopped$"); n != 1 || strings.Contains(l, `"error":null`) {
+		t.Errorf("stop lines: %d, want 1 without an error attribute:\n%s", n, l)
 	}
 }

@@ -63,7 +63,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		err = nil
 	}
-	log.Info("worker: stopped", slog.Any("error", err))
+	if err != nil {
+		log.Error("worker: stopped", slog.Any("error", err))
+	} else {
+		log.Info("worker: stopped")
+	}
 	return err
 }
 

@@ -646,8 +646,11 @@ func (w *Worker) run(dctx context.Context, d *queue.Delivery, run *ledger.Run, c
 			delay = w.cfg.MaxRetryAfter
 		}
 	}
+	// The reason names the cause of a cancelled job (a shutdown, a self-fence, the
+	// maximum run time) and the job's error, once: a job that returned the cause
+	// itself (context.Cause) already says it.
 	reason := herr.Error()
-	if cause != nil {
+	if cause != nil && !errors.Is(herr, cause) {
 		reason = fmt.Sprintf("%v (job error: %v)", cause, herr)
 	}
 	return w.release(ctx, fence, reason, delay, log)
