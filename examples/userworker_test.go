@@ -150,3 +150,43 @@ func TestUserWorkerAgainstDev(t *testing.T) {
 		t.Errorf("the user's worker saw a job it has no handler for:\n%s", logs)
 	}
 }
+
+// TestREADMEGoExampleIsUserworker: the README's worker program ("Writing a job in Go")
+// shows the imports examples/userworker needs to run, the backends' blank imports
+// included (without pkg/ledger/sqlite it cannot open -dev's ledger), and reads the same
+// variables the -dev banner's join command sets.
+func TestREADMEGoExampleIsUserworker(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "## Writing a job in Go")
+	_, block, found := strings.Cut(section, "```go\n")
+	block, _, _ = strings.Cut(block, "```")
+	if !found || !strings.Contains(block, "func main()") {
+		t.Fatalf("no Go program under the README's \"Writing a job in Go\":\n%s", block)
+	}
+	prog, err := os.ReadFile(filepath.Join("userworker", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	imports := regexp.MustCompile(`(?m)^\t(_ )?("[^"]+")`)
+	want := imports.FindAllStringSubmatch(block, -1)
+	if len(want) < 5 {
+		t.Fatalf("the README's program shows %d imports; want its import block", len(want))
+	}
+	for _, m := range want {
+		if !regexp.MustCompile(`(?m)^\t` + regexp.QuoteMeta(m[1]+m[2])).Match(prog) {
+			t.Errorf("the README imports %s%s, examples/userworker does not", m[1], m[2])
+		}
+	}
+	if !strings.Contains(block, `_ "github.com/runonce/runonce/pkg/ledger/sqlite"`) {
+		t.Error("the README's program does not import the SQLite backend: it cannot open -dev's ledger")
+	}
+	for _, v := range []string{"RUNONCE_LEDGER", "RUNONCE_SUBSCRIPTION", "RUNONCE_TOPIC"} {
+		if !strings.Contains(block, `os.Getenv("`+v+`")`) || !bytes.Contains(prog, []byte(`os.Getenv("`+v+`")`)) {
+			t.Errorf("the README's program and examples/userworker do not both read %s", v)
+		}
+	}
+}

@@ -69,7 +69,11 @@ func (m *URLMux) Open(ctx context.Context, rawURL string) (Ledger, error) {
 	o, ok := m.openers[u.Scheme]
 	m.mu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("ledger: unknown scheme %q in URL %q (known schemes: %s)", u.Scheme, rawURL, m.known())
+		if pkg := BackendPackage(u.Scheme); pkg != "" {
+			return nil, fmt.Errorf("ledger: unknown scheme %q in URL %q: this program does not link its backend; add import _ %q (registered schemes: %s)",
+				u.Scheme, Redact(rawURL), pkg, m.known())
+		}
+		return nil, fmt.Errorf("ledger: unknown scheme %q in URL %q (registered schemes: %s; runonce's backends: %s)", u.Scheme, Redact(rawURL), m.known(), shipped)
 	}
 	l, err := o.OpenLedgerURL(ctx, u)
 	if err != nil {
@@ -81,9 +85,34 @@ func (m *URLMux) Open(ctx context.Context, rawURL string) (Ledger, error) {
 func (m *URLMux) known() string {
 	s := m.Schemes()
 	if len(s) == 0 {
-		return "none registered: import a backend package"
+		return "none: import a backend package"
 	}
 	return strings.Join(s, ", ")
+}
+
+// shipped lists runonce's backends, for the error of a scheme none of them registers.
+const shipped = "sqlite, postgres, firestore, spanner, redis, memory (each registered by importing its package under github.com/runonce/runonce/pkg/ledger/)"
+
+// BackendPackage returns the import path of the runonce package that registers scheme
+// when imported (for its side effect: import _ "…"), or "" for a scheme runonce ships no
+// backend for.
+func BackendPackage(scheme string) string {
+	const base = "github.com/runonce/runonce/pkg/ledger/"
+	switch scheme {
+	case "sqlite":
+		return base + "sqlite"
+	case "postgres", "postgresql":
+		return base + "postgres"
+	case "firestore":
+		return base + "firestoreledger"
+	case "spanner":
+		return base + "spannerledger"
+	case "redis", "rediss":
+		return base + "redisledger"
+	case "memory":
+		return base + "memory"
+	}
+	return ""
 }
 
 // Redact returns a ledger URL with any password replaced, for logs and banners.
