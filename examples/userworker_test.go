@@ -44,7 +44,7 @@ func TestUserWorkerAgainstDev(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	devDone := make(chan error, 1)
 	go func() {
-		devDone <- app.RunIngress(ctx, []string{"-dev", "-addr", addr, "-ledger", ledgerURL, "-jobs", jobsFile}, nil, &out, &devLogs)
+		devDone <- app.RunIngress(ctx, []string{"-dev", "-dev-pubsub-port", "0", "-addr", addr, "-ledger", ledgerURL, "-jobs", jobsFile}, nil, &out, &devLogs)
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -100,7 +100,7 @@ func startStack(ctx context.Context, c *config, workers int, sinkURL string, std
 		// The embedded all-in-one, with its in-process Pub/Sub but no in-process worker.
 		ledgerURL = "sqlite://" + filepath.ToSlash(filepath.Join(dir, "runonce.db"))
 		st.ingress, err = st.start(ctx, "ingress", filepath.Join(bin, "ingress"), env, true,
-			"-dev", "-dev-concurrency", "0", "-addr", "127.0.0.1:0", "-jobs", jobsFile, "-ledger", ledgerURL, "-log-level", "warn")
+			"-dev", "-dev-concurrency", "0", "-dev-pubsub-port", "0", "-addr", "127.0.0.1:0", "-jobs", jobsFile, "-ledger", ledgerURL, "-log-level", "warn")
 		if err != nil {
 			return st, err
 		}

@@ -125,7 +125,7 @@ func startDevBench(b *testing.B, bin, dir string) *devBench {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-dev", "-addr", addr, "-demo-delay", "0")
+	cmd := exec.Command(bin, "-dev", "-dev-pubsub-port", "0", "-addr", addr, "-demo-delay", "0")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "RUNONCE_LEDGER=") // the default: the file in the working directory
 	if q := os.Getenv("BENCH_DEV_LEDGER_QUERY"); q != "" {

@@ -87,7 +87,7 @@ type devProc struct {
 
 func startDev(t *testing.T, bin, dir, addr string) *devProc {
 	t.Helper()
-	cmd := exec.Command(bin, "-dev", "-addr", addr, "-demo-delay", "300ms")
+	cmd := exec.Command(bin, "-dev", "-dev-pubsub-port", "0", "-addr", addr, "-demo-delay", "300ms")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "RUNONCE_LEDGER=") // the default: the file in the working directory
 	p := &devProc{cmd: cmd, logs: &syncbuf.Buffer{}, done: make(chan struct{})}

@@ -22,8 +22,9 @@ import (
 // TestREADMEQuickStart runs the README's quick start as written against a built
 // binary: its command (go run ./cmd/ingress …), the curl it shows (the same one the
 // banner prints), posted twice, and the follow-up GET. It fails when the README and the
-// program disagree. The one liberty: PORT picks a free port, which the README says -dev
-// honours on loopback, and the README's 127.0.0.1:8080 is read as that address.
+// program disagree. The liberties: PORT picks a free port, which the README says -dev
+// honours on loopback, and the README's 127.0.0.1:8080 is read as that address; and
+// RUNONCE_DEV_PUBSUB_PORT=0 puts its in-process Pub/Sub on a free port.
 func TestREADMEQuickStart(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
@@ -49,7 +50,8 @@ func TestREADMEQuickStart(t *testing.T) {
 	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
 	cmd := exec.Command(bin, args[3:]...)
 	cmd.Dir = dir
-	cmd.Env = append(cleanEnv(), "PORT="+port)
+	// Its in-process Pub/Sub on a free port too (the default, 8085, may be another -dev's).
+	cmd.Env = append(cleanEnv(), "PORT="+port, "RUNONCE_DEV_PUBSUB_PORT=0")
 	logs := &syncbuf.Buffer{}
 	cmd.Stderr = logs
 	stdout, err := cmd.StdoutPipe()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +39,10 @@ const (
 	DevInProcessSubscription = "runs-in-process"
 	DevLedgerFile            = "runonce-dev.db"
 	DevAddr                  = "127.0.0.1:8080"
+	// DevPubSubPort is the default port of -dev's in-process Pub/Sub on 127.0.0.1: the
+	// Pub/Sub emulator's, so that a joined worker's PUBSUB_EMULATOR_HOST stays right
+	// across restarts of -dev.
+	DevPubSubPort = 8085
 )
 
 // devAddr returns where -dev listens. Authentication is off, so it listens on loopback
@@ -79,9 +84,9 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 		return err
 	}
 	defer led.Close()
-	ps, err := queue.NewInProcess(ctx, DevProject)
+	ps, err := queue.NewInProcessAt(ctx, DevProject, net.JoinHostPort("127.0.0.1", strconv.Itoa(f.DevPubSubPort)))
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (another -dev, or the Pub/Sub emulator, may use the port: choose another with -dev-pubsub-port, 0 for any free one)", err)
 	}
 	defer ps.Close()
 	if _, err := queue.EnsureTopic(ctx, ps.Client, DevTopic); err != nil {
@@ -194,7 +199,7 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 		}
 	}
 	printBanner(stdout, &banner{
-		base: base, ledgerURL: ledgerURL, pubsubAddr: ps.Addr(), workerAddr: workerAddr,
+		base: base, ledgerURL: ledgerURL, pubsubAddr: ps.Addr(), pubsubAnyPort: f.DevPubSubPort == 0, workerAddr: workerAddr,
 		concurrency: f.DevConcurrency, demoDelay: f.DemoDelay, jobsFile: f.Jobs,
 		here: here, fileJobs: fileJobs, accepted: accepted,
 	})
@@ -250,6 +255,7 @@ func republishQueued(ctx context.Context, led ledger.Ledger, pub queue.RunPublis
 // banner is what -dev prints on stdout when it is ready.
 type banner struct {
 	base, ledgerURL, pubsubAddr, workerAddr string
+	pubsubAnyPort                           bool // -dev-pubsub-port 0
 	concurrency                             int
 	demoDelay                               time.Duration
 	jobsFile                                string
@@ -264,7 +270,11 @@ func printBanner(w io.Writer, b *banner) {
 	fmt.Fprintf(&s, "\nrunonce is running in development mode (-dev): everything in this one process, auth off.\n\n")
 	fmt.Fprintf(&s, "  ingress   %s\n", b.base)
 	fmt.Fprintf(&s, "  ledger    %s   (kept across restarts)\n", ledger.Redact(b.ledgerURL))
-	fmt.Fprintf(&s, "  pubsub    PUBSUB_EMULATOR_HOST=%s   (in-process, lost on exit)\n", b.pubsubAddr)
+	port := "the same on every start: -dev-pubsub-port"
+	if b.pubsubAnyPort {
+		port = "a free port, new on every start: -dev-pubsub-port 0"
+	}
+	fmt.Fprintf(&s, "  pubsub    PUBSUB_EMULATOR_HOST=%s   (in-process, lost on exit; %s)\n", b.pubsubAddr, port)
 	fmt.Fprintf(&s, "            topic %s, subscription for other workers %s\n",
 		queue.Scheme+"://"+DevProject+"/"+DevTopic, queue.Scheme+"://"+DevProject+"/"+DevSubscription)
 	if b.concurrency > 0 {

@@ -30,7 +30,9 @@ func dev(t *testing.T, args []string, e config.Env) (banner string, logs *syncbu
 	logs = &syncbuf.Buffer{}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- app.RunIngress(ctx, append([]string{"-dev"}, args...), e, &out, logs) }()
+	go func() {
+		done <- app.RunIngress(ctx, append([]string{"-dev", "-dev-pubsub-port", "0"}, args...), e, &out, logs)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

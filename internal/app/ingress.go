@@ -31,6 +31,8 @@ type IngressFlags struct {
 	AcceptAnyJob   bool
 	Dev            bool
 	DevConcurrency int
+	// DevPubSubPort is the -dev in-process Pub/Sub's port on 127.0.0.1 (0: a free one).
+	DevPubSubPort int
 }
 
 // IngressSummary is the ingress's one-line description (its -h).
@@ -53,6 +55,7 @@ func IngressFlagSet(f *IngressFlags) *flag.FlagSet {
 	fs.BoolVar(&f.AcceptAnyJob, "accept-any-job", false, "accept runs of any job name instead of a jobs file's: a typo is answered 202, and its run fails when a worker's -unhandled-after passes (-dev -dev-concurrency 0 without -jobs: implied)")
 	fs.BoolVar(&f.Dev, "dev", false, "the embedded all-in-one: embedded ledger, in-process Pub/Sub and workers, demo jobs, auth off")
 	fs.DurationVar(&f.DemoDelay, "demo-delay", 2*time.Second, "how long the -dev demo job works before its effect")
+	fs.IntVar(&f.DevPubSubPort, "dev-pubsub-port", DevPubSubPort, "the -dev in-process Pub/Sub's port on 127.0.0.1, the PUBSUB_EMULATOR_HOST of workers that join (the banner prints it); the same on every start, 0 picks a free one")
 	fs.IntVar(&f.DevConcurrency, "dev-concurrency", 32, "jobs the -dev in-process worker runs at once; 0 runs none (a worker joins from another process: the banner prints the command)")
 	return fs
 }
@@ -78,6 +81,9 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 	}
 	if f.MaxBody <= 0 || f.MaxSkew < 0 || f.DevConcurrency < 0 {
 		return config.Usagef("-max-body must be positive, -max-skew and -dev-concurrency not negative")
+	}
+	if f.DevPubSubPort < 0 || f.DevPubSubPort > 65535 {
+		return config.Usagef("-dev-pubsub-port %d is not a port (0 to 65535; 0 picks a free one)", f.DevPubSubPort)
 	}
 	if f.Dev {
 		return runDev(ctx, &f, parsed.Source("addr"), env.Get("PORT"), log, stdout)

@@ -43,7 +43,7 @@ func TestRefusesUnsafeConfig(t *testing.T) {
 		{"bad topic", []string{"-auth", "none", "-accept-any-job", "-ledger", "memory://x", "-topic", "p/runs"}, nil, "scheme must be pubsub"},
 		{"neither a jobs file nor -accept-any-job", append(base, "-auth", "none"), nil, "-jobs or -accept-any-job is required"},
 		{"a jobs file and -accept-any-job", append(base, "-auth", "none", "-jobs", "jobs.json", "-accept-any-job"), nil, "both given"},
-		{"dev with a bad jobs file", []string{"-dev", "-addr", "127.0.0.1:0", "-ledger", "memory://dev-bad", "-jobs", "/nonexistent/jobs.json"}, nil, "jobs file"},
+		{"dev with a bad jobs file", []string{"-dev", "-dev-pubsub-port", "0", "-addr", "127.0.0.1:0", "-ledger", "memory://dev-bad", "-jobs", "/nonexistent/jobs.json"}, nil, "jobs file"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := run(t.Context(), c.args, env(c.env))
@@ -205,7 +205,7 @@ func TestDevCombinesWithALedgerAndAJobsFile(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		done <- app.RunIngress(ctx, []string{"-dev", "-addr", addr, "-ledger", "memory://dev-grows", "-jobs", jobsFile}, env(nil), io.Discard, io.Discard)
+		done <- app.RunIngress(ctx, []string{"-dev", "-dev-pubsub-port", "0", "-addr", addr, "-ledger", "memory://dev-grows", "-jobs", jobsFile}, env(nil), io.Discard, io.Discard)
 	}()
 	post := func(job string) int {
 		for range 100 {

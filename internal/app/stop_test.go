@@ -19,7 +19,7 @@ func TestDevStopsWithOneLine(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		done <- app.RunIngress(ctx, []string{"-dev", "-addr", freeAddr(t), "-ledger", "memory://dev-stop", "-log-level", "debug"}, nil, &out, &logs)
+		done <- app.RunIngress(ctx, []string{"-dev", "-dev-pubsub-port", "0", "-addr", freeAddr(t), "-ledger", "memory://dev-stop", "-log-level", "debug"}, nil, &out, &logs)
 	}()
 	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), "/v1/runs/RUN_ID"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {

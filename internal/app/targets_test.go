@@ -43,7 +43,7 @@ func TestDevRunsGoogleCloudAPITargets(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		done <- app.RunIngress(ctx, []string{"-dev", "-addr", addr, "-ledger", fmt.Sprintf("memory://dev-targets-%d", time.Now().UnixNano()), "-jobs", jobsFile}, env(nil), io.Discard, io.Discard)
+		done <- app.RunIngress(ctx, []string{"-dev", "-dev-pubsub-port", "0", "-addr", addr, "-ledger", fmt.Sprintf("memory://dev-targets-%d", time.Now().UnixNano()), "-jobs", jobsFile}, env(nil), io.Discard, io.Discard)
 	}()
 	defer func() {
 		cancel()

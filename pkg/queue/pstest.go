@@ -29,10 +29,20 @@ type InProcess struct {
 	conn    *grpc.ClientConn
 }
 
-// NewInProcess starts a fake Pub/Sub server on a loopback port and connects a client
-// for project to it (PUBSUB_EMULATOR_HOST is ignored).
+// NewInProcess starts a fake Pub/Sub server on a free loopback port and connects a
+// client for project to it (PUBSUB_EMULATOR_HOST is ignored).
 func NewInProcess(ctx context.Context, project string, opts ...pstest.ServerReactorOption) (*InProcess, error) {
-	srv := pstest.NewServer(opts...)
+	return NewInProcessAt(ctx, project, "localhost:0", opts...)
+}
+
+// NewInProcessAt is NewInProcess listening on addr (host:port; port 0 picks a free
+// one), so that another process can reach it at an address that stays the same from
+// one start to the next. An address in use is an error.
+func NewInProcessAt(ctx context.Context, project, addr string, opts ...pstest.ServerReactorOption) (*InProcess, error) {
+	srv, err := newServerAt(addr, opts)
+	if err != nil {
+		return nil, err
+	}
 	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("queue: connect to in-process Pub/Sub at %s: %w", srv.Addr, err), srv.Close())
@@ -42,6 +52,16 @@ func NewInProcess(ctx context.Context, project string, opts ...pstest.ServerReac
 		return nil, errors.Join(err, conn.Close(), srv.Close())
 	}
 	return &InProcess{Server: srv, Client: c, project: project, conn: conn}, nil
+}
+
+// newServerAt starts pstest's server on addr; pstest panics when it cannot listen.
+func newServerAt(addr string, opts []pstest.ServerReactorOption) (srv *pstest.Server, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			srv, err = nil, fmt.Errorf("queue: in-process Pub/Sub on %s: %v", addr, r)
+		}
+	}()
+	return pstest.NewServerWithAddress(addr, opts...), nil
 }
 
 // Addr is the server's host:port, usable as PUBSUB_EMULATOR_HOST by another process.
