@@ -57,21 +57,24 @@ func TestUserWorkerAgainstDev(t *testing.T) {
 			t.Fatalf("no -dev banner within 30s:\n%s\nlogs:\n%s", out.String(), devLogs.String())
 		}
 	}
-	join := map[string]string{}
-	for _, k := range []string{"PUBSUB_EMULATOR_HOST=", "-subscription ", "-topic "} {
-		m := regexp.MustCompile(regexp.QuoteMeta(k) + `(\S+)`).FindStringSubmatch(out.String())
-		if m == nil {
-			t.Fatalf("the banner's join command has no %q:\n%s", k, out.String())
-		}
-		join[k] = m[1]
+	// The banner's command for one's own program, run as printed: its variables, then
+	// go run . in the program's directory.
+	command := regexp.MustCompile(`(?s)Start\s+it\s+from\s+its\s+directory,\s+in\s+a\s+second\s+shell:\n\n(.*?)go run \.\n`).FindStringSubmatch(out.String())
+	if command == nil {
+		t.Fatalf("the banner prints no command for one's own program:\n%s", out.String())
+	}
+	vars := regexp.MustCompile(`([A-Z_]+)=(\S+)`).FindAllStringSubmatch(command[1], -1)
+	if len(vars) != 4 {
+		t.Fatalf("the banner's command sets %d variables, want PUBSUB_EMULATOR_HOST and three RUNONCE_*:\n%s", len(vars), command[0])
 	}
 
 	var stderr syncbuf.Buffer
 	cmd := exec.Command("go", "run", ".")
 	cmd.Dir = "userworker"
-	cmd.Env = append(os.Environ(), "GOWORK=off", // as a user builds it: its own go.mod, runonce by its replace
-		"PUBSUB_EMULATOR_HOST="+join["PUBSUB_EMULATOR_HOST="], "RUNONCE_LEDGER="+ledgerURL,
-		"RUNONCE_SUBSCRIPTION="+join["-subscription "], "RUNONCE_TOPIC="+join["-topic "])
+	cmd.Env = append(os.Environ(), "GOWORK=off") // as a user builds it: its own go.mod, runonce by its replace
+	for _, v := range vars {
+		cmd.Env = append(cmd.Env, v[1]+"="+v[2])
+	}
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // go run and the program it starts: one group to signal
 	if err := cmd.Start(); err != nil {

@@ -3,13 +3,11 @@
 // topic by URL, registers its jobs on a mux, and runs until SIGTERM or Ctrl-C.
 //
 // Against `go run ./cmd/ingress -dev -jobs jobs.json` (with {"jobs": {"send-invoice": {}}}),
-// start it with the banner's join settings:
+// start it in this directory with the command the banner prints:
 //
-//	PUBSUB_EMULATOR_HOST=127.0.0.1:PORT \
-//	RUNONCE_LEDGER=sqlite:///PATH/runonce-dev.db \
-//	RUNONCE_SUBSCRIPTION=pubsub://runonce-dev/runs-worker \
-//	RUNONCE_TOPIC=pubsub://runonce-dev/runs \
-//	go run .
+//	PUBSUB_EMULATOR_HOST=127.0.0.1:8085 RUNONCE_LEDGER=sqlite:///PATH/runonce-dev.db \
+//	RUNONCE_SUBSCRIPTION=pubsub://runonce-dev/runs-worker RUNONCE_TOPIC=pubsub://runonce-dev/runs \
+//	  go run .
 package main
 
 import (

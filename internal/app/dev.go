@@ -311,27 +311,7 @@ func printBanner(w io.Writer, b *banner) {
 	if strings.HasPrefix(b.ledgerURL, "memory:") {
 		fmt.Fprintf(&s, "\nNo other process can join: the ledger %s lives in this process (use the default, or -ledger sqlite:///PATH).\n", b.ledgerURL)
 	} else {
-		join := []string{"PUBSUB_EMULATOR_HOST=" + b.pubsubAddr, "go", "run", "./cmd/worker", "-auth", "none", "-addr", "127.0.0.1:0",
-			"-ledger", shellQuote(ledger.Redact(b.ledgerURL)), "-subscription", queue.Scheme + "://" + DevProject + "/" + DevSubscription,
-			"-topic", queue.Scheme + "://" + DevProject + "/" + DevTopic}
-		if b.jobsFile != "" {
-			abs, err := filepath.Abs(b.jobsFile)
-			if err != nil {
-				abs = b.jobsFile
-			}
-			join = append(join, "-jobs", shellQuote(abs))
-		}
-		who := "A worker in another process (cmd/worker, or your own binary with Go handlers, with the same flags)\nruns"
-		if b.concurrency > 0 {
-			who += " the jobs this process does not"
-			if len(b.accepted) == len(b.here) {
-				who += ` (name yours in a jobs file, {"jobs": {"mine": {}}}, and pass -jobs)`
-			}
-		} else {
-			who += " them"
-		}
-		fmt.Fprintf(&s, "\n%s. From a second shell in this repository:\n\n  %s \\\n    %s \\\n    %s\n",
-			who, strings.Join(join[:8], " "), strings.Join(join[8:10], " "), strings.Join(join[10:], " "))
+		b.joinCommands(&s)
 	}
 
 	if b.concurrency > 0 {
@@ -348,6 +328,66 @@ Then follow it: curl %s/v1/runs/RUN_ID   (RUN_ID is in the answer)
 
 `, b.base, job, now, b.base)
 	io.WriteString(w, s.String())
+}
+
+// joinCommands writes how a worker in another process joins: the user's own program
+// with Go handlers (the README's "Writing a job in Go", examples/userworker), which reads
+// its settings from the same variables cmd/worker does, and cmd/worker, which runs only
+// the targets of a jobs file.
+func (b *banner) joinCommands(s *strings.Builder) {
+	env := "PUBSUB_EMULATOR_HOST=" + b.pubsubAddr + " RUNONCE_LEDGER=" + shellQuote(ledger.Redact(b.ledgerURL)) + " \\\n" +
+		"    RUNONCE_SUBSCRIPTION=" + queue.Scheme + "://" + DevProject + "/" + DevSubscription +
+		" RUNONCE_TOPIC=" + queue.Scheme + "://" + DevProject + "/" + DevTopic + " \\\n"
+	var goJobs, targets []string // jobs run elsewhere: by a Go handler, and targets
+	for _, name := range b.accepted {
+		switch j := b.fileJobs[name]; {
+		case slices.Contains(b.here, name):
+		case j == nil || !j.HasTarget():
+			goJobs = append(goJobs, name)
+		default:
+			targets = append(targets, name)
+		}
+	}
+	what := "the jobs this process does not run"
+	switch {
+	case b.accepted == nil:
+		what = "every job (none runs in this process)"
+	case len(goJobs) > 0:
+		what = "the jobs without a target (" + strings.Join(goJobs, ", ") + ")"
+	case b.concurrency > 0:
+		what += `: none yet (name yours in a jobs file, {"jobs": {"mine": {}}}, and pass -jobs)`
+	}
+	fmt.Fprintf(s, "\n%s\n\n    %s      go run .\n", wrap(`Your own worker, a Go program with your handlers (the README's "Writing a job in Go", `+
+		"examples/userworker), runs "+what+". Start it from its directory, in a second shell:"), env)
+	fmt.Fprintf(s, "\n%s\n", wrap("cmd/worker has no Go handlers: it runs only the HTTP and Google Cloud API targets of a jobs file (-jobs), "+
+		"and a job without a target that reaches it waits, nacked, for a worker that has one."))
+	if len(targets) == 0 {
+		return // none, or this process runs them
+	}
+	abs, err := filepath.Abs(b.jobsFile)
+	if err != nil {
+		abs = b.jobsFile
+	}
+	fmt.Fprintf(s, "\nTo run the jobs file's targets (%s), from this repository:\n\n    %s      go run ./cmd/worker -auth none -addr 127.0.0.1:0 -jobs %s\n",
+		strings.Join(targets, ", "), env, shellQuote(abs))
+}
+
+// wrap breaks a paragraph of the banner into lines of at most 90 columns.
+func wrap(text string) string {
+	var b strings.Builder
+	n := 0
+	for i, w := range strings.Fields(text) {
+		if i > 0 && n+1+len(w) > 90 {
+			b.WriteByte('\n')
+			n = 0
+		} else if i > 0 {
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
 }
 
 // describe says in a few words what runs a job of the banner.
