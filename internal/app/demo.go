@@ -71,37 +71,49 @@ type demoResult struct {
 	Attempt   int64  `json:"attempt"`
 }
 
-// devSink is the downstream of the demo-http job: it counts calls per Idempotency-Key.
+// devSink is the downstream of the demo-http job: it counts calls per Idempotency-Key,
+// and shows beside each key the run it was derived from (X-Runonce-Run-Id).
 type devSink struct {
 	mu    sync.Mutex
-	calls map[string]int
+	calls map[string]*sinkKey
 	log   *slog.Logger
 }
 
-func newDevSink(log *slog.Logger) *devSink { return &devSink{calls: map[string]int{}, log: log} }
+// sinkKey is what the sink saw of one Idempotency-Key.
+type sinkKey struct {
+	RunID string `json:"run_id"`
+	Calls int    `json:"calls"`
+}
+
+func newDevSink(log *slog.Logger) *devSink { return &devSink{calls: map[string]*sinkKey{}, log: log} }
 
 func (s *devSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet {
-		s.mu.Lock()
-		keys := make([]string, 0, len(s.calls))
-		for k := range s.calls {
-			keys = append(keys, k)
+		type entry struct {
+			Key string `json:"idempotency_key"`
+			sinkKey
 		}
-		sort.Strings(keys)
-		out := make([]map[string]any, 0, len(keys))
-		for _, k := range keys {
-			out = append(out, map[string]any{"idempotency_key": k, "calls": s.calls[k]})
+		s.mu.Lock()
+		out := make([]entry, 0, len(s.calls))
+		for k, c := range s.calls {
+			out = append(out, entry{k, *c})
 		}
 		s.mu.Unlock()
+		sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 		jsonhttp.Write(w, http.StatusOK, map[string]any{"calls": out})
 		return
 	}
-	key := r.Header.Get("Idempotency-Key")
+	key, runID := r.Header.Get("Idempotency-Key"), r.Header.Get("X-Runonce-Run-Id")
 	s.mu.Lock()
-	s.calls[key]++
-	n := s.calls[key]
+	c := s.calls[key]
+	if c == nil {
+		c = &sinkKey{RunID: runID}
+		s.calls[key] = c
+	}
+	c.Calls++
+	n := c.Calls
 	s.mu.Unlock()
 	s.log.InfoContext(r.Context(), "dev sink called", slog.String("idempotency_key", key),
-		slog.String("run_id", r.Header.Get("X-Runonce-Run-Id")), slog.Int("calls_with_this_key", n))
+		slog.String("run_id", runID), slog.Int("calls_with_this_key", n))
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -396,7 +396,7 @@ func (b *banner) describe(name string, here bool) string {
 	case name == DemoJob && here:
 		return fmt.Sprintf(`Go job: works %s, then one effect and a result; payload {"sleep":"10s"} works longer, {"fail":"permanent"} fails it`, b.demoDelay)
 	case name == DemoHTTPJob && here && b.fileJobs[name] != nil && b.fileJobs[name].URL.String() == b.base+"/dev/sink":
-		return "HTTP target: POSTs to " + b.base + "/dev/sink; GET it to see the calls per Idempotency-Key"
+		return "HTTP target: POSTs to " + b.base + "/dev/sink; GET it to see the calls per Idempotency-Key and run"
 	}
 	j := b.fileJobs[name]
 	switch {
