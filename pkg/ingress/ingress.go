@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runonce/runonce/internal/jsonhttp"
+	"github.com/runonce/runonce/internal/logonce"
 	"github.com/runonce/runonce/internal/obs"
 	"github.com/runonce/runonce/internal/sameorigin"
 	"github.com/runonce/runonce/pkg/auth"
@@ -109,6 +110,9 @@ type Handler struct {
 	ui      *ui
 	handler http.Handler
 	m       instruments
+	// ignoredKeys are the jobs whose requests were found to carry an Idempotency-Key
+	// besides the scheduler's headers, logged once each.
+	ignoredKeys logonce.Set
 }
 
 // New returns the ingress handler for cfg.
@@ -351,6 +355,10 @@ func (h *Handler) handleJob(ctx context.Context, w http.ResponseWriter, r *http.
 	key, err := DeriveKey(ns, job, r.Header, body, h.cfg.Now(), h.cfg.MaxSkew)
 	if err != nil {
 		return fail(http.StatusBadRequest, OutcomeBadRequest, err.Error(), nil)
+	}
+	if key.IgnoredIdempotencyKey && h.ignoredKeys.First(ns+"\x00"+job) {
+		h.log.WarnContext(ctx, "a request carries Cloud Scheduler's headers and an Idempotency-Key: the scheduler's job name and schedule time key the run, one per tick, and the Idempotency-Key is ignored (a header set on a scheduler job is the same on every tick); logged once per job",
+			slog.String("job", job), slog.String("namespace", ns), slog.String("scheduler_job", key.Identity.Key))
 	}
 	a := h.claim(ctx, key, body)
 	if a.resp.LastError != "" && !h.isOperator(ctx, r) {

@@ -47,6 +47,9 @@ type Key struct {
 	// Source says where the key came from: SourceScheduler, SourceIdempotencyKey or
 	// SourceJobKey.
 	Source string
+	// IgnoredIdempotencyKey is set when the request carried an Idempotency-Key besides
+	// the scheduler's headers, which key the run instead (docs/design.md).
+	IgnoredIdempotencyKey bool
 }
 
 // keyError is a request whose identity cannot be derived: a 400 naming the problem.
@@ -59,11 +62,11 @@ func badKey(format string, args ...any) error { return &keyError{fmt.Sprintf(for
 // DeriveKey derives the identity of the run a request asks for, as docs/design.md's "The dedup
 // key" says: the scheduler's X-CloudScheduler-JobName and X-CloudScheduler-ScheduleTime
 // (strict RFC 3339, normalised to UTC; further than maxSkew after now is a forced run
-// and refused), else Idempotency-Key (a bare token or an RFC 8941 string), else the
-// job_key of a body declared JSON (Content-Type: application/json; a job_key in a body
-// declared otherwise is refused, since a web page can post text/plain anywhere). Header
-// names are matched case-insensitively. namespace and job must already be valid. The
-// error, when there is one, names the problem for a 400.
+// and refused), even when an Idempotency-Key comes too, else Idempotency-Key (a bare
+// token or an RFC 8941 string), else the job_key of a body declared JSON (Content-Type:
+// application/json; a job_key in a body declared otherwise is refused, since a web page
+// can post text/plain anywhere). Header names are matched case-insensitively. namespace
+// and job must already be valid. The error, when there is one, names the problem for a 400.
 func DeriveKey(namespace, job string, h http.Header, body []byte, now time.Time, maxSkew time.Duration) (*Key, error) {
 	id := ledger.Identity{Namespace: namespace, Job: job, PayloadHash: ledger.PayloadHash(body)}
 	names, err := headerValue(h, HeaderSchedulerJobName)
@@ -84,9 +87,12 @@ func DeriveKey(namespace, job string, h http.Header, body []byte, now time.Time,
 		if err != nil {
 			return nil, err
 		}
+		// The scheduler's headers win over an Idempotency-Key: they name the tick, while a
+		// header set on a scheduler job is the same on every tick, and keying on it would
+		// make every later tick a duplicate of the first.
 		id.Key, id.ScheduleTime = name, st
 		id.RunID = ledger.ScheduledRunID(namespace, job, name, st)
-		return &Key{Identity: id, Source: SourceScheduler}, nil
+		return &Key{Identity: id, Source: SourceScheduler, IgnoredIdempotencyKey: idem != nil}, nil
 	case times != nil && idem == nil:
 		return nil, badKey("%s is set but %s is missing: a scheduled run needs both", HeaderSchedulerScheduleTime, HeaderSchedulerJobName)
 	case names != nil && idem == nil:
