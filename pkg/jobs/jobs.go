@@ -9,8 +9,11 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"reflect"
+	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -112,19 +115,27 @@ func Load(path string) (map[string]*Job, error) {
 	return m, nil
 }
 
-// Parse reads and validates a jobs file.
+// Parse reads and validates a jobs file. A file that is not JSON, or not a jobs file,
+// is refused with the line and column of the problem.
 func Parse(r io.Reader) (map[string]*Job, error) {
-	dec := json.NewDecoder(r)
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	if err := bareJobMap(b); err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var f fileJSON
 	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("not a jobs file: %w", err)
+		return nil, fmt.Errorf("not a jobs file: %w", locate(b, err))
 	}
 	if dec.More() {
-		return nil, errors.New("not a jobs file: more than one JSON value")
+		return nil, fmt.Errorf("not a jobs file: %s: more than one JSON value", position(b, int(dec.InputOffset())))
 	}
 	if f.Jobs == nil {
-		return nil, errors.New(`no "jobs" object`)
+		return nil, errors.New(`no "jobs" object: a jobs file is {"jobs": {"NAME": {…}, …}}`)
 	}
 	out := make(map[string]*Job, len(f.Jobs))
 	var errs []error
@@ -140,6 +151,79 @@ func Parse(r io.Reader) (map[string]*Job, error) {
 		return nil, errors.Join(errs...)
 	}
 	return out, nil
+}
+
+// bareJobMap refuses a file whose top level is a map of jobs without the "jobs" object
+// around it ({"mine": {}}), which the decoder would report as an unknown field.
+func bareJobMap(b []byte) error {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(b, &top) != nil || len(top) == 0 {
+		return nil // not an object: the decoder says what it is
+	}
+	if _, ok := top["jobs"]; ok {
+		return nil
+	}
+	for _, v := range top {
+		if v = bytes.TrimSpace(v); len(v) == 0 || v[0] != '{' {
+			return nil
+		}
+	}
+	names := sortedKeys(top)
+	return fmt.Errorf(`not a jobs file: its top level is a map of jobs (%s) with no "jobs" object around it: write {"jobs": {%q: …}}`,
+		strings.Join(names, ", "), names[0])
+}
+
+// unknownField is the decoder's error for a field no job or file has.
+var unknownField = regexp.MustCompile(`^json: unknown field "(.*)"$`)
+
+// locate adds to a decoding error of b the line and column where it happened.
+func locate(b []byte, err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return fmt.Errorf("%s: %w", position(b, int(syntax.Offset)), err)
+	case errors.As(err, &typ):
+		what := "the file"
+		if i := strings.LastIndexByte(typ.Field, '.'); typ.Field != "" {
+			what = fmt.Sprintf("field %q", typ.Field[i+1:])
+		}
+		return fmt.Errorf("%s: %s is a JSON %s, want %s", position(b, int(typ.Offset)), what, typ.Value, jsonKind(typ.Type))
+	case errors.Is(err, io.EOF):
+		return errors.New("the file is empty")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%s: the file ends inside a value", position(b, len(b)))
+	}
+	// An unknown field carries no offset: the first place its name stands as a key.
+	if m := unknownField.FindStringSubmatch(err.Error()); m != nil {
+		if loc := regexp.MustCompile(regexp.QuoteMeta(strconv.Quote(m[1])) + `\s*:`).FindIndex(b); loc != nil {
+			return fmt.Errorf("%s: unknown field %q", position(b, loc[0]), m[1])
+		}
+	}
+	return err
+}
+
+// jsonKind names the JSON value a Go type decodes from.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int64, reflect.Float64:
+		return "a number"
+	case reflect.Map, reflect.Struct, reflect.Pointer:
+		return "an object"
+	}
+	return t.String()
+}
+
+// position is offset's line and column in b, both from 1 (the column counts bytes).
+func position(b []byte, offset int) string {
+	offset = min(max(offset, 0), len(b))
+	line := bytes.Count(b[:offset], []byte("\n")) + 1
+	col := offset - bytes.LastIndexByte(b[:offset], '\n')
+	return fmt.Sprintf("line %d, column %d", line, col)
 }
 
 func validate(name string, in *jobJSON) (*Job, error) {

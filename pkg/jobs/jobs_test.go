@@ -84,6 +84,29 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+// TestMalformedFileNamesLineAndColumn: a jobs file that is not JSON, or whose values
+// have the wrong type or unknown fields, is refused with the line and column of the
+// problem; a top-level map of jobs without "jobs" around it is named as such. Before,
+// the decoder's error came without a place ("invalid character '}' looking for
+// beginning of object key string"), and {"mine": {}} was an "unknown field".
+func TestMalformedFileNamesLineAndColumn(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want string }{
+		{"{\n  \"jobs\": {\n    \"a\": {\"url\": \"https://x\",}\n  }\n}", "line 3, column 31: invalid character '}'"},
+		{"{\"jobs\":{\n \"j\":{\"max_attempts\":\"3\"}}}", `line 2, column 25: field "max_attempts" is a JSON string, want a number`},
+		{"{\"jobs\":{\n  \"j\":{\"url\":\"https://x\",\n   \"colour\":\"red\"}}}", `line 3, column 4: unknown field "colour"`},
+		{"{\"jobs\":{\"j\":{}}}\n{}", "line 2, column 1: more than one JSON value"},
+		{`{"jobs":{`, "line 1, column 10: the file ends inside a value"},
+		{"", "the file is empty"},
+		{`{"mine": {}, "other": {"url": "https://x"}}`, `its top level is a map of jobs (mine, other) with no "jobs" object around it: write {"jobs": {"mine": …}}`},
+	} {
+		_, err := jobs.Parse(strings.NewReader(c.in))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Parse(%q): %v, want %q", c.in, err, c.want)
+		}
+	}
+}
+
 // TestJobWithoutTarget: a job a Go handler runs is named with no url.
 func TestJobWithoutTarget(t *testing.T) {
 	t.Parallel()
