@@ -394,7 +394,7 @@ func wrap(text string) string {
 func (b *banner) describe(name string, here bool) string {
 	switch {
 	case name == DemoJob && here:
-		return fmt.Sprintf(`Go job: works %s, then one effect and a result; payload {"sleep":"10s"} works longer, {"fail":"permanent"} fails it`, b.demoDelay)
+		return fmt.Sprintf(`Go job: works %s, then one effect and a result; payload {"sleep": "30s"} works longer, {"fail": "permanent"} fails it`, b.demoDelay)
 	case name == DemoHTTPJob && here && b.fileJobs[name] != nil && b.fileJobs[name].URL.String() == b.base+"/dev/sink":
 		return "HTTP target: POSTs to " + b.base + "/dev/sink; GET it to see the calls per Idempotency-Key and run"
 	}
