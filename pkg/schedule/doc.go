@@ -1,5 +1,8 @@
 // Package schedule knows a job's schedule: the ticks a unix-cron expression in a time
-// zone produces, as Cloud Scheduler evaluates it.
+// zone produces, as Cloud Scheduler evaluates it, the grace after which a tick with no
+// run is missed (from the scheduler's retry settings), and the accounting of expected
+// ticks against the runs that exist (Account), which the tick audit and the missed-tick
+// alerts build on. It is pure: it reads nothing.
 //
 // # The dialect
 //
@@ -38,15 +41,28 @@
 // Cloud Scheduler says only that it "runs on wall clock time", that a job scheduled at a
 // time that occurs twice "may observe execution anomalies", and that UTC avoids them [1].
 // Its exact choice is undocumented, so runonce expects as little as it can be sure of: no
-// tick in a gap, and both occurrences of a repeated time, marked so that a scheduler
-// firing such a time once can be told apart.
+// tick in a gap (a delivery there is a run for no expected tick, listed, never an alert),
+// and both occurrences of a repeated time, of which Account counts one as covered by the
+// other (StatusCovered), so that a scheduler firing such a time once raises no alert either.
+//
+// # Missed ticks
+//
+// Account gives every expected tick of a window a status: its run's (queued, running,
+// waiting, completed, failed, skipped, cancelled) or, without one, upcoming (not due),
+// pending (within its grace), paused (the scheduler job was paused at it), covered (see
+// above) or missing. The grace is the job's missed_after, or the retry window of the
+// scheduler that sends the ticks (Retry.Window): the first attempt starts within one
+// attempt deadline of the tick (Cloud Scheduler never has two executions outstanding
+// [2]), retries follow for retry_count backoffs or max_retry_duration, never past the
+// next tick [2], plus DispatchSlack. Runs that match no expected tick (a changed
+// schedule, a forced or manual run) are listed apart, with the reason.
 //
 // # Sources
 //
 //	[1] Cloud Scheduler, "Cron job format and time zone",
 //	    https://cloud.google.com/scheduler/docs/configuring/cron-job-schedules
-//	[2] google.cloud.scheduler.v1.Job (schedule, time_zone), in
-//	    cloud.google.com/go/scheduler/apiv1/schedulerpb
+//	[2] google.cloud.scheduler.v1.Job (schedule, time_zone, retry_config,
+//	    attempt_deadline), cloud.google.com/go/scheduler/apiv1/schedulerpb
 //	[3] crontab(5) of vixie cron and cronie; https://blog.healthchecks.io/2022/09/schedule-cron-job-the-funky-way
 //	[4] Firebase, scheduler.ScheduledEvent.scheduleTime, "Populated via the
 //	    X-CloudScheduler-ScheduleTime header",
