@@ -2,7 +2,8 @@
 // zone produces, as Cloud Scheduler evaluates it, the grace after which a tick with no
 // run is missed (from the scheduler's retry settings), and the accounting of expected
 // ticks against the runs that exist (Account), which the tick audit and the missed-tick
-// alerts build on. It is pure: it reads nothing.
+// alerts build on. It is pure: reading a job from Cloud Scheduler's API is package
+// cloudscheduler's.
 //
 // # The dialect
 //
