@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/runonce/runonce/pkg/schedule"
 )
 
 // MaxNameLen is the longest job name.
@@ -75,6 +77,31 @@ type Job struct {
 	Kind string
 	// Target is the Google Cloud API target of a job whose Kind is not KindHTTP.
 	Target *Target
+	// Schedule is the schedule the job's ticks follow when the file gives one
+	// (schedule and time_zone); nil otherwise.
+	Schedule *schedule.Schedule
+	// SchedulerJob names the Cloud Scheduler job (projects/P/locations/L/jobs/J) whose
+	// schedule, time zone, state and retry settings runonce reads instead; empty
+	// otherwise. Schedule and SchedulerJob are never both set.
+	SchedulerJob string
+	// CatchUp is how far back runonce's own scheduler (-schedule) fires the ticks it
+	// missed while down; zero: none, as Cloud Scheduler. Only with Schedule.
+	CatchUp time.Duration
+	// MissedAfter is how long after a tick its run may still arrive before the tick is
+	// missed; zero: the scheduler's retry window (schedule.Grace: Cloud Scheduler's
+	// job's for SchedulerJob, its defaults, schedule.DefaultRetry, for Schedule).
+	MissedAfter time.Duration
+}
+
+// HasSchedule reports whether runonce knows the job's ticks: a schedule or a Cloud
+// Scheduler job.
+func (j *Job) HasSchedule() bool { return j.Schedule != nil || j.SchedulerJob != "" }
+
+// Grace is how long after a tick its run may arrive before the tick is missed, given the
+// retry settings of the scheduler that sends the ticks (the Cloud Scheduler job's for
+// SchedulerJob; schedule.DefaultRetry for Schedule).
+func (j *Job) Grace(r schedule.Retry) schedule.Grace {
+	return schedule.Grace{After: j.MissedAfter, Retry: r}
 }
 
 // HasTarget reports whether the job names a target: a URL, or a Google Cloud API
@@ -100,6 +127,7 @@ type jobJSON struct {
 	MaxAttempts int               `json:"max_attempts"`
 	Result      bool              `json:"result"`
 	targetJSON
+	scheduleJSON
 }
 
 // Load reads and validates the jobs file at path.
@@ -233,8 +261,20 @@ func validate(name string, in *jobJSON) (*Job, error) {
 	if in == nil {
 		return nil, fmt.Errorf("job %q: is null, want an object ({} for a job a Go handler runs)", name)
 	}
+	j, err := validateTarget(name, in)
+	if err != nil {
+		return nil, err
+	}
+	if err := in.scheduleJSON.apply(j); err != nil {
+		return nil, fmt.Errorf("job %q: %w", name, err)
+	}
+	return j, nil
+}
+
+// validateTarget validates the job's target: a URL, a Google Cloud API target, or none.
+func validateTarget(name string, in *jobJSON) (*Job, error) {
 	if in.Kind != "" && in.Kind != KindHTTP {
-		return validateTarget(name, in)
+		return validateAPITarget(name, in)
 	}
 	if err := in.targetJSON.httpOnly(); err != nil {
 		return nil, fmt.Errorf("job %q: %w", name, err)

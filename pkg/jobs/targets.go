@@ -93,7 +93,7 @@ func (t *targetJSON) httpOnly() error {
 	return nil
 }
 
-func validateTarget(name string, in *jobJSON) (*Job, error) {
+func validateAPITarget(name string, in *jobJSON) (*Job, error) {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("job %q: %s", name, fmt.Sprintf(format, args...))
 	}
