@@ -35,8 +35,8 @@ type HTTPTargetOptions struct {
 // HTTPTarget returns a handler that calls the job's URL with the run's payload, under the
 // effect RunEffect: the Idempotency-Key header carries its key, stable across every
 // attempt of the run, and a call an earlier attempt completed is not made again. 2xx
-// completes the run; 408, 425, 429, 5xx and network errors release it (honouring
-// Retry-After); other statuses fail it. A job with "result": true leaves the answer
+// completes the run; 408, 425, 429, 5xx, a 409 with Retry-After and network errors
+// release it (honouring Retry-After); other statuses fail it. A job with "result": true leaves the answer
 // that completed the run as its result (HTTPResult). A call an earlier attempt made
 // before it died leaves none: the answer is not asked for twice.
 func HTTPTarget(j *jobs.Job, o *HTTPTargetOptions) Handler {
@@ -148,8 +148,13 @@ func statusError(j *jobs.Job, method string, resp *http.Response, body []byte) e
 		return nil
 	}
 	err := fmt.Errorf("job %s: %s %s answered %d: %q", j.Name, method, j.URL, code, bytes.TrimSpace(body))
+	// A 409 with Retry-After is the Idempotency-Key draft's answer to a request whose key
+	// another request still holds (an earlier attempt's call, still running downstream):
+	// retry it later, when that call's answer can be replayed. A 409 without one is a
+	// conflict to fail on (pkg/receiver's refusal of a superseded attempt has none).
+	inFlight := code == http.StatusConflict && resp.Header.Get("Retry-After") != ""
 	switch {
-	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests, code >= 500:
+	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests, code >= 500, inFlight:
 		if d, ok := retryAfter(resp.Header.Get("Retry-After")); ok {
 			return RetryAfter(d, err)
 		}

@@ -756,6 +756,42 @@ func TestHTTPTargetWithOIDCSendsAnIDTokenForTheURL(t *testing.T) {
 	}
 }
 
+// A 409 with Retry-After (the Idempotency-Key draft's "still in flight", as
+// pkg/receiver answers while an earlier attempt's call runs downstream) releases the run
+// until then; a 409 without one (a conflict, or pkg/receiver's refusal of a superseded
+// attempt) fails it, as any other 4xx does.
+func TestHTTPTargetConflictWithRetryAfterIsRetried(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		retryAfter string
+		want       string
+	}{{"7", worker.OutcomeReleased}, {"", worker.OutcomeFailed}} {
+		t.Run("RetryAfter="+c.retryAfter, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if c.retryAfter != "" {
+					w.Header().Set("Retry-After", c.retryAfter)
+				}
+				w.WriteHeader(http.StatusConflict)
+			}))
+			t.Cleanup(srv.Close)
+			u, _ := url.Parse(srv.URL)
+			b := setup(t, nil, &worker.Config{Lease: time.Second, MaxAttempts: 5})
+			worker.MuxFromJobs(b.mux, map[string]*jobs.Job{"held": {Name: "held", URL: u, Timeout: 5 * time.Second}}, nil)
+			m := message("held", "k", "{}")
+			if v := b.process(m); v.Outcome != c.want {
+				t.Fatalf("a 409 with Retry-After %q = %+v, want %s", c.retryAfter, v, c.want)
+			}
+			if c.want != worker.OutcomeReleased {
+				return
+			}
+			if d := time.Until(b.run(m.Identity.RunID).NotBefore); d < 5*time.Second || d > 7*time.Second {
+				t.Fatalf("NotBefore is %v from now, want the 7s of Retry-After", d)
+			}
+		})
+	}
+}
+
 // A Retry-After beyond what a time.Duration holds, or longer than the retention, is cut
 // to MaxRetryAfter: before, seconds over ~292 years overflowed, and a delay past the
 // retention set not_before after expire_at, so the sweeper deleted the run before its
