@@ -43,7 +43,7 @@ if [ -n "$unformatted" ]; then
 	exit 1
 fi
 # The workspace's modules (go.work): ./... does not reach into the nested ones.
-modules=(./... ./deploy/... ./loadtest/... ./examples/userworker/...)
+modules=(./... ./deploy/... ./loadtest/... ./examples/userworker/... ./examples/receiver/...)
 echo "test: no merge conflict markers" >&2
 if git grep -nE '^(<<<<<<< |>>>>>>> |=======$)' -- ':!*.sum' ':!go.work.sum'; then
 	echo "unresolved merge conflict markers (above)" >&2
@@ -53,7 +53,7 @@ echo "test: go vet" >&2
 go vet "${modules[@]}"
 echo "test: staticcheck" >&2
 "$gobin/staticcheck" "${modules[@]}"
-for m in deploy loadtest examples/userworker; do
+for m in deploy loadtest examples/userworker examples/receiver; do
 	echo "test: go mod tidy -diff in $m" >&2
 	(cd "$m" && GOWORK=off go mod tidy -diff)
 done
