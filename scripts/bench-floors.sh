@@ -37,6 +37,8 @@ bench -bench BenchmarkWorkerCallsVsChain -benchtime 4000x "$@" ./pkg/ledger/post
 # data model could give them).
 bench -bench BenchmarkSchemaFloor -benchtime 4000x "$@" ./pkg/ledger/postgres/
 bench -bench BenchmarkFirestoreNoopJobsVsChain -benchtime 2000x "$@" ./pkg/worker/
+# The downstream receiver (pkg/receiver): a wrapped no-op handler against the bare one.
+bench -bench BenchmarkMiddlewareVsBare -benchtime 2000x "$@" ./pkg/receiver/postgres/ ./pkg/receiver/sqlite/ ./pkg/receiver/memory/
 # The real stack's binaries over PostgreSQL and the Pub/Sub emulator: the ingress against
 # the bare handler, its peak RSS at 1,000 requests/s, and 1, 2 and 4 worker processes on
 # one subscription.

@@ -27,3 +27,10 @@ func TestOpenByNameSharesTheStore(t *testing.T) {
 		t.Fatal("an unknown query parameter was accepted")
 	}
 }
+
+// BenchmarkMiddlewareVsBare measures the receiver over the in-process store against the
+// bare handler (receivertest.Benchmark): the middleware's own cost, with no store round
+// trip.
+func BenchmarkMiddlewareVsBare(b *testing.B) {
+	receivertest.Benchmark(b, receivertest.Harness{Open: func(testing.TB) receiver.Store { return memory.New(nil) }})
+}

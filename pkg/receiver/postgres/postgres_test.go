@@ -92,3 +92,9 @@ func TestOpenByURL(t *testing.T) {
 		t.Fatal("migrate=maybe was accepted")
 	}
 }
+
+// BenchmarkMiddlewareVsBare measures the receiver over PostgreSQL against the bare
+// handler (receivertest.Benchmark).
+func BenchmarkMiddlewareVsBare(b *testing.B) {
+	receivertest.Benchmark(b, receivertest.Harness{Open: open})
+}
