@@ -253,6 +253,7 @@ func list(ctx context.Context, g *globals, f *listFlags, stdout, stderr io.Write
 // ShortID is the part of a run ID a table shows: its first 12 digits, which name it in
 // `runs show` and the dashboard's URLs.
 func ShortID(id string) string { return id[:min(12, len(id))] }
+
 // runKey is what identifies a run to its caller: the scheduler's job name and schedule
 // time, or the Idempotency-Key (or job_key).
 func runKey(r *ingress.RunJSON) string {
