@@ -162,6 +162,13 @@ func (l *tracedLedger) Rescue(ctx context.Context, p *ledger.RescueParams) (*led
 	return r, err
 }
 
+func (l *tracedLedger) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
+	ctx, span := l.start(ctx, "ResolveEffect", p.RunID)
+	r, err := l.Ledger.ResolveEffect(ctx, p)
+	end(span, err)
+	return r, err
+}
+
 func (l *tracedLedger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
 	ctx, span := l.start(ctx, "Sweep", "")
 	n, err := l.Ledger.Sweep(ctx, p)

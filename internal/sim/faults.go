@@ -376,6 +376,14 @@ func (l *faultLedger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, er
 	})
 }
 
+func (l *faultLedger) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
+	return call(ctx, l, "resolve effect", func(now time.Time) (*ledger.Run, error) {
+		q := *p
+		q.Now = or(q.Now, now)
+		return l.Ledger.ResolveEffect(ctx, &q)
+	})
+}
+
 // faultPublisher publishes into the simulated queue, with the same faults.
 type faultPublisher struct {
 	s         *sched

@@ -21,9 +21,11 @@
 //
 // Operators act too (ops.go): Retry returns a failed run to queued with a fresh attempt
 // budget, Cancel makes a queued or running run cancelled (terminal; its holder's next
-// fenced write gets ErrLeaseLost wrapping ErrCancelled), and OperatorRelease ends a
-// running run's lease now and queues it again. Each records who and why in the run's
-// History, which every transition adds to.
+// fenced write gets ErrLeaseLost wrapping ErrCancelled), OperatorRelease ends a
+// running run's lease now and queues it again, and ResolveEffect settles an effect a
+// failed run left uncertain (it happened, or it did not) and queues the run again as
+// Retry does. Each records who and why in the run's History, which every transition
+// adds to.
 //
 // # Clocks
 //

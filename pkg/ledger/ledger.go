@@ -453,6 +453,15 @@ type Ledger interface {
 	// holder is fenced out. The caller republishes it. ErrWrongStatus when the run is
 	// not running.
 	OperatorRelease(ctx context.Context, p *OperatorParams) (*Run, error)
+	// ResolveEffect settles an effect a failed run left uncertain (begun and never
+	// marked done: it may or may not have happened) with an operator's verdict, and
+	// queues the run again as Retry does, in one atomic write: Done marks the effect
+	// done with Ref (it happened; a later attempt skips it, or follows Ref); not Done
+	// leaves it pending as if no attempt had begun it (PreviousAttempt 0 for the next
+	// BeginEffect: it did not happen, do it under the same key). The caller republishes
+	// the run. ErrWrongStatus when the run is not failed or the effect is already done;
+	// ErrNotFound when the run or the effect is absent.
+	ResolveEffect(ctx context.Context, p *ResolveEffectParams) (*Run, error)
 	// Ping checks that the backend is reachable.
 	Ping(ctx context.Context) error
 	// Close releases the client's resources.

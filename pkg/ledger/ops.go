@@ -6,8 +6,8 @@ import (
 )
 
 // This file holds the operators' side of the ledger's contract: listing runs, the
-// history of a run, and the parameters of the three operator transitions (retry,
-// cancel, release). Their rules are in package driver.
+// history of a run, and the parameters of the operator transitions (retry, cancel,
+// release, and resolving an uncertain effect). Their rules are in package driver.
 
 // Bounds of the operators' records.
 const (
@@ -50,6 +50,10 @@ const (
 	EventRetried          EventKind = "retried"
 	EventCancelled        EventKind = "cancelled"
 	EventOperatorReleased EventKind = "operator_released"
+	// EventEffectResolved: an operator settled an uncertain effect (Text names it, says
+	// whether it happened, then gives the reason) and so queued the run again, as a
+	// retry does.
+	EventEffectResolved EventKind = "effect_resolved"
 )
 
 // Event is one entry of a run's history.
@@ -121,6 +125,23 @@ type OperatorParams struct {
 	PickupTimeout time.Duration
 	Retention     time.Duration
 	Now           time.Time
+}
+
+// ResolveEffectParams are the parameters of an operator's verdict on an uncertain
+// effect (Ledger.ResolveEffect). OperatorParams name the run and fence the action as
+// for the other operator actions.
+type ResolveEffectParams struct {
+	OperatorParams
+	// Effect is the effect's name, e.g. "run" or "run/2" (a Google Cloud API target's
+	// start tries, ledger.StartTry).
+	Effect string
+	// Done is the verdict: true, the effect happened (the execution started; Ref names
+	// it); false, it did not, and the next attempt does it afresh under the same key.
+	Done bool
+	// Ref, only with Done, is recorded as the effect's Ref (at most MaxEffectRef bytes):
+	// for a start, the execution's name, which the next attempt follows. A start marked
+	// done without one reads as a start the API refused (see ledger.StartTry).
+	Ref string
 }
 
 // ListParams select a page of runs. Zero fields do not filter.

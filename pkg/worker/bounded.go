@@ -78,6 +78,10 @@ func (l *boundedLedger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, 
 	return bound(l, ctx, p, l.Ledger.Sweep)
 }
 
+func (l *boundedLedger) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
+	return bound(l, ctx, p, l.Ledger.ResolveEffect)
+}
+
 func (l *boundedLedger) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()

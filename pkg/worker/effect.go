@@ -97,8 +97,11 @@ func Effect(ctx context.Context, name string, fn func(ctx context.Context, key s
 // idempotency key: like Effect, except that an effect an earlier attempt began and did
 // not mark done is not done again — AtMostOnce returns an *UncertainEffectError
 // (errors.Is ErrEffectUncertain) and the job decides whether to go on, fail
-// (Permanent) or alert. Prefer Effect with a key whenever the downstream takes one:
-// AtMostOnce trades a possible duplicate for a possible omission.
+// (Permanent) or alert. The effect stays uncertain through a retry of the run, until
+// an operator who has found out says whether it happened (ledger.Ledger.ResolveEffect,
+// `runonce runs resolve`); if it did not, the next attempt does it. Prefer Effect with
+// a key whenever the downstream takes one: AtMostOnce trades a possible duplicate for a
+// possible omission.
 func AtMostOnce(ctx context.Context, name string, fn func(ctx context.Context, key string) error) error {
 	return effect(ctx, name, true, fn)
 }

@@ -13,8 +13,8 @@ import (
 )
 
 // This file holds the rules of the operators' side of the ledger: the history a
-// transition adds to its run, the three operator transitions (retry, cancel, release),
-// and the listing's cursor and filters.
+// transition adds to its run, the operator transitions (retry, cancel, release, and
+// resolving an uncertain effect), and the listing's cursor and filters.
 
 // Op names a transition, for Record.
 type Op string
@@ -32,6 +32,7 @@ const (
 	OpRetry           Op = "retry"
 	OpCancel          Op = "cancel"
 	OpOperatorRelease Op = "operator_release"
+	OpResolveEffect   Op = "resolve_effect"
 )
 
 // Note is what a transition's parameters add to its events.
@@ -39,6 +40,22 @@ type Note struct {
 	Worker string
 	Actor  string
 	Reason string
+	// Effect, Done and Ref are an effect's resolution (OpResolveEffect).
+	Effect string
+	Done   bool
+	Ref    string
+}
+
+// resolutionText is the text of an effect's resolution event: the effect, the verdict,
+// the reason, then the ref (clipped first when the whole is too long).
+func resolutionText(n Note) string {
+	if !n.Done {
+		return fmt.Sprintf("effect %q did not happen, to be done again: %s", n.Effect, n.Reason)
+	}
+	if n.Ref == "" {
+		return fmt.Sprintf("effect %q happened: %s", n.Effect, n.Reason)
+	}
+	return fmt.Sprintf("effect %q happened: %s (ref %s)", n.Effect, n.Reason, n.Ref)
 }
 
 // Record returns the events a transition from cur to next (the record a backend is
@@ -77,6 +94,10 @@ func Record(op Op, cur, next *ledger.Run, now time.Time, n Note) []ledger.Event 
 	case OpRetry, OpCancel, OpOperatorRelease:
 		k := map[Op]ledger.EventKind{OpRetry: ledger.EventRetried, OpCancel: ledger.EventCancelled, OpOperatorRelease: ledger.EventOperatorReleased}[op]
 		e := ev(k, next.Attempt, n.Reason)
+		e.Actor = ClipText(n.Actor)
+		return []ledger.Event{e}
+	case OpResolveEffect:
+		e := ev(ledger.EventEffectResolved, next.Attempt, resolutionText(n))
 		e.Actor = ClipText(n.Actor)
 		return []ledger.Event{e}
 	}
@@ -178,6 +199,12 @@ func ApplyRetry(cur *ledger.Run, p *ledger.OperatorParams, now time.Time) (next 
 	if err := operatorGuard(cur, p, "retried", ledger.StatusFailed); err != nil {
 		return nil, err
 	}
+	return requeue(cur, p, now), nil
+}
+
+// requeue is a retry's record: the failed run cur queued again at now with a fresh
+// attempt budget and pickup deadline.
+func requeue(cur *ledger.Run, p *ledger.OperatorParams, now time.Time) *ledger.Run {
 	r := *cur
 	r.Status = ledger.StatusQueued
 	r.AttemptsMade = 0
@@ -186,7 +213,92 @@ func ApplyRetry(cur *ledger.Run, p *ledger.OperatorParams, now time.Time) (next 
 	r.CompletedAt = time.Time{}
 	r.Deadline = Micros(now.Add(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)))
 	touch(&r, now, p.Retention)
-	return &r, nil
+	return &r
+}
+
+// ValidateResolveEffect checks the parameters of an effect's resolution.
+func ValidateResolveEffect(p *ledger.ResolveEffectParams) error {
+	if err := ValidateOperator(&p.OperatorParams); err != nil {
+		return err
+	}
+	switch {
+	case p.Effect == "":
+		return Invalidf("run %s: resolving an effect needs the effect's name", p.RunID)
+	case p.Ref != "" && !p.Done:
+		return Invalidf("run %s: a ref names what effect %q made: give it only when the effect happened", p.RunID, p.Effect)
+	case len(p.Ref) > ledger.MaxEffectRef:
+		return Invalidf("effect %q of run %s: ref is %d bytes, the limit is %d", p.Effect, p.RunID, len(p.Ref), ledger.MaxEffectRef)
+	}
+	return nil
+}
+
+// ApplyResolveEffect settles the pending effect cur of the failed run run with an
+// operator's verdict (see ledger.Ledger.ResolveEffect): it returns the run queued
+// again as ApplyRetry queues it, with the resolution in its history, and the effect
+// done with p.Ref (p.Done) or pending as if never begun (attempt 0). A backend writes
+// both records in one atomic write.
+func ApplyResolveEffect(run *ledger.Run, cur *ledger.Effect, p *ledger.ResolveEffectParams, now time.Time) (nextRun *ledger.Run, next *ledger.Effect, err error) {
+	defer func() {
+		record(nextRun, run, OpResolveEffect, now, Note{Actor: p.Actor, Reason: p.Reason, Effect: p.Effect, Done: p.Done, Ref: p.Ref})
+	}()
+	now = Micros(now)
+	if err := ValidateResolveEffect(p); err != nil {
+		return nil, nil, err
+	}
+	if err := operatorGuard(run, &p.OperatorParams, "resolved", ledger.StatusFailed); err != nil {
+		return nil, nil, err
+	}
+	if cur == nil {
+		return nil, nil, fmt.Errorf("%w: run %s has no effect %q", ledger.ErrNotFound, p.RunID, p.Effect)
+	}
+	if cur.Status != ledger.EffectPending {
+		return nil, nil, fmt.Errorf("%w: effect %q of run %s is already %s (by attempt %d): nothing is uncertain about it",
+			ledger.ErrWrongStatus, p.Effect, p.RunID, cur.Status, cur.Attempt)
+	}
+	e := *cur
+	if p.Done {
+		e.Status, e.Ref, e.DoneAt = ledger.EffectDone, p.Ref, now
+	} else {
+		e.Attempt, e.Ref, e.DoneAt = 0, "", time.Time{}
+	}
+	e.UpdatedAt = now
+	e.ExpireAt = Micros(now.Add(retention(p.Retention)))
+	return requeue(run, &p.OperatorParams, now), &e, nil
+}
+
+// Action is an operator's transition as a backend that decides it in a transaction of
+// its own applies it (PostgreSQL, Redis): the run and the effect it reads and writes,
+// the note its events take (Record), and its rule.
+type Action struct {
+	Op     Op
+	Params *ledger.OperatorParams
+	// Effect is the name of the run's effect the action reads and writes too; "" for
+	// none (Apply then gets a nil effect and returns none).
+	Effect string
+	Note   Note
+	Apply  func(run *ledger.Run, eff *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error)
+	// Invalid is the parameters' refusal (ErrInvalid), nil when they are sound: a
+	// backend answers it before it reads anything.
+	Invalid error
+}
+
+// RunAction is the action of rule, a transition of the run alone (ApplyRetry,
+// ApplyCancel, ApplyOperatorRelease).
+func RunAction(op Op, p *ledger.OperatorParams, rule func(*ledger.Run, *ledger.OperatorParams, time.Time) (*ledger.Run, error)) *Action {
+	return &Action{Op: op, Params: p, Note: Note{Actor: p.Actor, Reason: p.Reason}, Invalid: ValidateOperator(p),
+		Apply: func(run *ledger.Run, _ *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error) {
+			next, err := rule(run, p, now)
+			return next, nil, err
+		}}
+}
+
+// ResolveAction is the action of an effect's resolution (ApplyResolveEffect).
+func ResolveAction(p *ledger.ResolveEffectParams) *Action {
+	return &Action{Op: OpResolveEffect, Params: &p.OperatorParams, Effect: p.Effect, Invalid: ValidateResolveEffect(p),
+		Note: Note{Actor: p.Actor, Reason: p.Reason, Effect: p.Effect, Done: p.Done, Ref: p.Ref},
+		Apply: func(run *ledger.Run, eff *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error) {
+			return ApplyResolveEffect(run, eff, p, now)
+		}}
 }
 
 // ApplyCancel makes a queued or running run cancelled.

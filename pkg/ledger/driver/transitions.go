@@ -29,13 +29,29 @@ type Store interface {
 	// still as read: the run's fence guards the effect's write.
 	UpdateEffect(ctx context.Context, op, runID, name string, override time.Time,
 		decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error
+	// UpdateRunAndEffect reads run runID and its effect name (each nil when absent),
+	// calls decide, and writes the run and the effect it returns (each nil: not that
+	// one) in one atomic write, only while both are still as read.
+	UpdateRunAndEffect(ctx context.Context, op, runID, name string, override time.Time,
+		decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error)) error
+}
+
+// EffectAlone adapts an effect's decision to Store.UpdateRunAndEffect: it writes no run.
+// A Store whose UpdateEffect is UpdateRunAndEffect writing the effect alone uses it.
+func EffectAlone(decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error),
+) func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error) {
+	return func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error) {
+		next, err := decide(run, cur, now)
+		return nil, next, err
+	}
 }
 
 // Transitions implements the transitions of ledger.Ledger that read and write one run
 // or one effect — Expedite, Acquire, Renew, Complete, Release, Fail, Rescue,
-// BeginEffect and CompleteEffect — on a Store. A backend embeds it and writes the rest
-// (Claim, the reads, ListRescue, Sweep, Ping, Close) itself; a method the backend
-// defines takes precedence over the embedded one.
+// BeginEffect and CompleteEffect, and the operators' Retry, Cancel, OperatorRelease
+// and ResolveEffect (a run and one of its effects) — on a Store. A backend embeds it
+// and writes the rest (Claim, the reads, ListRescue, Sweep, Ping, Close) itself; a
+// method the backend defines takes precedence over the embedded one.
 type Transitions struct {
 	Store Store
 }
@@ -168,4 +184,23 @@ func (t Transitions) Cancel(ctx context.Context, p *ledger.OperatorParams) (*led
 func (t Transitions) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
 	return runTransition(ctx, t.Store, "operator release", p.RunID, p.Now, ValidateOperator(p),
 		same(func(cur *ledger.Run, now time.Time) (*ledger.Run, error) { return ApplyOperatorRelease(cur, p, now) }))
+}
+
+// ResolveEffect implements ledger.Ledger: the run and the effect in one
+// UpdateRunAndEffect.
+func (t Transitions) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
+	if err := ValidateResolveEffect(p); err != nil {
+		return nil, err
+	}
+	var answer *ledger.Run
+	err := t.Store.UpdateRunAndEffect(ctx, "resolve effect", p.RunID, p.Effect, p.Now,
+		func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error) {
+			next, e, err := ApplyResolveEffect(run, cur, p, now)
+			answer = next
+			return next, e, err
+		})
+	if err != nil {
+		return nil, err
+	}
+	return answer, nil
 }

@@ -8,9 +8,9 @@ import (
 )
 
 // NoOperations implements the operators' methods of ledger.Ledger (List, ListRunIDs,
-// ListEffects, Retry, Cancel, OperatorRelease) by refusing them with ledger.ErrUnsupported. A backend that does
-// not implement them yet embeds it; the conformance suite checks the refusal
-// (ledgertest.Harness.Operations false).
+// ListEffects, Retry, Cancel, OperatorRelease, ResolveEffect) by refusing them with
+// ledger.ErrUnsupported. A backend that does not implement them yet embeds it; the
+// conformance suite checks the refusal (ledgertest.Harness.Operations false).
 type NoOperations struct {
 	// Backend names the backend in the errors.
 	Backend string
@@ -48,4 +48,9 @@ func (n NoOperations) Cancel(context.Context, *ledger.OperatorParams) (*ledger.R
 // OperatorRelease implements ledger.Ledger.
 func (n NoOperations) OperatorRelease(context.Context, *ledger.OperatorParams) (*ledger.Run, error) {
 	return nil, n.refuse("release")
+}
+
+// ResolveEffect implements ledger.Ledger.
+func (n NoOperations) ResolveEffect(context.Context, *ledger.ResolveEffectParams) (*ledger.Run, error) {
+	return nil, n.refuse("resolve effect")
 }

@@ -357,6 +357,14 @@ func (s store) UpdateEffect(ctx context.Context, op, runID, name string, overrid
 	if err := nowUnsupported(op, override); err != nil {
 		return err
 	}
+	return s.l.effect(ctx, op, runID, name, driver.EffectAlone(decide))
+}
+
+// UpdateRunAndEffect implements driver.Store.
+func (s store) UpdateRunAndEffect(ctx context.Context, op, runID, name string, override time.Time, decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error)) error {
+	if err := nowUnsupported(op, override); err != nil {
+		return err
+	}
 	return s.l.effect(ctx, op, runID, name, decide)
 }
 
@@ -400,15 +408,17 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 	return r, nil
 }
 
-// effect runs an effect write. The effect lives in another document than the run, so
-// it reads both (one BatchGetDocuments, no locks), decides at the read's time, and
-// commits both writes atomically, each with a precondition: the effect's (exists=false,
-// or its update time as read) and the run's update time as read, checked by a write
-// that only bumps the run's effect_seq counter. So the effect is written only while the
-// run still carries the caller's fence, and the holder's renewals never wait on a lock.
-// A transaction is the client's only atomic multi-document write (WriteBatch is
-// deprecated); it holds no read, so it costs BeginTransaction and Commit.
-func (l *Ledger) effect(ctx context.Context, op, runID, name string, apply func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
+// effect runs an effect write, and the run's write with it when decide returns one.
+// The effect lives in another document than the run, so it reads both (one
+// BatchGetDocuments, no locks), decides at the read's time, and commits both writes
+// atomically, each with a precondition: the effect's (exists=false, or its update time
+// as read) and the run's update time as read, checked by the run's own write or, when
+// decide writes no run, by a write that only bumps the run's effect_seq counter. So the
+// effect is written only while the run still carries the caller's fence, and the
+// holder's renewals never wait on a lock. A transaction is the client's only atomic
+// multi-document write (WriteBatch is deprecated); it holds no read, so it costs
+// BeginTransaction and Commit.
+func (l *Ledger) effect(ctx context.Context, op, runID, name string, decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error)) error {
 	runRef := l.runs.Doc(runID)
 	effRef := l.effects.Doc(ledger.EffectKey(runID, name))
 	what := fmt.Sprintf("%s %q of run %s", op, name, runID)
@@ -431,19 +441,29 @@ func (l *Ledger) effect(ctx context.Context, op, runID, name string, apply func(
 		if err != nil {
 			return err
 		}
-		next, err := apply(run, cur, driver.Micros(runSnap.ReadTime))
-		if err != nil || next == nil {
+		nextRun, next, err := decide(run, cur, driver.Micros(runSnap.ReadTime))
+		if err != nil || (nextRun == nil && next == nil) {
 			return err
 		}
-		// run != nil here: the state machine refuses an effect of an absent run. The
-		// transaction bumps the run's effect_seq, so its update time changes.
+		if run == nil {
+			return fmt.Errorf("firestoreledger: %s: no rule writes over an absent run here", what)
+		}
+		// The run's write is the effect's fence too: without a change of its own, it
+		// bumps effect_seq. (The rules copy the records they are given, never modify
+		// them: run is still the document as read.)
+		fence := []firestore.Update{{Path: fieldEffectSeq, Value: firestore.Increment(1)}}
+		if nextRun != nil {
+			fence = changes(encodeRun(run), nextRun)
+		}
 		l.written.forget(runID)
 		err = l.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-			fence := []firestore.Update{{Path: fieldEffectSeq, Value: firestore.Increment(1)}}
 			if err := tx.Update(runRef, fence, firestore.LastUpdateTime(runSnap.UpdateTime)); err != nil {
 				return err
 			}
-			if cur == nil {
+			switch {
+			case next == nil:
+				return nil
+			case cur == nil:
 				return tx.Create(effRef, encodeEffect(next))
 			}
 			return tx.Update(effRef, updates(encodeEffect(next)), firestore.LastUpdateTime(effSnap.UpdateTime))

@@ -27,7 +27,7 @@ type Harness struct {
 	// broken backend is caught whatever the interleaving.
 	LinearizabilityRounds int
 	// Operations is true when the backend implements the operators' methods (List,
-	// ListEffects, Retry, Cancel, OperatorRelease) and keeps each run's History; when
+	// ListEffects, Retry, Cancel, OperatorRelease, ResolveEffect) and keeps each run's History; when
 	// false, the suite checks that each of them refuses with ledger.ErrUnsupported.
 	Operations bool
 }

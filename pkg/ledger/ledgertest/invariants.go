@@ -204,6 +204,15 @@ func (c *checked) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger
 	return r, err
 }
 
+func (c *checked) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
+	r, err := c.Ledger.ResolveEffect(ctx, p)
+	if err == nil {
+		c.t.Helper()
+		c.written("ResolveEffect", r, p.Retention)
+	}
+	return r, err
+}
+
 func (c *checked) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
 	r, err := c.Ledger.OperatorRelease(ctx, p)
 	if err == nil {

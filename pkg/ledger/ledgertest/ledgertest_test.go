@@ -94,6 +94,22 @@ var brokenBackends = map[string]brokenBackend{
 		mustFail: []string{"Operations/CancelQueuedRun", "Operations/CancelRunningFencesHolder",
 			"Operations/ConcurrentCancelsOneWins", "Linearizability/ConcurrentHistories"},
 	},
+	// Queues the run again without writing the verdict on the effect: the next attempt
+	// finds it as uncertain as before (a retry, under another name).
+	"ResolveOnlyRetries": {
+		wrap: func(l ledger.Ledger) ledger.Ledger { return &retryingResolve{l} },
+		mustFail: []string{"Resolve/DoneRecordsTheRefAndRequeues", "Resolve/NotDoneIsDoneAgainUnderTheSameKey",
+			"Linearizability/ConcurrentHistories"},
+	},
+}
+
+type retryingResolve struct{ ledger.Ledger }
+
+func (l *retryingResolve) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
+	if _, err := l.GetEffect(ctx, &ledger.GetEffectParams{RunID: p.RunID, Name: p.Effect}); err != nil {
+		return l.Ledger.ResolveEffect(ctx, p) // the refusal is the real one
+	}
+	return l.Retry(ctx, &p.OperatorParams)
 }
 
 type lyingCancel struct{ ledger.Ledger }

@@ -25,9 +25,10 @@ import (
 // some sequential order of the calls, each inside its call's interval, judged by a model
 // built from the state machine's Apply functions (package driver).
 //
-// The operators' actions (retry, cancel, release) and the lookup of a run by a prefix of
-// its ID (ListRunIDs, which must see a run as soon as its claim has answered, and for as
-// long as it exists) are in the histories of backends that implement them
+// The operators' actions (retry, cancel, release, and resolving the runs' one effect
+// either way) and the lookup of a run by a prefix of its ID (ListRunIDs, which must see
+// a run as soon as its claim has answered, and for as long as it exists) are in the
+// histories of backends that implement them
 // (Harness.Operations).
 //
 // Time enters the model where a history can judge it without the ledger's clock:
@@ -111,6 +112,8 @@ type linInput struct {
 	keep time.Duration
 	// delay is a release's retry delay.
 	delay time.Duration
+	// done is a resolution's verdict.
+	done bool
 }
 
 type linOutput struct {
@@ -283,6 +286,13 @@ func apply(s linState, in linInput) (linState, linOutput) {
 		if err == nil && w != nil {
 			n.fx, n.fxBy = w.Status, w.Attempt
 		}
+	case "resolve":
+		w, we, err := driver.ApplyResolveEffect(cur, s.effect(), linResolution(in.run, in.done), linNow)
+		out.err = errKind(err)
+		if err == nil {
+			out.run, n.run = snap(w), snap(w)
+			n.fx, n.fxBy = we.Status, we.Attempt
+		}
 	case "retry", "cancel", "orelease":
 		rule := map[string]func(*ledger.Run, *ledger.OperatorParams, time.Time) (*ledger.Run, error){
 			"retry": driver.ApplyRetry, "cancel": driver.ApplyCancel, "orelease": driver.ApplyOperatorRelease,
@@ -298,6 +308,10 @@ func apply(s linState, in linInput) (linState, linOutput) {
 
 func linOperator(run string) *ledger.OperatorParams {
 	return &ledger.OperatorParams{RunID: run, Actor: "ledgertest", Reason: "linearizability", PickupTimeout: linPickup}
+}
+
+func linResolution(run string, done bool) *ledger.ResolveEffectParams {
+	return &ledger.ResolveEffectParams{OperatorParams: *linOperator(run), Effect: linEffect, Done: done}
 }
 
 var linModel = porcupine.NondeterministicModel{
@@ -348,6 +362,8 @@ var linModel = porcupine.NondeterministicModel{
 			arg = short(in.attempt)
 		case "rescue":
 			arg = fmt.Sprintf("%s@%d", in.rescue.Status, in.rescue.Attempt)
+		case "resolve":
+			arg = fmt.Sprintf("done=%v", in.done)
 		default:
 			arg = fmt.Sprintf("%d/%s", in.fence.Attempt, short(in.fence.AttemptID))
 		}
@@ -512,14 +528,16 @@ func recordHistory(f *fixture, round uint64) []porcupine.Operation {
 					in.rescue = ledger.RescueParams{Status: listed.Status, Attempt: listed.Attempt, Deadline: listed.Deadline}
 				// The operators' actions, on backends that implement them (elsewhere an
 				// ErrUnsupported would read as "may have applied" and weaken the check).
-				case x < 96 && f.h.Operations:
+				case x < 95 && f.h.Operations:
 					in.op = "cancel"
-				case x < 97 && f.h.Operations:
+				case x < 96 && f.h.Operations:
 					in.op = "retry"
-				case x < 98 && f.h.Operations:
+				case x < 97 && f.h.Operations:
 					in.op = "orelease"
-				case x < 99 && f.h.Operations:
+				case x < 98 && f.h.Operations:
 					in.op = "lookup"
+				case x < 99 && f.h.Operations:
+					in.op, in.done = "resolve", rng.IntN(2) == 0
 				default:
 					in.op = "get"
 				}
@@ -539,6 +557,20 @@ func recordHistory(f *fixture, round uint64) []porcupine.Operation {
 						listing = append(listing, *read)
 					}
 					mu.Unlock()
+					// Where the backend resolves effects, an attempt that just began the
+					// effect sometimes fails at once, leaving it uncertain, and a run just
+					// failed is often resolved at once, so that resolutions meet failed
+					// runs whose effect is pending (or done, or absent).
+					if f.h.Operations && out.err == "" {
+						if in.op == "begin" && !out.done && rng.IntN(4) == 0 {
+							in = linInput{op: "fail", run: in.run, fence: in.fence, keep: runKeep}
+							continue
+						}
+						if in.op == "fail" && rng.IntN(2) == 0 {
+							in = linInput{op: "resolve", run: in.run, done: rng.IntN(2) == 0, keep: runKeep}
+							continue
+						}
+					}
 					// An effect just done is begun again: it must be reported done (after
 					// its own ExpireAt and a sweep, in the rounds that sweep).
 					if in.op != "completefx" || out.err != "" {
@@ -636,6 +668,8 @@ func linCall(f *fixture, in linInput) (linOutput, *ledger.Fence, *ledger.Run) {
 		var ids []string
 		ids, err = l.ListRunIDs(ctx, &ledger.ListRunIDsParams{Prefix: in.run[:16]})
 		out.found = slices.Contains(ids, in.run)
+	case "resolve":
+		r, err = l.ResolveEffect(ctx, linResolution(in.run, in.done))
 	}
 	out.err = errKind(err)
 	if err == nil && r != nil {

@@ -88,6 +88,8 @@ func testOpsUnsupported(t *testing.T, h Harness) {
 	wantErr(t, "Cancel", err, ledger.ErrUnsupported)
 	_, err = f.l.OperatorRelease(f.ctx, operator(id, "r"))
 	wantErr(t, "OperatorRelease", err, ledger.ErrUnsupported)
+	_, err = f.l.ResolveEffect(f.ctx, &ledger.ResolveEffectParams{OperatorParams: *operator(id, "r"), Effect: "run"})
+	wantErr(t, "ResolveEffect", err, ledger.ErrUnsupported)
 	if got := f.get(id).Status; got != ledger.StatusQueued {
 		t.Fatalf("after refused actions the run is %s, want queued", got)
 	}

@@ -46,6 +46,7 @@ func Run(t *testing.T, h Harness) {
 		{"Clock", clockTests},
 		{"Linearizability", linearizabilityTests},
 		{"Operations", operationsTests},
+		{"Resolve", resolveTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

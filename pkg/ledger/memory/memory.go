@@ -112,17 +112,23 @@ func (s store) UpdateRun(_ context.Context, _, id string, override time.Time, de
 	return nil
 }
 
-// UpdateEffect implements driver.Store.
-func (s store) UpdateEffect(_ context.Context, _, runID, name string, override time.Time, decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
+// UpdateEffect implements driver.Store: UpdateRunAndEffect writing the effect alone.
+func (s store) UpdateEffect(ctx context.Context, op, runID, name string, override time.Time, decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
+	return s.UpdateRunAndEffect(ctx, op, runID, name, override, driver.EffectAlone(decide))
+}
+
+// UpdateRunAndEffect implements driver.Store.
+func (s store) UpdateRunAndEffect(_ context.Context, _, runID, name string, override time.Time, decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error)) error {
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()
 	key := ledger.EffectKey(runID, name)
-	next, err := decide(s.l.runs[runID].Clone(), copyEffect(s.l.effects[key]), s.l.now(override))
+	run, eff, err := decide(s.l.runs[runID].Clone(), copyEffect(s.l.effects[key]), s.l.now(override))
 	if err != nil {
 		return err
 	}
-	if next != nil {
-		s.l.effects[key] = copyEffect(next)
+	s.l.put(run)
+	if eff != nil {
+		s.l.effects[key] = copyEffect(eff)
 	}
 	return nil
 }

@@ -114,8 +114,9 @@
 //	           runs.completed_event, and Get puts the event (at completed_at, of the
 //	           run's attempt) last (migration 00010)
 //
-// The operators' transitions (Retry, Cancel, OperatorRelease) are rare: each is one
-// transaction that locks the run, decides with the driver's rule and writes.
+// The operators' transitions (Retry, Cancel, OperatorRelease, ResolveEffect) are rare:
+// each is one transaction that locks the run (and the effect it resolves), decides with
+// the driver's rule and writes.
 //
 // Migrations are embedded (goose, versioned in goose_db_version in the same schema) and
 // applied when the ledger opens, under a PostgreSQL session advisory lock keyed by the

@@ -14,17 +14,18 @@ import (
 	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
-// operate runs an operator's transition in one transaction: it locks the run, decides
-// with the driver's rule at the database's time, writes the run and adds the
-// transition's events to its history. Operators act rarely; three statements in a
-// transaction are simpler than one that expresses the rule in SQL.
-func (l *Ledger) operate(ctx context.Context, op driver.Op, p *ledger.OperatorParams,
-	rule func(cur *ledger.Run, p *ledger.OperatorParams, now time.Time) (*ledger.Run, error),
-) (*ledger.Run, error) {
-	if err := driver.ValidateOperator(p); err != nil {
-		return nil, err
+// transact runs an operator's action in one transaction: it locks the run (and, when
+// the action has an effect, that effect of it, in the order the workers' effect
+// statements lock them), decides with the driver's rule at the database's time, writes
+// the run (and the effect) and adds the transition's events to its history. Operators
+// act rarely; a few statements in a transaction are simpler than one that expresses the
+// rule in SQL, and cannot disagree with the other backends.
+func (l *Ledger) transact(ctx context.Context, a *driver.Action) (*ledger.Run, error) {
+	if a.Invalid != nil {
+		return nil, a.Invalid
 	}
-	what := string(op) + " run " + p.RunID
+	p := a.Params
+	what := string(a.Op) + " run " + p.RunID
 	var next *ledger.Run
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		var (
@@ -36,7 +37,17 @@ func (l *Ledger) operate(ctx context.Context, op driver.Op, p *ledger.OperatorPa
 			return interpretError(what, err)
 		}
 		cur := s.run()
-		next, err = rule(cur, p, now.UTC())
+		var eff *ledger.Effect
+		if a.Effect != "" && cur != nil {
+			var es effectScan
+			err := tx.QueryRow(ctx, l.q.lockEffect, ledger.EffectKey(p.RunID, a.Effect)).Scan(es.dest()...)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return interpretError(what, err)
+			}
+			eff = es.effect()
+		}
+		var nextEff *ledger.Effect
+		next, nextEff, err = a.Apply(cur, eff, now.UTC())
 		if err != nil {
 			return err
 		}
@@ -46,7 +57,14 @@ func (l *Ledger) operate(ctx context.Context, op driver.Op, p *ledger.OperatorPa
 		if err != nil {
 			return interpretError(what, err)
 		}
-		for _, e := range driver.Record(op, cur, next, now, driver.Note{Actor: p.Actor, Reason: p.Reason}) {
+		if nextEff != nil {
+			_, err = tx.Exec(ctx, l.q.writeEffect, nextEff.Key, string(nextEff.Status), nextEff.Attempt, nextEff.Ref,
+				timeArg(nextEff.DoneAt), nextEff.UpdatedAt, nextEff.ExpireAt)
+			if err != nil {
+				return interpretError(what, err)
+			}
+		}
+		for _, e := range driver.Record(a.Op, cur, next, now, a.Note) {
 			if _, err := tx.Exec(ctx, l.q.addEvent, next.ID, e.At, string(e.Kind), e.Attempt, e.Worker, e.Actor, e.Text); err != nil {
 				return interpretError(what, err)
 			}
@@ -62,17 +80,22 @@ func (l *Ledger) operate(ctx context.Context, op driver.Op, p *ledger.OperatorPa
 
 // Retry implements ledger.Ledger.
 func (l *Ledger) Retry(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
-	return l.operate(ctx, driver.OpRetry, p, driver.ApplyRetry)
+	return l.transact(ctx, driver.RunAction(driver.OpRetry, p, driver.ApplyRetry))
 }
 
 // Cancel implements ledger.Ledger.
 func (l *Ledger) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
-	return l.operate(ctx, driver.OpCancel, p, driver.ApplyCancel)
+	return l.transact(ctx, driver.RunAction(driver.OpCancel, p, driver.ApplyCancel))
 }
 
 // OperatorRelease implements ledger.Ledger.
 func (l *Ledger) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
-	return l.operate(ctx, driver.OpOperatorRelease, p, driver.ApplyOperatorRelease)
+	return l.transact(ctx, driver.RunAction(driver.OpOperatorRelease, p, driver.ApplyOperatorRelease))
+}
+
+// ResolveEffect implements ledger.Ledger.
+func (l *Ledger) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
+	return l.transact(ctx, driver.ResolveAction(p))
 }
 
 // List implements ledger.Ledger with one statement over the listing's indexes

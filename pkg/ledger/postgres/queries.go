@@ -381,6 +381,15 @@ const writeRunSQL = `UPDATE {runs} SET status = $2, attempt = $3, attempt_id = $
 	expire_at = $11, took_over = false
 WHERE run_id = $1`
 
+// lockEffectSQL reads and locks an effect for an operator's transition (after its run:
+// lockForOperatorSQL).
+const lockEffectSQL = `SELECT {effectCols} FROM {effects} WHERE effect_key = $1 FOR UPDATE`
+
+// writeEffectSQL writes every mutable column of an effect.
+const writeEffectSQL = `UPDATE {effects} SET status = $2, attempt = $3, ref = $4, done_at = $5, updated_at = $6,
+	expire_at = $7
+WHERE effect_key = $1`
+
 // listRunsSQL is the start of List's statement: every column of a run but its payload.
 // List adds the WHERE, ORDER BY and LIMIT its filters need.
 var listRunsSQL = `SELECT ` + strings.Replace(runCols, "payload,", "NULL::bytea,", 1) + ` FROM {runs}`
@@ -480,7 +489,7 @@ type queries struct {
 	claim, claimBatch, claimLatest, acquire, acquireQueued, acquireQueuedBatch, completeBatch, renew, complete, fail, release string
 	rescue, expedite, lockedRun                                                                                               string
 	get, lockRun, getEffect, beginEffect, completeEffect, listRescue, sweep                                                   string
-	getWithHistory, lockForOperator, writeRun, addEvent, listRuns, listEffects, listRunIDs                                    string
+	getWithHistory, lockForOperator, writeRun, addEvent, listRuns, listEffects, listRunIDs, lockEffect, writeEffect           string
 }
 
 func buildQueries(schema string) queries {
@@ -544,5 +553,7 @@ func buildQueries(schema string) queries {
 		listRuns:           fill(listRunsSQL),
 		listEffects:        fill(listEffectsSQL),
 		listRunIDs:         fill(listRunIDsSQL),
+		lockEffect:         fill(lockEffectSQL),
+		writeEffect:        fill(writeEffectSQL),
 	}
 }

@@ -76,7 +76,8 @@
 // writes only if the run is still as read (status, attempt, attempt ID, deadline,
 // not-before, attempts made, updated and expiry times); after a lost race they read and
 // decide again, up to 16 times (then ledger.ErrContended). Two round trips: operators act
-// rarely.
+// rarely. ResolveEffect reads the effect too (a third) and its script compares and writes
+// both records (driver.ApplyResolveEffect).
 //
 // List walks one listing index, the one of its order led by its equality filter when
 // there is one (status; else job or namespace for the created order), newest first: a

@@ -21,29 +21,46 @@ const operatorTries = 16
 // they change with every transition of the run.
 var casFields = []string{"status", "attempt", "attempt_id", "deadline", "not_before", "attempts_made", "updated_at", "expire_at"}
 
-// operate runs an operator's transition: it reads the run and the server's time in one
-// script, decides with the driver's rule, and writes the record the rule returns, its
-// indexes and its events with a compare-and-set script that writes only when the run is
-// still as read; when it is not, it reads and decides again. Operators act rarely, and a
-// rule applied in Go cannot disagree with the other backends'.
-func (l *Ledger) operate(ctx context.Context, op driver.Op, p *ledger.OperatorParams,
-	rule func(cur *ledger.Run, p *ledger.OperatorParams, now time.Time) (*ledger.Run, error),
-) (*ledger.Run, error) {
-	if err := driver.ValidateOperator(p); err != nil {
-		return nil, err
+// effectCASFields are the fields the resolve script compares with the effect as read:
+// together they change with every write of the effect.
+var effectCASFields = []string{"status", "attempt", "updated_at"}
+
+// transact runs an operator's action: it reads the run and the server's time in one
+// script (and, when the action has an effect, that effect of the run), decides with the
+// driver's rule, and writes the records the rule returns, the run's indexes and its
+// events with a compare-and-set script that writes only when the run (and the effect)
+// are still as read; when they are not, it reads and decides again. Operators act
+// rarely, and a rule applied in Go cannot disagree with the other backends'.
+func (l *Ledger) transact(ctx context.Context, a *driver.Action) (*ledger.Run, error) {
+	if a.Invalid != nil {
+		return nil, a.Invalid
 	}
-	what := string(op) + " run " + p.RunID
+	p := a.Params
+	what := string(a.Op) + " run " + p.RunID
+	ekey := ledger.EffectKey(p.RunID, a.Effect)
 	for range operatorTries {
 		cur, stored, now, err := l.read(ctx, what, p.RunID, p.Now)
 		if err != nil {
 			return nil, err
 		}
-		next, err := rule(cur, p, now)
+		var (
+			eff     *ledger.Effect
+			effRead map[string]string
+		)
+		if a.Effect != "" {
+			if effRead, err = l.rdb.HGetAll(ctx, l.effectKey(ekey)).Result(); err != nil {
+				return nil, interpretError(what, err)
+			}
+			if eff, err = decodeEffect(effRead); err != nil {
+				return nil, err
+			}
+		}
+		next, nextEff, err := a.Apply(cur, eff, now)
 		if err != nil {
 			return nil, err
 		}
-		events := driver.Record(op, cur, next, now, driver.Note{Actor: p.Actor, Reason: p.Reason})
-		args := make([]any, 0, 1+len(casFields)+11+len(events))
+		events := driver.Record(a.Op, cur, next, now, a.Note)
+		args := make([]any, 0, 1+len(casFields)+11+len(events)+10)
 		args = append(args, p.RunID)
 		for _, f := range casFields {
 			args = append(args, stored[f])
@@ -58,8 +75,18 @@ func (l *Ledger) operate(ctx context.Context, op driver.Op, p *ledger.OperatorPa
 			}
 			args = append(args, string(b))
 		}
+		script, keys := operateScript, l.runKeys(p.RunID)
+		if nextEff != nil {
+			script, keys = resolveScript, l.effectKeys(p.RunID, ekey)
+			args = append(args, ekey)
+			for _, f := range effectCASFields {
+				args = append(args, effRead[f])
+			}
+			args = append(args, string(nextEff.Status), strconv.FormatInt(nextEff.Attempt, 10), nextEff.Ref,
+				timeArg(nextEff.DoneAt), timeArg(nextEff.UpdatedAt), timeArg(nextEff.ExpireAt))
+		}
 		args = append(args, l.o.Prefix)
-		v, err := l.run(ctx, what, operateScript, l.runKeys(p.RunID), args...)
+		v, err := l.run(ctx, what, script, keys, args...)
 		if err != nil {
 			return nil, err
 		}
@@ -72,19 +99,24 @@ func (l *Ledger) operate(ctx context.Context, op driver.Op, p *ledger.OperatorPa
 		what, ledger.ErrContended, operatorTries)
 }
 
-// Retry implements ledger.Ledger with driver.ApplyRetry (see operate).
+// Retry implements ledger.Ledger with driver.ApplyRetry (see transact).
 func (l *Ledger) Retry(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
-	return l.operate(ctx, driver.OpRetry, p, driver.ApplyRetry)
+	return l.transact(ctx, driver.RunAction(driver.OpRetry, p, driver.ApplyRetry))
 }
 
-// Cancel implements ledger.Ledger with driver.ApplyCancel (see operate).
+// Cancel implements ledger.Ledger with driver.ApplyCancel (see transact).
 func (l *Ledger) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
-	return l.operate(ctx, driver.OpCancel, p, driver.ApplyCancel)
+	return l.transact(ctx, driver.RunAction(driver.OpCancel, p, driver.ApplyCancel))
 }
 
-// OperatorRelease implements ledger.Ledger with driver.ApplyOperatorRelease (see operate).
+// OperatorRelease implements ledger.Ledger with driver.ApplyOperatorRelease (see transact).
 func (l *Ledger) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
-	return l.operate(ctx, driver.OpOperatorRelease, p, driver.ApplyOperatorRelease)
+	return l.transact(ctx, driver.RunAction(driver.OpOperatorRelease, p, driver.ApplyOperatorRelease))
+}
+
+// ResolveEffect implements ledger.Ledger with driver.ApplyResolveEffect (see transact).
+func (l *Ledger) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
+	return l.transact(ctx, driver.ResolveAction(p))
 }
 
 // The listing's bounds (Ledger.listBudget, listCalls): a list script reads at most

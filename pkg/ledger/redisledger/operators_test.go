@@ -28,8 +28,8 @@ func fenceOf(ctx context.Context, l ledger.Ledger, id string) (ledger.Fence, err
 
 // TestHistoryAsTheDriverRecordsIt runs one sequence of every transition that adds events
 // on the memory ledger (whose history is driver.Record's by construction) and on Redis,
-// with the same times, and wants the same events: the scripts' events, their texts
-// clipped on a rune boundary, and the operators' ones.
+// with the same times, and wants the same events (the scripts' events, their texts
+// clipped on a rune boundary, and the operators' ones) and the same effects.
 func TestHistoryAsTheDriverRecordsIt(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -55,6 +55,20 @@ func TestHistoryAsTheDriverRecordsIt(t *testing.T) {
 				return err
 			}
 			return do(l, f, now)
+		}
+	}
+	begin := func(id, name string) step {
+		return fenced(id, func(l ledger.Ledger, f ledger.Fence, now time.Time) error {
+			_, err := l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: name, Now: now})
+			return err
+		})
+	}
+	resolve := func(id, name string, done bool, ref string) step {
+		return func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+			p := &ledger.ResolveEffectParams{OperatorParams: *op(id), Effect: name, Done: done, Ref: ref}
+			p.Now = now
+			_, err := l.ResolveEffect(ctx, p)
+			return err
 		}
 	}
 	rescue := func(id string) step {
@@ -83,8 +97,22 @@ func TestHistoryAsTheDriverRecordsIt(t *testing.T) {
 		}),
 		acquire(a, strings.Repeat("w", 2000), time.Second),
 		acquire(a, "host-c", 10*time.Second), // the lease ran out: lease_lost, started
+		begin(a, "run"),
 		fenced(a, func(l ledger.Ledger, f ledger.Fence, now time.Time) error {
 			_, err := l.Fail(ctx, &ledger.FailParams{Fence: f, Now: now}) // no error: the event keeps the last one
+			return err
+		}),
+		resolve(a, "run", true, strings.Repeat("r", ledger.MaxEffectRef)), // the event's text clipped in the ref
+		acquire(a, "host-c2", 10*time.Second),
+		begin(a, "run/2"),
+		fenced(a, func(l ledger.Ledger, f ledger.Fence, now time.Time) error {
+			_, err := l.Fail(ctx, &ledger.FailParams{Fence: f, Error: "lost answer", Now: now})
+			return err
+		}),
+		resolve(a, "run/2", false, ""),
+		acquire(a, "host-c3", 10*time.Second),
+		fenced(a, func(l ledger.Ledger, f ledger.Fence, now time.Time) error {
+			_, err := l.Fail(ctx, &ledger.FailParams{Fence: f, Error: "again", Now: now})
 			return err
 		}),
 		func(ctx context.Context, l ledger.Ledger, now time.Time) error {
@@ -148,11 +176,33 @@ func TestHistoryAsTheDriverRecordsIt(t *testing.T) {
 				t.Errorf("run %s event %d:\n got %+v\nwant %+v", id, i, g, w)
 			}
 		}
+		wantFx, err := mem.ListEffects(ctx, &ledger.ListEffectsParams{RunID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotFx, err := rl.ListEffects(ctx, &ledger.ListEffectsParams{RunID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(derefEffects(gotFx)) != fmt.Sprint(derefEffects(wantFx)) {
+			t.Errorf("run %s: redis effects\n%+v\nmemory effects\n%+v", id, derefEffects(gotFx), derefEffects(wantFx))
+		}
 		if got.Status != want.Status || got.AttemptsMade != want.AttemptsMade || got.LastError != want.LastError {
 			t.Errorf("run %s: redis %s, %d attempts made, %q; memory %s, %d, %q", id, got.Status, got.AttemptsMade, got.LastError,
 				want.Status, want.AttemptsMade, want.LastError)
 		}
 	}
+}
+
+// derefEffects are the effects as the comparison sees them: without ExpireAt, which
+// Redis moves to the run's on each of the run's writes (index_run) and memory leaves.
+func derefEffects(es []*ledger.Effect) []ledger.Effect {
+	out := make([]ledger.Effect, len(es))
+	for i, e := range es {
+		out[i] = *e
+		out[i].ExpireAt = time.Time{}
+	}
+	return out
 }
 
 func kindsOf(h []ledger.Event) []ledger.EventKind {

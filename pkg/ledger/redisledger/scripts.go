@@ -429,18 +429,49 @@ return {1, fmt(now), run_fields(KEYS[1])}
 // expire_at: ARGV[10..18]), grace (ms), the number of events n, n events (JSON), prefix.
 // It writes only when the run is still as read, and answers {1} when it wrote, {0} when
 // the run changed since (the caller reads it again and decides anew).
-var operateScript = redis.NewScript(prelude + `
-local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'deadline', 'not_before',
-  'attempts_made', 'updated_at', 'expire_at')
-for i = 1, 8 do
-  if (st[i] or '') ~= ARGV[i + 1] then return {0} end
+var operateScript = redis.NewScript(prelude + operateLua + `
+if not operate() then return {0} end
+return {1}
+`)
+
+// operateLua defines operate(), the operate script's compare-and-set of the run: false,
+// writing nothing, when the run changed since it was read; else it writes the run, its
+// indexes and its events, and returns true.
+const operateLua = `
+local function operate()
+  local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'attempt_id', 'deadline', 'not_before',
+    'attempts_made', 'updated_at', 'expire_at')
+  for i = 1, 8 do
+    if (st[i] or '') ~= ARGV[i + 1] then return false end
+  end
+  redis.call('HSET', KEYS[1], 'status', ARGV[10], 'attempt_id', ARGV[11], 'deadline', ARGV[12],
+    'not_before', ARGV[13], 'attempts_made', ARGV[14], 'last_error', ARGV[15], 'updated_at', ARGV[16],
+    'completed_at', ARGV[17], 'expire_at', ARGV[18])
+  local events = {}
+  for i = 1, tonumber(ARGV[20]) do events[i] = ARGV[20 + i] end
+  index_run(ARGV[1], st[1], ARGV[10], num(ARGV[12]), tonumber(ARGV[18]), ARGV[19], events, tonumber(ARGV[16]))
+  return true
 end
-redis.call('HSET', KEYS[1], 'status', ARGV[10], 'attempt_id', ARGV[11], 'deadline', ARGV[12],
-  'not_before', ARGV[13], 'attempts_made', ARGV[14], 'last_error', ARGV[15], 'updated_at', ARGV[16],
-  'completed_at', ARGV[17], 'expire_at', ARGV[18])
-local events = {}
-for i = 1, tonumber(ARGV[20]) do events[i] = ARGV[20 + i] end
-index_run(ARGV[1], st[1], ARGV[10], num(ARGV[12]), tonumber(ARGV[18]), ARGV[19], events, tonumber(ARGV[16]))
+`
+
+// resolve (an operator's resolution of an uncertain effect, decided in Go by
+// driver.ApplyResolveEffect): KEYS[4] the effect; ARGV as operate's up to its events,
+// then at e = 21 + n: the effect's key (without the prefix), the effect as read
+// (status, attempt, updated_at: ARGV[e+1..e+3]), the effect to write (status, attempt,
+// ref, done_at, updated_at, expire_at: ARGV[e+4..e+9]), prefix. It writes the run and
+// the effect only when both are still as read, and answers {1} when it wrote, {0} when
+// either changed since.
+var resolveScript = redis.NewScript(prelude + operateLua + `
+local e = 21 + tonumber(ARGV[20])
+local es = redis.call('HMGET', KEYS[4], 'status', 'attempt', 'updated_at')
+for i = 1, 3 do
+  if (es[i] or '') ~= ARGV[e + i] then return {0} end
+end
+if not operate() then return {0} end
+local exp = tonumber(ARGV[e + 9])
+redis.call('HSET', KEYS[4], 'status', ARGV[e + 4], 'attempt', ARGV[e + 5], 'ref', ARGV[e + 6],
+  'done_at', ARGV[e + 7], 'updated_at', ARGV[e + 8], 'expire_at', ARGV[e + 9])
+keep_effect(KEYS[4], ARGV[e], exp, ARGV[19])
 return {1}
 `)
 
@@ -659,6 +690,6 @@ return n
 // server that lost its script cache (a restart, a failover) gets them again through EVAL.
 var scripts = []*redis.Script{
 	claimScript, expediteScript, acquireScript, renewScript, finishScript, releaseScript, rescueScript,
-	operateScript, getScript, listScript, listEffectsScript,
+	operateScript, resolveScript, getScript, listScript, listEffectsScript,
 	beginEffectScript, completeEffectScript, listRescueScript, sweepScript,
 }

@@ -266,6 +266,22 @@ func (s store) UpdateEffect(ctx context.Context, op, runID, name string, overrid
 	return err
 }
 
+// UpdateRunAndEffect implements driver.Store: the query reads the run and the effect
+// together, and the transaction writes both.
+func (s store) UpdateRunAndEffect(ctx context.Context, op, runID, name string, override time.Time, decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error)) error {
+	_, err := transact(ctx, s.l, op+" "+name+" of run "+runID, readEffectSQL, effectParams(runID, name), override,
+		func(row *readRow, now time.Time) ([]*spanner.Mutation, struct{}, error) {
+			run := row.run()
+			var was []any
+			if run != nil {
+				was = runValues(run) // before decide, which may build its run on run
+			}
+			nextRun, next, err := decide(run, row.effect(), now)
+			return append(writeRun(was, nextRun), writeEffect(next)...), struct{}{}, err
+		})
+	return err
+}
+
 // Get implements ledger.Ledger with one strong read.
 func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
 	var rr runRow

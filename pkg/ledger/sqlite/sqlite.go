@@ -527,9 +527,14 @@ func (s store) UpdateRun(ctx context.Context, op, id string, override time.Time,
 	}))
 }
 
-// UpdateEffect implements driver.Store: it reads a run and one of its effects, applies
-// a transition and writes the effect, in one transaction.
+// UpdateEffect implements driver.Store: UpdateRunAndEffect writing the effect alone.
 func (s store) UpdateEffect(ctx context.Context, op, runID, name string, override time.Time, decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
+	return s.UpdateRunAndEffect(ctx, op, runID, name, override, driver.EffectAlone(decide))
+}
+
+// UpdateRunAndEffect implements driver.Store: it reads a run and one of its effects,
+// applies a transition and writes both, in one transaction.
+func (s store) UpdateRunAndEffect(ctx context.Context, op, runID, name string, override time.Time, decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error)) error {
 	return wrap(op, runID, s.l.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		run, err := getRun(ctx, s.l.q(tx), runID)
 		if err != nil {
@@ -539,8 +544,11 @@ func (s store) UpdateEffect(ctx context.Context, op, runID, name string, overrid
 		if err != nil {
 			return err
 		}
-		next, err := decide(run, cur, s.l.now(override))
+		nextRun, next, err := decide(run, cur, s.l.now(override))
 		if err != nil {
+			return err
+		}
+		if err := putRun(ctx, s.l.q(tx), nextRun); err != nil {
 			return err
 		}
 		return putEffect(ctx, s.l.q(tx), next)
