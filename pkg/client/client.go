@@ -1,5 +1,6 @@
 // Package client calls the runonce ingress's operators' API: list runs, show one, and
-// retry, cancel or release it (docs: the README's "Operating runs").
+// retry, cancel or release it, or resolve an effect it left uncertain (docs: the
+// README's "Operating runs").
 package client
 
 import (
@@ -77,6 +78,18 @@ func (c *Client) Act(ctx context.Context, runID, action string, req *ingress.Act
 	}
 	var out ingress.ActionJSON
 	return &out, c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+":"+action, body, &out)
+}
+
+// Resolve settles an effect a failed run left uncertain (POST :resolve): it happened
+// (ingress.OutcomeDone, with the ref of what it made) or it did not
+// (ingress.OutcomeNotDone); the run is queued again and republished.
+func (c *Client) Resolve(ctx context.Context, runID string, req *ingress.ResolveRequest) (*ingress.ActionJSON, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var out ingress.ActionJSON
+	return &out, c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+":"+ingress.ActionResolve, body, &out)
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {

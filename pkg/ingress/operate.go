@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -23,8 +24,8 @@ import (
 
 // The operators' API: GET /v1/runs (list), GET /v1/runs/{run_id} (one run with its
 // history and effects; the run ID or a prefix of it that names one run), POST
-// /v1/runs/{run_id}:retry, :cancel and :release (Google's AIP-136 custom methods; the
-// full run ID).
+// /v1/runs/{run_id}:retry, :cancel, :release and :resolve (Google's AIP-136 custom
+// methods; the full run ID).
 
 // MaxDetailPayload bounds the payload GET /v1/runs/{run_id}?view=full shows.
 const MaxDetailPayload = 64 << 10
@@ -37,6 +38,18 @@ const (
 	ActionRetry   = "retry"
 	ActionCancel  = "cancel"
 	ActionRelease = "release"
+	// ActionResolve settles an uncertain effect of a failed run (ResolveRequest) and
+	// queues the run again.
+	ActionResolve = "resolve"
+)
+
+// The outcomes of ResolveRequest.
+const (
+	// OutcomeDone: the effect happened (a start: the execution exists, Ref names it).
+	OutcomeDone = "done"
+	// OutcomeNotDone: the effect did not happen; the next attempt does it under the
+	// same key.
+	OutcomeNotDone = "not_done"
 )
 
 // EffectJSON is the JSON form of an effect record.
@@ -117,6 +130,42 @@ type ActionRequest struct {
 	Attempt int64 `json:"attempt,omitempty"`
 }
 
+// ResolveRequest is the body of :resolve: the operator's verdict on an effect a failed
+// run left uncertain (begun by an attempt that never marked it done: a start whose
+// answer was lost, an AtMostOnce effect cut short).
+type ResolveRequest struct {
+	// Effect is the effect's name, as GET /v1/runs/{run_id} lists it ("run", "run/2").
+	Effect string `json:"effect"`
+	// Outcome is OutcomeDone or OutcomeNotDone.
+	Outcome string `json:"outcome"`
+	// Ref, only with OutcomeDone, is what the effect made (at most ledger.MaxEffectRef
+	// bytes): for a Google Cloud API target's start, the execution's name, which the
+	// next attempt then follows.
+	Ref string `json:"ref,omitempty"`
+	// Reason and Attempt are as for the other actions.
+	Reason  string `json:"reason"`
+	Attempt int64  `json:"attempt,omitempty"`
+}
+
+// Check refuses a resolution that names no effect, an outcome other than done or
+// not_done, a ref with not_done or a ref over ledger.MaxEffectRef, or no reason,
+// naming the field.
+func (q *ResolveRequest) Check() error {
+	switch {
+	case strings.TrimSpace(q.Effect) == "":
+		return errors.New(`resolve needs the effect: {"effect": "run", …}; GET /v1/runs/{run_id} lists the run's effects`)
+	case q.Outcome != OutcomeDone && q.Outcome != OutcomeNotDone:
+		return fmt.Errorf(`outcome %s is not %q (it happened) or %q (it did not: do it again)`, quoted(q.Outcome), OutcomeDone, OutcomeNotDone)
+	case q.Ref != "" && q.Outcome != OutcomeDone:
+		return fmt.Errorf(`ref names what the effect made: give it only with "outcome": %q`, OutcomeDone)
+	case len(q.Ref) > ledger.MaxEffectRef:
+		return fmt.Errorf("ref is %d bytes; the limit is %d", len(q.Ref), ledger.MaxEffectRef)
+	case strings.TrimSpace(q.Reason) == "":
+		return errors.New(`resolve needs a reason: {"reason": "why"}`)
+	}
+	return nil
+}
+
 // who authenticates a request to a read endpoint: an operator (Config.Operators) or a
 // reader (Config.Auth). It writes the 401/403 itself and returns ok false.
 func (h *Handler) who(w http.ResponseWriter, r *http.Request) (c *auth.Caller, operator, ok bool) {
@@ -157,6 +206,8 @@ func (h *Handler) ledgerError(ctx context.Context, w http.ResponseWriter, what, 
 	switch {
 	case errors.Is(err, ledger.ErrInvalid):
 		writeError(w, http.StatusBadRequest, obs.Clean(err.Error()))
+	case errors.As(err, new(*errAbsentEffect)):
+		writeError(w, http.StatusNotFound, err.Error()+"; the run is unchanged")
 	case errors.Is(err, ledger.ErrNotFound):
 		writeError(w, http.StatusNotFound, notFound(runID))
 	case errors.Is(err, ledger.ErrWrongStatus), errors.Is(err, ledger.ErrConflict):
@@ -406,12 +457,12 @@ func trimPartialRune(b []byte) []byte {
 func (h *Handler) postRun(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id, action, _ := strings.Cut(r.PathValue("run_id"), ":")
-	if action != ActionRetry && action != ActionCancel && action != ActionRelease {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such action %s: POST /v1/runs/{run_id}:retry, :cancel or :release", quoted(action)))
+	if action != ActionRetry && action != ActionCancel && action != ActionRelease && action != ActionResolve {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such action %s: POST /v1/runs/{run_id}:retry, :cancel, :release or :resolve", quoted(action)))
 		return
 	}
 	if h.cfg.Operators == nil {
-		writeError(w, http.StatusForbidden, "no operators are configured (-operators): nobody may retry, cancel or release runs")
+		writeError(w, http.StatusForbidden, "no operators are configured (-operators): nobody may retry, cancel, release or resolve runs")
 		return
 	}
 	caller, err := h.cfg.Operators.Authenticate(ctx, r)
@@ -427,12 +478,36 @@ func (h *Handler) postRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("%v: send the body {\"reason\": \"…\"} with Content-Type: application/json; the run is unchanged", err))
 		return
 	}
-	var req ActionRequest
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxActionBody))
 	if err != nil {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes: send {\"reason\": \"…\"}", maxActionBody))
 		return
 	}
+	actor := caller.Email
+	if actor == "" {
+		actor = "anonymous (authentication off)"
+	}
+	op := ledger.OperatorParams{RunID: id, Actor: actor, PickupTimeout: h.cfg.PickupTimeout, Retention: h.cfg.Retention}
+	if action == ActionResolve {
+		var req ResolveRequest
+		if err := decodeStrict(body, &req); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf(`the body is not JSON {"effect": "…", "outcome": "done" or "not_done", "ref": "…", "reason": "…", "attempt": N}: %v; the run is unchanged`, err))
+			return
+		}
+		if err := req.Check(); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error()+"; the run is unchanged")
+			return
+		}
+		op.Reason, op.Attempt = req.Reason, req.Attempt
+		out, err := h.Resolve(ctx, &ledger.ResolveEffectParams{OperatorParams: op, Effect: req.Effect, Done: req.Outcome == OutcomeDone, Ref: req.Ref})
+		if err != nil {
+			h.ledgerError(ctx, w, "resolve an effect of run", id, h.absentEffect(ctx, id, req.Effect, err))
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	var req ActionRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("the body is not JSON {\"reason\": \"…\", \"attempt\": N}: %v", err))
 		return
@@ -441,19 +516,60 @@ func (h *Handler) postRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s needs a reason: send {\"reason\": \"why\"}; the run is unchanged", action))
 		return
 	}
-	actor := caller.Email
-	if actor == "" {
-		actor = "anonymous (authentication off)"
-	}
-	out, status, err := h.Act(ctx, action, &ledger.OperatorParams{
-		RunID: id, Actor: actor, Reason: req.Reason, Attempt: req.Attempt,
-		PickupTimeout: h.cfg.PickupTimeout, Retention: h.cfg.Retention,
-	})
+	op.Reason, op.Attempt = req.Reason, req.Attempt
+	out, status, err := h.Act(ctx, action, &op)
 	if err != nil {
 		h.ledgerError(ctx, w, action+" run", id, err)
 		return
 	}
 	writeJSON(w, status, out)
+}
+
+// decodeStrict decodes one JSON object into v, refusing fields v does not have (a
+// misspelt field of an action must not be ignored) and anything after it.
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("more than one JSON value")
+	}
+	return nil
+}
+
+// errAbsentEffect is ledger.ErrNotFound for a run that exists without the effect named.
+type errAbsentEffect struct {
+	runID, effect string
+	names         []string
+}
+
+func (e *errAbsentEffect) Unwrap() error { return ledger.ErrNotFound }
+
+func (e *errAbsentEffect) Error() string {
+	if len(e.names) == 0 {
+		return fmt.Sprintf("run %s has no effect %s: it recorded none", e.runID, quoted(e.effect))
+	}
+	return fmt.Sprintf("run %s has no effect %s; its effects: %s", e.runID, quoted(e.effect), strings.Join(e.names, ", "))
+}
+
+// absentEffect turns a resolution's ledger.ErrNotFound, when the run exists, into an
+// *errAbsentEffect naming the run's effects (the ledger's ErrNotFound is about the run
+// or the effect); other errors are returned as they are.
+func (h *Handler) absentEffect(ctx context.Context, runID, effect string, err error) error {
+	if !errors.Is(err, ledger.ErrNotFound) {
+		return err
+	}
+	if _, gerr := h.cfg.Ledger.Get(ctx, &ledger.GetParams{RunID: runID}); gerr != nil {
+		return err
+	}
+	e := &errAbsentEffect{runID: runID, effect: effect}
+	effs, _ := h.cfg.Ledger.ListEffects(ctx, &ledger.ListEffectsParams{RunID: runID})
+	for _, x := range effs {
+		e.names = append(e.names, fmt.Sprintf("%s (%s)", quoted(x.Name), x.Status))
+	}
+	return e
 }
 
 // Act applies an operator's action to a run and, for a retry or a release, republishes
@@ -476,16 +592,42 @@ func (h *Handler) Act(ctx context.Context, action string, p *ledger.OperatorPara
 	default:
 		return nil, 0, fmt.Errorf("%w: no such action %q", ledger.ErrInvalid, action)
 	}
-	log := h.log.With(slog.String("action", action), slog.String("run_id", p.RunID), slog.String("actor", obs.Clean(p.Actor)), slog.String("reason", obs.Clean(p.Reason)))
+	log := h.actionLog(action, p)
 	if err != nil {
 		log.WarnContext(ctx, "operator action refused", slog.String("error", obs.Clean(err.Error())))
 		return nil, 0, err
 	}
-	out := &ActionJSON{RunJSON: NewRunJSON(run)}
 	if action == ActionCancel {
 		log.InfoContext(ctx, "run cancelled by an operator")
-		return out, http.StatusOK, nil
+		return &ActionJSON{RunJSON: NewRunJSON(run)}, http.StatusOK, nil
 	}
+	return h.republish(ctx, log, run), http.StatusOK, nil
+}
+
+// Resolve settles an effect a failed run left uncertain (ledger.Ledger.ResolveEffect),
+// which queues the run again, and republishes it as Act does a retried run.
+func (h *Handler) Resolve(ctx context.Context, p *ledger.ResolveEffectParams) (*ActionJSON, error) {
+	actx, cancel := context.WithTimeout(ctx, h.cfg.LedgerTimeout)
+	defer cancel()
+	run, err := h.cfg.Ledger.ResolveEffect(actx, p)
+	log := h.actionLog(ActionResolve, &p.OperatorParams).With(slog.String("effect", obs.Clean(p.Effect)), slog.Bool("happened", p.Done))
+	if p.Ref != "" {
+		log = log.With(slog.String("effect_ref", obs.Clean(p.Ref)))
+	}
+	if err != nil {
+		log.WarnContext(ctx, "operator action refused", slog.String("error", obs.Clean(err.Error())))
+		return nil, err
+	}
+	return h.republish(ctx, log, run), nil
+}
+
+func (h *Handler) actionLog(action string, p *ledger.OperatorParams) *slog.Logger {
+	return h.log.With(slog.String("action", action), slog.String("run_id", p.RunID), slog.String("actor", obs.Clean(p.Actor)), slog.String("reason", obs.Clean(p.Reason)))
+}
+
+// republish publishes run, which an operator's action queued, and answers the action.
+func (h *Handler) republish(ctx context.Context, log *slog.Logger, run *ledger.Run) *ActionJSON {
+	out := &ActionJSON{RunJSON: NewRunJSON(run)}
 	msg := queue.RunMessage(run)
 	msg.Traceparent = obs.Traceparent(ctx)
 	published := h.publish(ctx, msg) == nil
@@ -496,5 +638,5 @@ func (h *Handler) Act(ctx context.Context, action string, p *ledger.OperatorPara
 	} else {
 		log.InfoContext(ctx, "operator action done; run republished")
 	}
-	return out, http.StatusOK, nil
+	return out
 }

@@ -62,21 +62,29 @@ func (b *bundle) failRun(t *testing.T, job, msg string) string {
 	}
 	id := r.body["run_id"].(string)
 	ctx := t.Context()
+	f := b.hold(t, id, "host-a/1")
+	if _, err := b.led.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: "send-email"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.led.Fail(ctx, &ledger.FailParams{Fence: f, Error: msg}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// hold claims run id as worker would and returns the attempt's fence.
+func (b *bundle) hold(t *testing.T, id, worker string) ledger.Fence {
+	t.Helper()
+	ctx := t.Context()
 	cur, err := b.led.Get(ctx, &ledger.GetParams{RunID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := b.led.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, PayloadHash: cur.PayloadHash}, AttemptID: uuid.NewString(), Worker: "host-a/1"})
+	res, err := b.led.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, PayloadHash: cur.PayloadHash}, AttemptID: uuid.NewString(), Worker: worker})
 	if err != nil || res.Outcome != ledger.OutcomeAcquired {
-		t.Fatalf("Acquire: %v %v", res, err)
+		t.Fatalf("Acquire(%s): %v %v", id, res, err)
 	}
-	if _, err := b.led.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: ledger.Fence{RunID: id, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}, Name: "send-email"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.led.Fail(ctx, &ledger.FailParams{Fence: ledger.Fence{RunID: id, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}, Error: msg}); err != nil {
-		t.Fatal(err)
-	}
-	return id
+	return ledger.Fence{RunID: id, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}
 }
 
 func TestOperatorsFindUnderstandRetryAndCancel(t *testing.T) {
@@ -356,6 +364,8 @@ func TestReadersAndOperatorsAreAllowedSeparately(t *testing.T) {
 		{"operator asks for the payload", oncall, "GET", "/v1/runs/" + id + "?view=full", 200},
 		{"reader cancels", sched, "POST", "/v1/runs/" + id + ":cancel", 403},
 		{"nobody cancels", nil, "POST", "/v1/runs/" + id + ":cancel", 401},
+		{"reader resolves", sched, "POST", "/v1/runs/" + id + ":resolve", 403},
+		{"nobody resolves", nil, "POST", "/v1/runs/" + id + ":resolve", 401},
 		{"operator cancels", oncall, "POST", "/v1/runs/" + id + ":cancel", 200},
 	} {
 		if r := b.do(t, c.method, c.path, c.hdr, `{"reason":"test"}`); r.status != c.want {
