@@ -338,11 +338,18 @@ func show(ctx context.Context, g *globals, id string, full bool, stdout io.Write
 		fmt.Fprintln(stdout, "\nEFFECTS")
 		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tSTATUS\tATTEMPT\tKEY\tREF")
+		uncertain := false
 		for _, e := range d.Effects {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", e.Name, e.Status, e.Attempt, e.Key, dash(e.Ref))
+			uncertain = uncertain || e.Status == ledger.EffectPending
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if uncertain && d.Status == ledger.StatusFailed {
+			fmt.Fprintf(stdout, "a pending effect may or may not have happened; once you know, settle it (the run is then retried):\n"+
+				"  runonce runs resolve %s --effect NAME --done [--ref REF] --reason \"…\"   # it happened\n"+
+				"  runonce runs resolve %s --effect NAME --not-done --reason \"…\"          # it did not: do it again\n", ShortID(d.RunID), ShortID(d.RunID))
 		}
 	}
 	if len(d.History) > 0 {
@@ -388,6 +395,41 @@ func act(ctx context.Context, g *globals, id, action string, req *ingress.Action
 	if g.json {
 		return printJSON(stdout, res)
 	}
+	printAction(stdout, res)
+	return nil
+}
+
+// resolveEffect sends an effect's resolution (runs resolve).
+func resolveEffect(ctx context.Context, g *globals, id string, req *ingress.ResolveRequest, stdout io.Writer) error {
+	c, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	if id, err = resolve(ctx, c, id); err != nil {
+		return err
+	}
+	res, err := c.Resolve(ctx, id, req)
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return printJSON(stdout, res)
+	}
+	switch {
+	case req.Outcome == ingress.OutcomeNotDone:
+		fmt.Fprintf(stdout, "effect %s: did not happen; the next attempt does it under the same key\n", req.Effect)
+	case req.Ref != "":
+		fmt.Fprintf(stdout, "effect %s: happened (%s); the next attempt skips it\n", req.Effect, req.Ref)
+	default:
+		fmt.Fprintf(stdout, "effect %s: happened; the next attempt skips it\n", req.Effect)
+	}
+	printAction(stdout, res)
+	return nil
+}
+
+// printAction prints an action's answer: the run's status, and whether it was
+// republished.
+func printAction(stdout io.Writer, res *ingress.ActionJSON) {
 	fmt.Fprintf(stdout, "run %s is %s\n", res.RunID, res.Status)
 	if res.Republished != nil && *res.Republished {
 		fmt.Fprintln(stdout, "republished: a worker picks it up")
@@ -395,7 +437,6 @@ func act(ctx context.Context, g *globals, id, action string, req *ingress.Action
 	if res.Warning != "" {
 		fmt.Fprintf(stdout, "warning: %s\n", res.Warning)
 	}
-	return nil
 }
 
 // compactJSON is a stored JSON value (a run's result) on one line of at most n runes;

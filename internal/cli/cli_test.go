@@ -97,14 +97,79 @@ func (s *server) release(t *testing.T, f ledger.Fence, msg string) {
 	}
 }
 
-// failedRun claims a run of job and fails its first attempt with msg.
-func (s *server) failedRun(t *testing.T, job, msg string) string {
+// failedRun claims a run of job and fails its first attempt with msg; the attempt
+// began the effects named in effects and never marked them done.
+func (s *server) failedRun(t *testing.T, job, msg string, effects ...string) string {
 	t.Helper()
 	id := s.post(t, job)
-	if _, err := s.led.Fail(t.Context(), &ledger.FailParams{Fence: s.acquire(t, id), Error: msg}); err != nil {
+	f := s.acquire(t, id)
+	for _, name := range effects {
+		if _, err := s.led.BeginEffect(t.Context(), &ledger.BeginEffectParams{Fence: f, Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.led.Fail(t.Context(), &ledger.FailParams{Fence: f, Error: msg}); err != nil {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// nextBegin claims run id as the next attempt and begins effect name.
+func (s *server) nextBegin(t *testing.T, id, name string) *ledger.BeginEffectResult {
+	t.Helper()
+	ctx := t.Context()
+	res, err := s.led.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, PayloadHash: ledger.PayloadHash([]byte("{}"))}, AttemptID: uuid.NewString()})
+	if err != nil || res.Outcome != ledger.OutcomeAcquired {
+		t.Fatalf("Acquire: %v %v", res, err)
+	}
+	fx, err := s.led.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: ledger.Fence{RunID: id, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}, Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fx
+}
+
+func TestResolveAnUncertainStartFromTheCLI(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	env := map[string]string{"RUNONCE_URL": s.url}
+	id := s.failedRun(t, "nightly-report", "the start's answer was lost", "run", "run/2")
+
+	r := runCLI(t, env, "runs", "show", id[:12])
+	if r.code != 0 || !strings.Contains(r.stdout, "runonce runs resolve "+id[:12]+" --effect NAME --done") {
+		t.Fatalf("runs show of a failed run with pending effects = %d\n%s%s; want the resolve commands", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, env, "runs", "resolve", id[:12], "--effect", "run", "--done", "--ref", "executions/e-1", "--reason", "found it in the console")
+	if r.code != 0 || !strings.Contains(r.stdout, "effect run: happened (executions/e-1)") || !strings.Contains(r.stdout, "run "+id+" is queued") ||
+		!strings.Contains(r.stdout, "republished") {
+		t.Fatalf("runs resolve --done = %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	e, err := s.led.GetEffect(t.Context(), &ledger.GetEffectParams{RunID: id, Name: "run"})
+	if err != nil || e.Status != ledger.EffectDone || e.Ref != "executions/e-1" {
+		t.Fatalf("effect run after runs resolve --done = %+v, %v; want done with the ref", e, err)
+	}
+	r = runCLI(t, env, "runs", "resolve", id, "--effect", "run/2", "--not-done", "--reason", "late")
+	if r.code != 1 || !strings.Contains(r.stderr, "409") || !strings.Contains(r.stderr, "only a failed run can be resolved") {
+		t.Fatalf("runs resolve of a queued run = %d %q; want exit 1 naming the 409", r.code, r.stderr)
+	}
+
+	id = s.failedRun(t, "nightly-report", "the start's answer was lost", "run")
+	r = runCLI(t, env, "runs", "resolve", "--not-done", id, "-effect", "run", "--reason", "no execution carries the key", "--json")
+	var act ingress.ActionJSON
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &act) != nil || act.Status != ledger.StatusQueued || act.Republished == nil || !*act.Republished {
+		t.Fatalf("runs resolve --not-done --json = %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if fx := s.nextBegin(t, id, "run"); fx.Done || fx.PreviousAttempt != 0 {
+		t.Fatalf("the next attempt's BeginEffect = done %v, previous attempt %d; want a fresh start", fx.Done, fx.PreviousAttempt)
+	}
+	r = runCLI(t, env, "runs", "show", id, "--json")
+	var d ingress.RunDetailJSON
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &d) != nil {
+		t.Fatalf("runs show --json = %d\n%s", r.code, r.stdout)
+	}
+	if last := d.History[len(d.History)-2]; last.Kind != ledger.EventEffectResolved || !strings.Contains(last.Text, "no execution carries the key") {
+		t.Fatalf("the history before the last start = %+v; want the resolution with its reason", last)
+	}
 }
 
 // key returns the key of run id.
@@ -294,13 +359,21 @@ func TestCLIErrorsSayWhatFailed(t *testing.T) {
 		{env, nil, 2, "no command: completion, runs"},
 		{env, []string{"jobs"}, 2, `unknown command "jobs"`},
 		{env, []string{"rusn", "list"}, 2, `did you mean "runs"?`},
-		{env, []string{"runs"}, 2, "runs needs a command: cancel, list, release, retry, show"},
+		{env, []string{"runs"}, 2, "runs needs a command: cancel, list, release, resolve, retry, show"},
 		{env, []string{"runs", "explode"}, 2, `unknown command "explode" for "runonce runs"`},
 		{env, []string{"runs", "show"}, 2, "needs a run ID"},
 		{env, []string{"runs", "show", "xyz"}, 2, "prefix of at least 6"},
 		{env, []string{"runs", "show", "abcde"}, 2, "prefix of at least 6"},
 		{env, []string{"runs", "show", id, id}, 2, "takes a run ID, got also"},
 		{env, []string{"runs", "cancel", id}, 2, "--reason"},
+		{env, []string{"runs", "resolve", id, "--done", "--reason", "r"}, 2, "--effect"},
+		{env, []string{"runs", "resolve", id, "--effect", "run", "--reason", "r"}, 2, "exactly one of --done"},
+		{env, []string{"runs", "resolve", id, "--effect", "run", "--done", "--not-done", "--reason", "r"}, 2, "exactly one of --done"},
+		{env, []string{"runs", "resolve", id, "--effect", "run", "--not-done", "--ref", "e", "--reason", "r"}, 2, "only with --done"},
+		{env, []string{"runs", "resolve", id, "--effect", "run", "--done"}, 2, "--reason"},
+		{env, []string{"runs", "resolve", "--effect", "run", "--done", "--reason", "r"}, 2, "needs a run ID"},
+		{env, []string{"runs", "resolve", id, "--effect", "run", "--done", "--reason", "r"}, 1, "404"},
+		{env, []string{"runs", "resolve", id, "--effect", "run", "--done", "--ref", strings.Repeat("x", 1025), "--reason", "r"}, 1, "ref is 1025 bytes"},
 		{env, []string{"runs", "list", "--colour", "red"}, 2, "unknown flag: --colour"},
 		{env, []string{"runs", "list", "extra"}, 2, "takes no arguments"},
 		{env, []string{"completion"}, 2, "needs a shell"},
@@ -340,13 +413,14 @@ func TestCLIHelp(t *testing.T) {
 		{[]string{"--help"}, []string{"runonce COMMAND", "runs", "completion", "--url", "RUNONCE_URL", "RUNONCE_TOKEN", "exits 0"}},
 		{[]string{"-h"}, []string{"runonce COMMAND"}},
 		{[]string{"help"}, []string{"runonce COMMAND"}},
-		{[]string{"runs", "--help"}, []string{"runonce runs COMMAND", "list", "show", "retry", "cancel", "release", "prefix of at least 6"}},
+		{[]string{"runs", "--help"}, []string{"runonce runs COMMAND", "list", "show", "retry", "cancel", "release", "resolve", "prefix of at least 6"}},
 		{[]string{"runs", "list", "--help"}, []string{"runonce runs list [flags]", "--status", "--page-token", "Global flags:", "--url", "--json"}},
 		{[]string{"runs", "list", "-help"}, []string{"runonce runs list [flags]"}},
 		{[]string{"runs", "show", "--help"}, []string{"runonce runs show RUN_ID", "--payload"}},
 		{[]string{"runs", "retry", "--help"}, []string{"runonce runs retry RUN_ID --reason", "--attempt", "fresh attempt budget"}},
 		{[]string{"runs", "cancel", "--help"}, []string{"runonce runs cancel RUN_ID", "--reason"}},
 		{[]string{"runs", "release", "--help"}, []string{"runonce runs release RUN_ID", "worker is gone"}},
+		{[]string{"runs", "resolve", "--help"}, []string{"runonce runs resolve RUN_ID --effect NAME", "--not-done", "--ref", "may or may not have happened"}},
 		{[]string{"help", "runs", "show"}, []string{"runonce runs show RUN_ID"}},
 		{[]string{"completion", "--help"}, []string{"bash", "zsh", "fish", "source <(runonce completion bash)"}},
 	} {
@@ -380,7 +454,8 @@ func TestCLICompletion(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"runs", "re"}, []string{"release", "retry"}},
+		{[]string{"runs", "re"}, []string{"release", "resolve", "retry"}},
+		{[]string{"runs", "resolve", "x", "--"}, []string{"--effect", "--done", "--not-done", "--ref"}},
 		{[]string{"runs", "list", "--status", ""}, []string{"queued", "running", "completed", "failed", "cancelled"}},
 		{[]string{"runs", "list", "--page"}, []string{"--page-size", "--page-token"}},
 		{[]string{"completion", ""}, []string{"bash", "zsh", "fish"}},

@@ -48,7 +48,8 @@ func newRoot(g *globals) *cobra.Command {
 		Use:   "runonce",
 		Short: "operate the runs of a runonce ingress",
 		Long: `runonce operates the runs of a runonce ingress: list and show runs, retry, cancel and
-release them (the operators' API, GET /v1/runs and POST /v1/runs/RUN_ID:ACTION).
+release them, and resolve the effects a failed run left uncertain (the operators' API,
+GET /v1/runs and POST /v1/runs/RUN_ID:ACTION).
 
 Every command takes --url (RUNONCE_URL), --token (RUNONCE_TOKEN) or else a Google ID
 token for --audience (RUNONCE_AUDIENCE, default --url) from Application Default
@@ -71,9 +72,9 @@ It exits 0 on success, 1 when the command failed, 2 on a usage error.`,
 func runsCmd(g *globals) *cobra.Command {
 	runs := &cobra.Command{
 		Use:   "runs",
-		Short: "list, show, retry, cancel or release runs",
-		Long: `runs list, shows, retries, cancels and releases runs. A RUN_ID is the run's 64 hex
-digits or a prefix of at least ` + fmt.Sprint(ledger.MinRunIDPrefix) + ` of them that names one run (the tables show 12).`,
+		Short: "list, show, retry, cancel, release or resolve runs",
+		Long: `runs list, shows, retries, cancels, releases and resolves runs. A RUN_ID is the run's 64
+hex digits or a prefix of at least ` + fmt.Sprint(ledger.MinRunIDPrefix) + ` of them that names one run (the tables show 12).`,
 		Args: subcommandArgs,
 		RunE: needsSubcommand,
 	}
@@ -88,6 +89,7 @@ digits or a prefix of at least ` + fmt.Sprint(ledger.MinRunIDPrefix) + ` of them
 	} {
 		runs.AddCommand(actionCmd(g, a.name, a.short, a.long))
 	}
+	runs.AddCommand(resolveCmd(g))
 	return runs
 }
 
@@ -157,6 +159,59 @@ func actionCmd(g *globals, action, short, long string) *cobra.Command {
 	}
 	c.Flags().StringVar(&req.Reason, "reason", "", "why (required; kept in the run's history)")
 	c.Flags().Int64Var(&req.Attempt, "attempt", 0, "act only if the run is still at this attempt (the one you looked at)")
+	return c
+}
+
+// resolveCmd is runs resolve: an operator's verdict on an effect a failed run left
+// uncertain.
+func resolveCmd(g *globals) *cobra.Command {
+	var (
+		req           ingress.ResolveRequest
+		done, notDone bool
+	)
+	c := &cobra.Command{
+		Use:   `resolve RUN_ID --effect NAME (--done [--ref REF] | --not-done) --reason "why" [flags]`,
+		Short: "say whether an effect a failed run left uncertain happened",
+		Long: `resolve settles an effect a failed run began and never recorded the end of (a start whose
+answer was lost, an AtMostOnce effect cut short): it may or may not have happened, and a
+retry alone leaves it so. Once you know, say which: --done (it happened; --ref names what
+it made: for a Google Cloud API target's start, the execution, which the next attempt
+then follows; a start marked done without one counts as refused) or --not-done (it did
+not: the next attempt does it under the same key). The run is then queued again with a
+fresh attempt budget and republished. runs show lists the run's effects; the pending ones
+of a failed run are the uncertain ones. RUN_ID may be a prefix of at least ` + fmt.Sprint(ledger.MinRunIDPrefix) + ` hex digits.`,
+		Example: `  runonce runs resolve 3f2a9c41d0e7 --effect run --done --ref projects/P/locations/L/workflows/W/executions/E --reason "found it by its key"
+  runonce runs resolve 3f2a9c41d0e7 --effect run/2 --not-done --reason "no execution carries the key"`,
+		Args: exactArgs("a run ID"),
+		RunE: func(c *cobra.Command, args []string) error {
+			id, err := parseRunID(args[0])
+			if err != nil {
+				return err
+			}
+			switch {
+			case strings.TrimSpace(req.Effect) == "":
+				return usagef("runs resolve needs --effect NAME: runs show %s lists the run's effects", args[0])
+			case done == notDone:
+				return usagef("runs resolve needs exactly one of --done (it happened) and --not-done (it did not)")
+			case req.Ref != "" && notDone:
+				return usagef("--ref names what the effect made: give it only with --done")
+			case strings.TrimSpace(req.Reason) == "":
+				return usagef("runs resolve needs --reason \"why\": it is kept in the run's history")
+			}
+			req.Outcome = ingress.OutcomeNotDone
+			if done {
+				req.Outcome = ingress.OutcomeDone
+			}
+			return resolveEffect(c.Context(), g, id, &req, c.OutOrStdout())
+		},
+	}
+	fs := c.Flags()
+	fs.StringVar(&req.Effect, "effect", "", "the effect, as runs show lists it (a target's start: run, run/2, …)")
+	fs.BoolVar(&done, "done", false, "it happened (a start: the execution exists; --ref names it)")
+	fs.BoolVar(&notDone, "not-done", false, "it did not happen: the next attempt does it under the same key")
+	fs.StringVar(&req.Ref, "ref", "", "with --done: what the effect made (a start: the execution's name)")
+	fs.StringVar(&req.Reason, "reason", "", "why (required; kept in the run's history)")
+	fs.Int64Var(&req.Attempt, "attempt", 0, "act only if the run is still at this attempt (the one you looked at)")
 	return c
 }
 
