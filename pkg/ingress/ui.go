@@ -63,6 +63,9 @@ type uiRunPage struct {
 	// Run is the run's record (the same as the embedded detail's).
 	Run     *RunDetailJSON
 	Actions []string
+	// Resolvable: the run is failed and the caller an operator, so each pending effect
+	// offers its resolutions.
+	Resolvable bool
 }
 
 type uiConfirmPage struct {
@@ -70,7 +73,12 @@ type uiConfirmPage struct {
 	Run       *RunJSON
 	Action    string
 	Explain   string
+	Button    string
 	MaxReason int
+	// Effect and Outcome are a resolution's (ActionResolve); MaxRef bounds its ref.
+	Effect  *EffectJSON
+	Outcome string
+	MaxRef  int
 }
 
 type ui struct {
@@ -85,6 +93,15 @@ func newUI(h *Handler) (*ui, error) {
 		"title": func(s string) string { return strings.ToUpper(s[:1]) + s[1:] },
 		"when":  func(t time.Time) template.HTML { return when(t, h.cfg.Now()) },
 		"json":  indentJSON,
+		// query encodes key, value pairs as a URL query (escaped here: the template
+		// only normalises a URL).
+		"query": func(kv ...string) template.URL {
+			q := url.Values{}
+			for i := 0; i+1 < len(kv); i += 2 {
+				q.Set(kv[i], kv[i+1])
+			}
+			return template.URL(q.Encode())
+		},
 	}
 	u := &ui{h: h, pages: map[string]*template.Template{}}
 	for _, name := range []string{"runs", "run", "confirm", "error"} {
@@ -207,6 +224,8 @@ func ledgerFailure(err error, runID string) (int, string) {
 	switch {
 	case errors.Is(err, ledger.ErrInvalid):
 		return http.StatusBadRequest, err.Error()
+	case errors.As(err, new(*errAbsentEffect)):
+		return http.StatusNotFound, err.Error() + "; the run is unchanged"
 	case errors.Is(err, ledger.ErrNotFound):
 		return http.StatusNotFound, notFound(runID)
 	case errors.Is(err, ledger.ErrWrongStatus), errors.Is(err, ledger.ErrConflict):
@@ -340,6 +359,7 @@ func (u *ui) run(w http.ResponseWriter, r *http.Request) {
 	p.Title = d.Job + " " + id[:12]
 	if page.Operator {
 		p.Actions = actionsFor(d.Status)
+		p.Resolvable = d.Status == ledger.StatusFailed
 	}
 	switch done := r.URL.Query().Get("done"); done {
 	case ActionRetry:
@@ -348,6 +368,8 @@ func (u *ui) run(w http.ResponseWriter, r *http.Request) {
 		p.Flash = "Cancelled: the run will not run; a running attempt stops at its next renewal."
 	case ActionRelease:
 		p.Flash = "Released: the run is queued again and republished."
+	case ActionResolve:
+		p.Flash = "Resolved: the effect's outcome is recorded, and the run is queued again with a fresh attempt budget and republished."
 	}
 	// Only a known warning code is shown, as its fixed text: the page never shows what
 	// a link says, so a link from elsewhere cannot put words in the dashboard's mouth.
@@ -395,6 +417,16 @@ var explanations = map[string]string{
 	ActionRetry:   "The run goes back to queued with a fresh attempt budget and is republished. Effects it already did stay done: they are not done again.",
 	ActionCancel:  "The run becomes cancelled and never runs again. If an attempt is running, it learns at its next lease renewal; nothing it writes after that lands.",
 	ActionRelease: "Use this when the worker holding the run is gone. Its lease ends now, the run is queued again and republished; the old holder can no longer write.",
+	ActionResolve: "An attempt began this effect and never recorded its end: it may or may not have happened. Say which once you know (the downstream's logs, the execution's list).",
+}
+
+// resolutions explain each outcome of a resolution, and name its button.
+var resolutions = map[string]struct{ explain, button string }{
+	OutcomeDone: {"The effect is recorded as done, with what it made if you name it: the next attempt skips it, or follows the execution you name. " +
+		"For a Google Cloud API target's start, give the execution's name: a start recorded done without one counts as refused, and the next attempt starts anew. " +
+		"The run is queued again with a fresh attempt budget and republished.", "It happened: record it"},
+	OutcomeNotDone: {"The effect is recorded as not begun: the next attempt does it again, under the same key. " +
+		"The run is queued again with a fresh attempt budget and republished.", "It did not happen: do it again"},
 }
 
 // action reads the run and the action of a confirm or act request (what: "page" or
@@ -407,7 +439,7 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request, what string) (page u
 	}
 	id, action = r.PathValue("run_id"), r.PathValue("action")
 	if _, known := explanations[action]; !known || !ledger.ValidRunID(id) {
-		u.fail(w, http.StatusNotFound, page, "no such "+what+": the actions are retry, cancel and release of a run")
+		u.fail(w, http.StatusNotFound, page, "no such "+what+": the actions are retry, cancel and release of a run, and resolve of its effect")
 		return page, "", "", false
 	}
 	if !page.Operator {
@@ -430,8 +462,28 @@ func (u *ui) confirm(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, status, page, msg)
 		return
 	}
-	p := &uiConfirmPage{uiPage: page, Run: NewRunJSON(run), Action: action, Explain: explanations[action], MaxReason: ledger.MaxReason}
+	p := &uiConfirmPage{uiPage: page, Run: NewRunJSON(run), Action: action, Explain: explanations[action], MaxReason: ledger.MaxReason,
+		Button: strings.ToUpper(action[:1]) + action[1:] + " the run"}
 	p.Title = action + " " + id[:12]
+	if action == ActionResolve {
+		q := r.URL.Query()
+		p.Outcome = q.Get("outcome")
+		how, known := resolutions[p.Outcome]
+		if !known {
+			u.fail(w, http.StatusBadRequest, page, fmt.Sprintf("outcome %s is not %q or %q", quoted(p.Outcome), OutcomeDone, OutcomeNotDone))
+			return
+		}
+		e, err := u.h.cfg.Ledger.GetEffect(ctx, &ledger.GetEffectParams{RunID: id, Name: q.Get("effect")})
+		if err != nil {
+			status, msg := ledgerFailure(u.h.absentEffect(ctx, id, q.Get("effect"), err), id)
+			u.fail(w, status, page, msg)
+			return
+		}
+		p.Effect = &EffectJSON{Name: e.Name, Key: e.Key, Status: e.Status, Attempt: e.Attempt, Ref: e.Ref, Created: e.CreatedAt}
+		p.Explain += " " + how.explain
+		p.Button, p.MaxRef = how.button, ledger.MaxEffectRef
+		p.Title = "resolve " + e.Name + " of " + id[:12]
+	}
 	u.render(w, http.StatusOK, "confirm", p)
 }
 
@@ -455,10 +507,25 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 	if actor == "" {
 		actor = "anonymous (authentication off)"
 	}
-	out, _, err := u.h.Act(r.Context(), action, &ledger.OperatorParams{
+	op := ledger.OperatorParams{
 		RunID: id, Actor: actor, Reason: reason, Attempt: attempt,
 		PickupTimeout: u.h.cfg.PickupTimeout, Retention: u.h.cfg.Retention,
-	})
+	}
+	var (
+		out *ActionJSON
+		err error
+	)
+	if action == ActionResolve {
+		req := ResolveRequest{Effect: r.PostForm.Get("effect"), Outcome: r.PostForm.Get("outcome"), Ref: strings.TrimSpace(r.PostForm.Get("ref")), Reason: reason}
+		if err := req.Check(); err != nil {
+			u.fail(w, http.StatusBadRequest, page, err.Error()+"; the run is unchanged")
+			return
+		}
+		out, err = u.h.Resolve(r.Context(), &ledger.ResolveEffectParams{OperatorParams: op, Effect: req.Effect, Done: req.Outcome == OutcomeDone, Ref: req.Ref})
+		err = u.h.absentEffect(r.Context(), id, req.Effect, err)
+	} else {
+		out, _, err = u.h.Act(r.Context(), action, &op)
+	}
 	if err != nil {
 		status, msg := ledgerFailure(err, id)
 		u.fail(w, status, page, msg)

@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 
+	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
@@ -176,6 +177,42 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Fatalf("the ledger has the run %s, last event %+v", r.Status, r.History[len(r.History)-1])
 	}
 
+	// Settle the uncertain effect of another failed run: it happened, here is what it made.
+	uncertain := b.failRun(t, "send-invoices", "the relay's answer was lost")
+	var explain string
+	err = chromedp.Run(ctx,
+		chromedp.Navigate(b.srv.URL+"/ui/runs/"+uncertain),
+		chromedp.Click(`td.resolve a.resolve-done`, chromedp.ByQuery),
+		chromedp.WaitVisible(`input#ref`, chromedp.ByQuery),
+		chromedp.Text(`p.explain`, &explain, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(explain, "may or may not have happened") || !strings.Contains(explain, "execution's name") {
+		t.Fatalf("the resolution's confirmation explains %q", explain)
+	}
+	screenshot(t, ctx, "dashboard-resolve.png")
+	err = chromedp.Run(ctx,
+		chromedp.SendKeys(`input#ref`, "msg-20261201-7", chromedp.ByQuery),
+		chromedp.SendKeys(`textarea#reason`, "the relay's log shows it sent", chromedp.ByQuery),
+		chromedp.Click(`form.confirm button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`p.flash`, chromedp.ByQuery),
+		chromedp.Text(`p.flash`, &flash, chromedp.ByQuery),
+		chromedp.Text(`main h1 .badge`, &status, chromedp.ByQuery),
+		chromedp.Text(`section[aria-labelledby="eff-h"]`, &effects, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(flash, "Resolved") || !strings.EqualFold(status, "queued") || !strings.Contains(effects, "msg-20261201-7") {
+		t.Fatalf("after the resolution: flash %q, status %q, effects %q", flash, status, effects)
+	}
+	if e, err := b.led.GetEffect(t.Context(), &ledger.GetEffectParams{RunID: uncertain, Name: "send-email"}); err != nil ||
+		e.Status != ledger.EffectDone || e.Ref != "msg-20261201-7" {
+		t.Fatalf("the ledger has the effect %+v (%v); want done with the ref", e, err)
+	}
+
 	// Cancel the queued run.
 	err = chromedp.Run(ctx,
 		chromedp.Navigate(b.srv.URL+"/ui/runs/"+queued+"/cancel"),
@@ -199,8 +236,10 @@ func TestDashboardRefusesWhatItMust(t *testing.T) {
 	t.Parallel()
 	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
 	id := b.failRun(t, "job", "boom")
-	post := func(origin string, form url.Values) int {
-		req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/ui/runs/"+id+"/retry", strings.NewReader(form.Encode()))
+	// postAction posts an action's form (from another site's page when origin is set)
+	// and returns the answer's status and page.
+	postAction := func(action, origin string, form url.Values) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/ui/runs/"+id+"/"+action, strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		if origin != "" {
 			req.Header.Set("Origin", origin)
@@ -210,8 +249,13 @@ func TestDashboardRefusesWhatItMust(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
-		return resp.StatusCode
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	post := func(origin string, form url.Values) int {
+		status, _ := postAction(ingress.ActionRetry, origin, form)
+		return status
 	}
 	if got := post("https://evil.example", url.Values{"reason": {"x"}}); got != http.StatusForbidden {
 		t.Fatalf("a cross-site form post = %d, want 403", got)
@@ -232,6 +276,11 @@ func TestDashboardRefusesWhatItMust(t *testing.T) {
 		"/ui/runs/" + id + "/explode":         404,
 		"/ui/?status=lost":                    400,
 		"/ui/static/style.css":                200,
+		// A resolution's confirmation: a known outcome and an effect of the run.
+		"/ui/runs/" + id + "/resolve?effect=send-email&outcome=done":     200,
+		"/ui/runs/" + id + "/resolve?effect=send-email&outcome=not_done": 200,
+		"/ui/runs/" + id + "/resolve?effect=send-email&outcome=maybe":    400,
+		"/ui/runs/" + id + "/resolve?effect=nope&outcome=done":           404,
 	} {
 		resp, err := b.srv.Client().Get(b.srv.URL + path)
 		if err != nil {
@@ -241,6 +290,37 @@ func TestDashboardRefusesWhatItMust(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, want)
 		}
+	}
+	// A resolution: the same cross-origin protection, and each bad field named.
+	ok := url.Values{"effect": {"send-email"}, "outcome": {"not_done"}, "reason": {"x"}}
+	with := func(k, v string) url.Values {
+		f := url.Values{}
+		for key, vs := range ok {
+			f[key] = vs
+		}
+		f.Set(k, v)
+		return f
+	}
+	for _, c := range []struct {
+		origin string
+		form   url.Values
+		status int
+		want   string
+	}{
+		{"https://evil.example", ok, 403, ""},
+		{"", with("outcome", "maybe"), 400, "outcome &#34;maybe&#34;"},
+		{"", with("effect", ""), 400, "needs the effect"},
+		{"", with("ref", "e-1"), 400, "ref names what the effect made"},
+		{"", with("reason", ""), 400, "a reason is required"},
+		{"", with("effect", "send-emial"), 404, "its effects: &#34;send-email&#34; (pending)"},
+		{"", with("attempt", "9"), 409, "not 9"},
+	} {
+		if got, body := postAction(ingress.ActionResolve, c.origin, c.form); got != c.status || !strings.Contains(body, c.want) {
+			t.Errorf("a resolution's post %v from %q = %d, want %d naming %q", c.form, c.origin, got, c.status, c.want)
+		}
+	}
+	if r, _ := b.led.Get(t.Context(), &ledger.GetParams{RunID: id}); r.Status != ledger.StatusFailed {
+		t.Fatalf("after refused resolutions the run is %s", r.Status)
 	}
 	reader := setup(t, setupOpts{})
 	resp, err := reader.srv.Client().Get(reader.srv.URL + "/ui/runs/" + id + "/retry")
@@ -325,5 +405,36 @@ func TestDashboardWarningsAreAFixedSet(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || resp.Request.URL.Query().Get("warning") != "not-republished" ||
 		!strings.Contains(string(raw), "could not be republished now: the rescuer republishes it after its pickup deadline") {
 		t.Fatalf("a retry whose republish failed = %d at %s; want the run's page with the fixed warning:\n%s", resp.StatusCode, resp.Request.URL, raw)
+	}
+}
+
+func TestDashboardOffersResolutionsOfAFailedRunsPendingEffects(t *testing.T) {
+	t.Parallel()
+	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	id := b.failRun(t, "job", "boom")
+	page := func(b *bundle) string {
+		resp, err := b.srv.Client().Get(b.srv.URL + "/ui/runs/" + id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	done := `href="/ui/runs/` + id + `/resolve?effect=send-email&amp;outcome=done"`
+	notDone := `href="/ui/runs/` + id + `/resolve?effect=send-email&amp;outcome=not_done"`
+	if p := page(b); !strings.Contains(p, done) || !strings.Contains(p, notDone) {
+		t.Fatalf("a failed run's page offers no resolution of its pending effect:\n%s", p)
+	}
+	reader := setup(t, setupOpts{open: func(testing.TB) ledger.Ledger { return b.led.Ledger }})
+	if p := page(reader); strings.Contains(p, "/resolve?") {
+		t.Fatal("a reader's page offers resolutions")
+	}
+	// Resolved, the run is queued: no resolution is offered.
+	if r := b.do(t, http.MethodPost, "/v1/runs/"+id+":resolve", jsonBody, `{"effect":"send-email","outcome":"not_done","reason":"x"}`); r.status != http.StatusOK {
+		t.Fatalf(":resolve = %d %v", r.status, r.body)
+	}
+	if p := page(b); strings.Contains(p, "/resolve?") {
+		t.Fatal("a queued run's page offers resolutions")
 	}
 }
