@@ -21,8 +21,8 @@ import (
 type IngressFlags struct {
 	ServerFlags
 	Topic, Namespace, Jobs, NamespaceHeader string
-	// Operators lists the emails that may retry, cancel and release runs and see their
-	// payloads (-auth oidc); with -auth none everyone may.
+	// Operators lists the emails that may retry, cancel, release and resolve runs and
+	// see their payloads (-auth oidc); with -auth none everyone may.
 	Operators          string
 	MaxSkew, DemoDelay time.Duration
 	MaxBody            int64
@@ -47,7 +47,7 @@ func IngressFlagSet(f *IngressFlags) *flag.FlagSet {
 		"how long run records are kept", "caller", "caller authentication: oidc or none (required, except with -dev)")
 	fs.StringVar(&f.Topic, "topic", "", "pubsub://PROJECT/TOPIC to publish runs to (-dev: an in-process Pub/Sub)")
 	fs.StringVar(&f.Namespace, "namespace", "", "namespace mixed into every key (e.g. my-project/us-central1)")
-	fs.StringVar(&f.Operators, "operators", "", "operator emails, comma-separated, who may retry, cancel and release runs and see their payloads (-auth oidc; they may also read runs); empty: nobody (-auth none, -dev: everyone)")
+	fs.StringVar(&f.Operators, "operators", "", "operator emails, comma-separated, who may retry, cancel, release and resolve runs and see their payloads (-auth oidc; they may also read runs); empty: nobody (-auth none, -dev: everyone)")
 	fs.StringVar(&f.NamespaceHeader, "namespace-header", "", "a request header that, when sent, replaces -namespace for that request (only with authenticated callers)")
 	fs.Int64Var(&f.MaxBody, "max-body", ingress.DefaultMaxBody, "largest accepted payload in bytes")
 	fs.DurationVar(&f.MaxSkew, "max-skew", ingress.DefaultMaxSkew, "how far in the future a schedule time may be before it is refused as a forced run")
