@@ -348,7 +348,7 @@ func show(ctx context.Context, g *globals, id string, full bool, stdout io.Write
 		}
 		if uncertain && d.Status == ledger.StatusFailed {
 			fmt.Fprintf(stdout, "a pending effect may or may not have happened; once you know, settle it (the run is then retried):\n"+
-				"  runonce runs resolve %s --effect NAME --done [--ref REF] --reason \"…\"   # it happened\n"+
+				"  runonce runs resolve %s --effect NAME --done --ref REF --reason \"…\"   # it happened\n"+
 				"  runonce runs resolve %s --effect NAME --not-done --reason \"…\"          # it did not: do it again\n", ShortID(d.RunID), ShortID(d.RunID))
 		}
 	}

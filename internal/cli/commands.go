@@ -170,7 +170,7 @@ func resolveCmd(g *globals) *cobra.Command {
 		done, notDone bool
 	)
 	c := &cobra.Command{
-		Use:   `resolve RUN_ID --effect NAME (--done [--ref REF] | --not-done) --reason "why" [flags]`,
+		Use:   `resolve RUN_ID --effect NAME (--done --ref REF | --not-done) --reason "why" [flags]`,
 		Short: "say whether an effect a failed run left uncertain happened",
 		Long: `resolve settles an effect a failed run began and never recorded the end of (a start whose
 answer was lost, an AtMostOnce effect cut short): it may or may not have happened, and a
@@ -197,6 +197,8 @@ of a failed run are the uncertain ones. RUN_ID may be a prefix of at least ` + f
 				return usagef("--ref names what the effect made: give it only with --done")
 			case strings.TrimSpace(req.Reason) == "":
 				return usagef("runs resolve needs --reason \"why\": it is kept in the run's history")
+			case done && strings.TrimSpace(req.Ref) == "":
+				return usagef("runs resolve --done needs --ref: what the effect made (a start: the execution's full name, which the next attempt follows)")
 			}
 			req.Outcome = ingress.OutcomeNotDone
 			if done {
@@ -209,7 +211,7 @@ of a failed run are the uncertain ones. RUN_ID may be a prefix of at least ` + f
 	fs.StringVar(&req.Effect, "effect", "", "the effect, as runs show lists it (a target's start: run, run/2, …)")
 	fs.BoolVar(&done, "done", false, "it happened (a start: the execution exists; --ref names it)")
 	fs.BoolVar(&notDone, "not-done", false, "it did not happen: the next attempt does it under the same key")
-	fs.StringVar(&req.Ref, "ref", "", "with --done: what the effect made (a start: the execution's name)")
+	fs.StringVar(&req.Ref, "ref", "", "with --done (required): what the effect made (a start: the execution's full name)")
 	fs.StringVar(&req.Reason, "reason", "", "why (required; kept in the run's history)")
 	fs.Int64Var(&req.Attempt, "attempt", 0, "act only if the run is still at this attempt (the one you looked at)")
 	return c

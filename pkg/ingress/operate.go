@@ -148,8 +148,8 @@ type ResolveRequest struct {
 }
 
 // Check refuses a resolution that names no effect, an outcome other than done or
-// not_done, a ref with not_done or a ref over ledger.MaxEffectRef, or no reason,
-// naming the field.
+// not_done, a ref with not_done or a ref over ledger.MaxEffectRef, no reason, or done
+// without a ref, naming the field.
 func (q *ResolveRequest) Check() error {
 	switch {
 	case strings.TrimSpace(q.Effect) == "":
@@ -162,6 +162,8 @@ func (q *ResolveRequest) Check() error {
 		return fmt.Errorf("ref is %d bytes; the limit is %d", len(q.Ref), ledger.MaxEffectRef)
 	case strings.TrimSpace(q.Reason) == "":
 		return errors.New(`resolve needs a reason: {"reason": "why"}`)
+	case q.Outcome == OutcomeDone && strings.TrimSpace(q.Ref) == "":
+		return errors.New(`resolving an effect as done needs its ref, what it made: {"ref": "…"} (a start: the execution's full name, which the next attempt follows)`)
 	}
 	return nil
 }

@@ -91,9 +91,10 @@ func TestResolveRequestsNameTheProblem(t *testing.T) {
 		{`{"effect":"send-email","outcom":"done","reason":"x"}`, 400, `unknown field "outcom"`},
 		{`{"effect":"send-email","outcome":"done","reason":"x"} {}`, 400, "more than one JSON value"},
 		{`effect=send-email`, 400, "not JSON"},
-		{`{"effect":"send-emial","outcome":"done","reason":"x"}`, 404, `has no effect "send-emial"; its effects: "send-email" (pending)`},
-		{`{"effect":"send-email","outcome":"done","reason":"x","attempt":7}`, 409, "not 7"},
-		{`{"effect":"send-email","outcome":"done","reason":"` + strings.Repeat("x", ledger.MaxReason+1) + `"}`, 400, "reason"},
+		{`{"effect":"send-email","outcome":"done","reason":"x"}`, 400, `as done needs its ref`},
+		{`{"effect":"send-emial","outcome":"done","ref":"e-1","reason":"x"}`, 404, `has no effect "send-emial"; its effects: "send-email" (pending)`},
+		{`{"effect":"send-email","outcome":"done","ref":"e-1","reason":"x","attempt":7}`, 409, "not 7"},
+		{`{"effect":"send-email","outcome":"done","ref":"e-1","reason":"` + strings.Repeat("x", ledger.MaxReason+1) + `"}`, 400, "reason"},
 	} {
 		r := b.do(t, http.MethodPost, "/v1/runs/"+id+":resolve", jsonBody, c.body)
 		msg, _ := r.body["error"].(string)
@@ -101,7 +102,7 @@ func TestResolveRequestsNameTheProblem(t *testing.T) {
 			t.Errorf(":resolve %.90s = %d %q; want %d naming %q", c.body, r.status, msg, c.status, c.want)
 		}
 	}
-	if r := b.do(t, http.MethodPost, "/v1/runs/"+absent+":resolve", jsonBody, `{"effect":"run","outcome":"done","reason":"x"}`); r.status != http.StatusNotFound ||
+	if r := b.do(t, http.MethodPost, "/v1/runs/"+absent+":resolve", jsonBody, `{"effect":"run","outcome":"done","ref":"e-1","reason":"x"}`); r.status != http.StatusNotFound ||
 		!strings.Contains(r.body["error"].(string), "no run") {
 		t.Errorf(":resolve of an absent run = %d %v; want 404 no run", r.status, r.body)
 	}
@@ -115,7 +116,7 @@ func TestResolveRequestsNameTheProblem(t *testing.T) {
 	}
 	// A done effect is not uncertain.
 	done := b.failRun(t, "job", "boom")
-	if r := b.do(t, http.MethodPost, "/v1/runs/"+done+":resolve", jsonBody, `{"effect":"send-email","outcome":"done","reason":"x"}`); r.status != http.StatusOK {
+	if r := b.do(t, http.MethodPost, "/v1/runs/"+done+":resolve", jsonBody, `{"effect":"send-email","outcome":"done","ref":"msg-1","reason":"x"}`); r.status != http.StatusOK {
 		t.Fatalf(":resolve = %d %v", r.status, r.body)
 	}
 	if _, err := b.led.Fail(t.Context(), &ledger.FailParams{Fence: b.hold(t, done, "host-b/2"), Error: "again"}); err != nil {

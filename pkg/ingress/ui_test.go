@@ -311,6 +311,7 @@ func TestDashboardRefusesWhatItMust(t *testing.T) {
 		{"", with("outcome", "maybe"), 400, "outcome &#34;maybe&#34;"},
 		{"", with("effect", ""), 400, "needs the effect"},
 		{"", with("ref", "e-1"), 400, "ref names what the effect made"},
+		{"", with("outcome", "done"), 400, "as done needs its ref"},
 		{"", with("reason", ""), 400, "a reason is required"},
 		{"", with("effect", "send-emial"), 404, "its effects: &#34;send-email&#34; (pending)"},
 		{"", with("attempt", "9"), 409, "not 9"},

@@ -138,9 +138,10 @@ type ResolveEffectParams struct {
 	// Done is the verdict: true, the effect happened (the execution started; Ref names
 	// it); false, it did not, and the next attempt does it afresh under the same key.
 	Done bool
-	// Ref, only with Done, is recorded as the effect's Ref (at most MaxEffectRef bytes):
-	// for a start, the execution's name, which the next attempt follows. A start marked
-	// done without one reads as a start the API refused (see ledger.StartTry).
+	// Ref, required with Done and refused without, is recorded as the effect's Ref (at
+	// most MaxEffectRef bytes): for a start, the execution's name, which the next attempt
+	// follows (a start marked done without one would read as one the API refused, see
+	// ledger.StartTry, and start again).
 	Ref string
 }
 

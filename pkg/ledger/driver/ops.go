@@ -224,6 +224,8 @@ func ValidateResolveEffect(p *ledger.ResolveEffectParams) error {
 	switch {
 	case p.Effect == "":
 		return Invalidf("run %s: resolving an effect needs the effect's name", p.RunID)
+	case p.Done && p.Ref == "":
+		return Invalidf("run %s: resolving effect %q as done needs its ref, what it made (a start: the execution's full name, which the next attempt follows; without one a start would read as refused and start again)", p.RunID, p.Effect)
 	case p.Ref != "" && !p.Done:
 		return Invalidf("run %s: a ref names what effect %q made: give it only when the effect happened", p.RunID, p.Effect)
 	case len(p.Ref) > ledger.MaxEffectRef:

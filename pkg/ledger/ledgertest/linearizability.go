@@ -311,7 +311,11 @@ func linOperator(run string) *ledger.OperatorParams {
 }
 
 func linResolution(run string, done bool) *ledger.ResolveEffectParams {
-	return &ledger.ResolveEffectParams{OperatorParams: *linOperator(run), Effect: linEffect, Done: done}
+	p := &ledger.ResolveEffectParams{OperatorParams: *linOperator(run), Effect: linEffect, Done: done}
+	if done {
+		p.Ref = "e-1"
+	}
+	return p
 }
 
 var linModel = porcupine.NondeterministicModel{

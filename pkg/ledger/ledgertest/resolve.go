@@ -192,7 +192,7 @@ func testResolveWrongStatus(t *testing.T, h Harness) {
 	if _, err := f.l.Complete(f.ctx, &ledger.CompleteParams{Fence: fence(d)}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.l.ResolveEffect(f.ctx, resolution(done, true, "", "it ran"))
+	_, err = f.l.ResolveEffect(f.ctx, resolution(done, true, "e-1", "it ran"))
 	wantErr(t, "ResolveEffect(completed)", err, ledger.ErrWrongStatus)
 	f.unchanged("ResolveEffect(completed)", f.get(done), f.effect(done, uncertainEffect))
 }
@@ -200,7 +200,7 @@ func testResolveWrongStatus(t *testing.T, h Harness) {
 func testResolveAbsent(t *testing.T, h Harness) {
 	f := ops(t, h)
 	absent := newRunID()
-	_, err := f.l.ResolveEffect(f.ctx, resolution(absent, true, "", "r"))
+	_, err := f.l.ResolveEffect(f.ctx, resolution(absent, true, "e-1", "r"))
 	wantErr(t, "ResolveEffect(absent run)", err, ledger.ErrNotFound)
 	if _, err := f.l.Get(f.ctx, &ledger.GetParams{RunID: absent}); !errIsNotFound(err) {
 		t.Fatalf("a resolution of an absent run created it: %v", err)
@@ -266,9 +266,10 @@ func testResolveInvalid(t *testing.T, h Harness) {
 	failed := f.uncertain(id)
 	eff := f.effect(id, uncertainEffect)
 	for name, p := range map[string]*ledger.ResolveEffectParams{
-		"no reason":         {OperatorParams: ledger.OperatorParams{RunID: id, Actor: "a"}, Effect: uncertainEffect, Done: true},
+		"no reason":         {OperatorParams: ledger.OperatorParams{RunID: id, Actor: "a"}, Effect: uncertainEffect, Done: true, Ref: "e-1"},
+		"done, no ref":      {OperatorParams: *operator(id, "r"), Effect: uncertainEffect, Done: true},
 		"no actor":          {OperatorParams: ledger.OperatorParams{RunID: id, Reason: "r"}, Effect: uncertainEffect},
-		"no effect":         {OperatorParams: *operator(id, "r"), Done: true},
+		"no effect":         {OperatorParams: *operator(id, "r"), Done: true, Ref: "e-1"},
 		"a ref, not done":   {OperatorParams: *operator(id, "r"), Effect: uncertainEffect, Ref: "e-1"},
 		"a ref over 1 KiB":  {OperatorParams: *operator(id, "r"), Effect: uncertainEffect, Done: true, Ref: strings.Repeat("x", ledger.MaxEffectRef+1)},
 		"a bad run ID":      {OperatorParams: *operator("nope", "r"), Effect: uncertainEffect},
