@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -100,8 +101,8 @@ func runonceCommands(t *testing.T, path string) []docCommand {
 // where a command is run.
 var docEnv = expand.ListEnviron("URL=$URL", "TOKEN=token", "RUNONCE_URL=$URL", "RUNONCE_TOKEN=token", "OPERATOR=operator@example.com")
 
-// TestDocumentedCommandsExist: every runonce command that the runbook (deploy/README.md)
-// and the README show exists: run as written against an ingress, with RUN_ID a run of
+// TestDocumentedCommandsExist: every runonce command that the runbook (deploy/README.md),
+// the README and the guides in docs/ show exists: run as written against an ingress, with RUN_ID a run of
 // it, none is refused as a usage error (exit 2: an unknown command, subcommand or flag,
 // a missing argument). A refusal by the ingress (a 409 for a run in the wrong status)
 // is fine: the command exists. The runbook acts on runs with the product's own
@@ -110,7 +111,14 @@ func TestDocumentedCommandsExist(t *testing.T) {
 	t.Parallel()
 	srv := cliIngress(t)
 	runbook := runonceCommands(t, "README.md")
-	all := append(runbook, runonceCommands(t, "../README.md")...)
+	guides, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := runbook
+	for _, doc := range append([]string{"../README.md"}, guides...) {
+		all = append(all, runonceCommands(t, doc)...)
+	}
 	seen := map[string]bool{}
 	for _, c := range runbook {
 		if len(c.args) > 1 && c.args[0] == "runs" {
@@ -142,7 +150,7 @@ func TestDocumentedCommandsExist(t *testing.T) {
 		}
 	}
 	if len(all) < 8 {
-		t.Fatalf("found %d runonce commands in the runbook and the README; the parser lost some: %v", len(all), all)
+		t.Fatalf("found %d runonce commands in the runbook, the README and docs/; the parser lost some: %v", len(all), all)
 	}
 }
 

@@ -15,9 +15,9 @@
 //     anything but the resource it needs; and every RUNONCE_* variable names a real
 //     flag of the binary it is given to; every runbook alert and dashboard chart
 //     exists and reads a metric the services or the binaries really emit; every runonce
-//     command the runbook and the README show runs without a usage error. A self-test
-//     breaks a copy of the files in a temporary directory, one way per check, and
-//     expects each check to catch it.
+//     command the runbook, the README and the guides in docs/ show runs without a usage
+//     error. A self-test breaks a copy of the files in a temporary directory, one way
+//     per check, and expects each check to catch it.
 //   - Every block is checked against the google provider's own schema, extracted from
 //     the npm package @cdktf/provider-google (generated from it) into testdata/:
 //     unknown arguments and blocks, arguments written as blocks, missing required

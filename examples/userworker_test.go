@@ -154,21 +154,21 @@ func TestUserWorkerAgainstDev(t *testing.T) {
 	}
 }
 
-// TestREADMEGoExampleIsUserworker: the README's worker program ("Writing a job in Go")
-// shows the imports examples/userworker needs to run, the backends' blank imports
+// TestJobsGuideProgramIsUserworker: the worker program of docs/jobs.md ("A worker
+// program") shows the imports examples/userworker needs to run, the backends' blank imports
 // included (without pkg/ledger/sqlite it cannot open -dev's ledger), and reads the same
 // variables the -dev banner's join command sets.
-func TestREADMEGoExampleIsUserworker(t *testing.T) {
+func TestJobsGuideProgramIsUserworker(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../README.md")
+	guide, err := os.ReadFile("../docs/jobs.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, _ := strings.Cut(string(readme), "## Writing a job in Go")
+	_, section, _ := strings.Cut(string(guide), "## A worker program")
 	_, block, found := strings.Cut(section, "```go\n")
 	block, _, _ = strings.Cut(block, "```")
 	if !found || !strings.Contains(block, "func main()") {
-		t.Fatalf("no Go program under the README's \"Writing a job in Go\":\n%s", block)
+		t.Fatalf("no Go program under docs/jobs.md's \"A worker program\":\n%s", block)
 	}
 	prog, err := os.ReadFile(filepath.Join("userworker", "main.go"))
 	if err != nil {
@@ -177,19 +177,19 @@ func TestREADMEGoExampleIsUserworker(t *testing.T) {
 	imports := regexp.MustCompile(`(?m)^\t(_ )?("[^"]+")`)
 	want := imports.FindAllStringSubmatch(block, -1)
 	if len(want) < 5 {
-		t.Fatalf("the README's program shows %d imports; want its import block", len(want))
+		t.Fatalf("docs/jobs.md's program shows %d imports; want its import block", len(want))
 	}
 	for _, m := range want {
 		if !regexp.MustCompile(`(?m)^\t` + regexp.QuoteMeta(m[1]+m[2])).Match(prog) {
-			t.Errorf("the README imports %s%s, examples/userworker does not", m[1], m[2])
+			t.Errorf("docs/jobs.md imports %s%s, examples/userworker does not", m[1], m[2])
 		}
 	}
 	if !strings.Contains(block, `_ "github.com/runonce/runonce/pkg/ledger/sqlite"`) {
-		t.Error("the README's program does not import the SQLite backend: it cannot open -dev's ledger")
+		t.Error("docs/jobs.md's program does not import the SQLite backend: it cannot open -dev's ledger")
 	}
 	for _, v := range []string{"RUNONCE_LEDGER", "RUNONCE_SUBSCRIPTION", "RUNONCE_TOPIC"} {
 		if !strings.Contains(block, `os.Getenv("`+v+`")`) || !bytes.Contains(prog, []byte(`os.Getenv("`+v+`")`)) {
-			t.Errorf("the README's program and examples/userworker do not both read %s", v)
+			t.Errorf("docs/jobs.md's program and examples/userworker do not both read %s", v)
 		}
 	}
 }

@@ -73,26 +73,27 @@ func TestParseScheduleErrors(t *testing.T) {
 	}
 }
 
-// TestREADMEScheduleExample: the README's example of schedules is a valid jobs file.
-func TestREADMEScheduleExample(t *testing.T) {
+// TestSchedulerGuideExample: the example of schedules in docs/cloud-scheduler.md is a
+// valid jobs file.
+func TestSchedulerGuideExample(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "cloud-scheduler.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(raw), "### Knowing the schedule")
+	_, section, ok := strings.Cut(string(raw), "## Knowing the schedule")
 	_, block, ok2 := strings.Cut(section, "```json\n")
 	block, _, ok3 := strings.Cut(block, "```")
 	if !ok || !ok2 || !ok3 {
-		t.Fatal(`README.md has no "### Knowing the schedule" section with a json block`)
+		t.Fatal(`docs/cloud-scheduler.md has no "## Knowing the schedule" section with a json block`)
 	}
 	m, err := jobs.Parse(strings.NewReader(block))
 	if err != nil {
-		t.Fatalf("the README's example: %v", err)
+		t.Fatalf("docs/cloud-scheduler.md's example: %v", err)
 	}
 	for _, j := range m {
 		if !j.HasSchedule() {
-			t.Errorf("the README's example job %s has no schedule", j.Name)
+			t.Errorf("docs/cloud-scheduler.md's example job %s has no schedule", j.Name)
 		}
 	}
 }
