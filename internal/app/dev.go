@@ -331,7 +331,7 @@ Then follow it: curl %s/v1/runs/RUN_ID   (RUN_ID is in the answer)
 }
 
 // joinCommands writes how a worker in another process joins: the user's own program
-// with Go handlers (the README's "Writing a job in Go", examples/userworker), which reads
+// with Go handlers (docs/jobs.md, examples/userworker), which reads
 // its settings from the same variables cmd/worker does, and cmd/worker, which runs only
 // the targets of a jobs file.
 func (b *banner) joinCommands(s *strings.Builder) {
@@ -357,7 +357,7 @@ func (b *banner) joinCommands(s *strings.Builder) {
 	case b.concurrency > 0:
 		what += `: none yet (name yours in a jobs file, {"jobs": {"mine": {}}}, and pass -jobs)`
 	}
-	fmt.Fprintf(s, "\n%s\n\n    %s      go run .\n", wrap(`Your own worker, a Go program with your handlers (the README's "Writing a job in Go", `+
+	fmt.Fprintf(s, "\n%s\n\n    %s      go run .\n", wrap(`Your own worker, a Go program with your handlers (docs/jobs.md, `+
 		"examples/userworker), runs "+what+". Start it from its directory, in a second shell:"), env)
 	fmt.Fprintf(s, "\n%s\n", wrap("cmd/worker has no Go handlers: it runs only the HTTP and Google Cloud API targets of a jobs file (-jobs), "+
 		"and a job without a target that reaches it waits, nacked, for a worker that has one."))

@@ -17,7 +17,7 @@ import (
 	"github.com/runonce/runonce/pkg/queue"
 )
 
-// IngressFlags are the ingress's settings (docs/design.md and the README's "Configuration reference").
+// IngressFlags are the ingress's settings (docs/design.md and docs/configuration.md).
 type IngressFlags struct {
 	ServerFlags
 	Topic, Namespace, Jobs, NamespaceHeader string

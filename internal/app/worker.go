@@ -83,7 +83,7 @@ func warnUnknown(log *slog.Logger, command string, p *config.Parsed) {
 	}
 }
 
-// WorkerFlags are the worker's settings (docs/design.md and the README's "Configuration reference").
+// WorkerFlags are the worker's settings (docs/design.md and docs/configuration.md).
 type WorkerFlags struct {
 	ServerFlags
 	Subscription, Topic, Jobs    string

@@ -1,6 +1,6 @@
 // Package client calls the runonce ingress's operators' API: list runs, show one, and
-// retry, cancel or release it, or resolve an effect it left uncertain (docs: the
-// README's "Operating runs").
+// retry, cancel or release it, or resolve an effect it left uncertain
+// (docs/operating.md).
 package client
 
 import (

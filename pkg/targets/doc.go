@@ -28,7 +28,7 @@
 // APIs takes a request ID) is narrowed: the attempt confirms its fence with the ledger
 // (worker.ConfirmFence) immediately before the call, does not abandon a call it sent,
 // and after every start lists the executions carrying the key, keeps the oldest (the one
-// the run follows) and cancels the newer ones. What remains per kind is in the README.
+// the run follows) and cancels the newer ones. What remains per kind is in docs/targets.md.
 //
 // Only an answer that proves the API refused the call before it reached the service is
 // recorded as not started (worker.NotStarted), so that the next attempt starts afresh:

@@ -20,6 +20,6 @@ variable "worker_image" {
 }
 
 variable "etl_image" {
-  description = "The Cloud Run job's image: a program that reads RUNONCE_IDEMPOTENCY_KEY and the other RUNONCE_* variables (README, \"Google Cloud API targets\")."
+  description = "The Cloud Run job's image: a program that reads RUNONCE_IDEMPOTENCY_KEY and the other RUNONCE_* variables (docs/targets.md, \"What the execution receives\")."
   type        = string
 }
