@@ -22,6 +22,7 @@ import (
 
 	"github.com/runonce/runonce/internal/app"
 	"github.com/runonce/runonce/internal/config"
+	firestoreledger "github.com/runonce/runonce/pkg/ledger/firestoreledger"
 	spannerledger "github.com/runonce/runonce/pkg/ledger/spannerledger"
 )
 
@@ -103,6 +104,7 @@ var checks = map[string]check{
 	"DeadLetterAgentIAM":    checkDeadLetterIAM,
 	"SchedulerUsesUnixCron": checkSchedulerCron,
 	"SpannerSchemaIAM":      checkSpanner,
+	"FirestoreSharded":      checkFirestoreSharded,
 	"TargetIAM":             checkTargetIAM,
 	"Monitoring":            checkMonitoring,
 }
@@ -126,6 +128,7 @@ func TestSubscriptionPolicy(t *testing.T)    { runCheck(t, "SubscriptionPolicy")
 func TestDeadLetterAgentIAM(t *testing.T)    { runCheck(t, "DeadLetterAgentIAM") }
 func TestRetention(t *testing.T)             { runCheck(t, "Retention") }
 func TestFirestoreTTLIndex(t *testing.T)     { runCheck(t, "FirestoreTTLIndex") }
+func TestFirestoreSharded(t *testing.T)      { runCheck(t, "FirestoreSharded") }
 func TestWorkerAlwaysOn(t *testing.T)        { runCheck(t, "WorkerAlwaysOn") }
 func TestTimeouts(t *testing.T)              { runCheck(t, "Timeouts") }
 func TestIAMRoles(t *testing.T)              { runCheck(t, "IAMRoles") }
@@ -496,40 +499,125 @@ func checkFirestore(d *deployment) []error {
 	if ttl[prefix+"effects"] {
 		errs = append(errs, fmt.Errorf("a TTL policy on %q: Firestore would delete the effects of a live run, and a later attempt would redo them (the worker's sweep deletes an effect only after its run)", prefix+"effects"))
 	}
-	indexes := map[string]bool{} // "collection: field ORDER, field ORDER"
-	for _, ix := range d.mod.resourcesOf("google_firestore_index") {
-		eachs, err := forEach(d, ix)
+	indexes, ierrs := firestoreIndexes(d)
+	errs = append(errs, ierrs...)
+	have := map[string]bool{}
+	for _, ix := range indexes {
+		have[ix.String()] = true
+	}
+	for _, w := range firestoreledger.Indexes() {
+		want := tfIndex{collection: prefix + w.Collection, fields: w.Fields}
+		if !have[want.String()] {
+			errs = append(errs, fmt.Errorf("no google_firestore_index on %s: %s fails with FAILED_PRECONDITION", want, w.Query))
+		}
+	}
+	return errs
+}
+
+// tfIndex is a google_firestore_index as one deployment declares it.
+type tfIndex struct {
+	resource   string
+	collection string
+	fields     []firestoreledger.IndexField
+}
+
+// String is "collection: field ORDER, field ORDER".
+func (ix tfIndex) String() string {
+	var fs []string
+	for _, f := range ix.fields {
+		o := "ASCENDING"
+		if f.Descending {
+			o = "DESCENDING"
+		}
+		fs = append(fs, f.Path+" "+o)
+	}
+	return ix.collection + ": " + strings.Join(fs, ", ")
+}
+
+// firestoreIndexes returns the composite indexes of a deployment, one per each value.
+func firestoreIndexes(d *deployment) ([]tfIndex, []error) {
+	var out []tfIndex
+	errs := eachInstance(d, "google_firestore_index", func(ix *tfBlock, each *cty.Value) {
+		c, err := d.mod.evalString(attr(ix.body, "collection"), each)
+		if err != nil {
+			return
+		}
+		got := tfIndex{resource: ix.String(), collection: c}
+		for _, f := range blocks(ix.body, "fields") {
+			p, _ := d.mod.evalString(attr(f, "field_path"), each)
+			o, _ := d.mod.evalString(attr(f, "order"), each)
+			got.fields = append(got.fields, firestoreledger.IndexField{Path: p, Descending: o == "DESCENDING"})
+		}
+		out = append(out, got)
+	})
+	return out, errs
+}
+
+// eachInstance calls f for each instance of the resources of type typ (one per each
+// value, or one with a nil each), and returns the errors of evaluating their for_each.
+func eachInstance(d *deployment, typ string, f func(r *tfBlock, each *cty.Value)) []error {
+	var errs []error
+	for _, r := range d.mod.resourcesOf(typ) {
+		eachs, err := forEach(d, r)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		for _, each := range eachs {
-			c, err := d.mod.evalString(attr(ix.body, "collection"), each)
-			if err != nil {
+			f(r, each)
+		}
+	}
+	return errs
+}
+
+// checkFirestoreSharded: no index brings back Firestore's limit of 500 writes a second on
+// a collection with a sequential indexed value
+// (https://firebase.google.com/docs/firestore/solutions/shard-timestamp). Every composite
+// index that holds a field of firestoreledger.Sequential leads with the shard field, and
+// every field of firestoreledger.Unindexed (the sequential ones, the TTL field included,
+// and the shard) has its single-field index exempted: a google_firestore_field with an
+// empty index_config.
+func checkFirestoreSharded(d *deployment) []error {
+	if ledgerOf(d) != "firestore" {
+		return nil
+	}
+	prefix := ""
+	if v := d.mod.ctx.Variables["var"].GetAttr("collection_prefix"); v.IsKnown() && !v.IsNull() {
+		prefix = v.AsString()
+	}
+	indexes, errs := firestoreIndexes(d)
+	for _, ix := range indexes {
+		coll := strings.TrimPrefix(ix.collection, prefix)
+		for i, f := range ix.fields {
+			if slices.Contains(firestoreledger.Sequential[coll], f.Path) && (i == 0 || ix.fields[0].Path != firestoreledger.ShardField) {
+				errs = append(errs, fmt.Errorf("%s indexes %s, which follows the clock or a caller's sequence, without leading with %q: the collection's writes are limited to 500 a second", ix.resource, ix, firestoreledger.ShardField))
+			}
+		}
+	}
+	exempt := map[string]bool{} // "collection/field"
+	ferrs := eachInstance(d, "google_firestore_field", func(f *tfBlock, each *cty.Value) {
+		c, err1 := d.mod.evalString(attr(f.body, "collection"), each)
+		field, err2 := d.mod.evalString(attr(f.body, "field"), each)
+		if err := errors.Join(err1, err2); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", f, err))
+			return
+		}
+		ic := blocks(f.body, "index_config")
+		if len(ic) == 1 && len(blocks(ic[0], "indexes")) == 0 {
+			exempt[c+"/"+field] = true
+		}
+	})
+	errs = append(errs, ferrs...)
+	for coll, fields := range firestoreledger.Unindexed() {
+		for _, field := range fields {
+			if exempt[prefix+coll+"/"+field] {
 				continue
 			}
-			var got []string
-			for _, f := range blocks(ix.body, "fields") {
-				p, _ := d.mod.evalString(attr(f, "field_path"), each)
-				o, _ := d.mod.evalString(attr(f, "order"), each)
-				got = append(got, p+" "+o)
+			why := "it is never queried alone"
+			if slices.Contains(firestoreledger.Sequential[coll], field) {
+				why = "it follows the clock or a caller's sequence: its single-field index limits the collection's writes to 500 a second"
 			}
-			indexes[c+": "+strings.Join(got, ", ")] = true
-		}
-	}
-	want := []struct{ index, why string }{
-		{prefix + "runs: status ASCENDING, deadline ASCENDING", "the rescuer's query fails with FAILED_PRECONDITION"},
-		{prefix + "effects: run_id ASCENDING, name ASCENDING", "a run's detail view cannot list its effects"},
-	}
-	for _, f := range []string{"status", "job", "namespace"} {
-		for _, o := range []string{"created_at", "updated_at"} {
-			want = append(want, struct{ index, why string }{
-				fmt.Sprintf("%sruns: %s ASCENDING, %s DESCENDING", prefix, f, o), "the operators' listing filtered by " + f + " fails with FAILED_PRECONDITION"})
-		}
-	}
-	for _, w := range want {
-		if !indexes[w.index] {
-			errs = append(errs, fmt.Errorf("no google_firestore_index on %s: %s", w.index, w.why))
+			errs = append(errs, fmt.Errorf("no google_firestore_field with an empty index_config on %s%s.%s: %s", prefix, coll, field, why))
 		}
 	}
 	return errs

@@ -37,8 +37,8 @@ const (
 // The fields marked omitempty are those no query filters or orders on: a new run's
 // document (encodeNewRun) leaves each out while it is zero (null, 0 or ""), and
 // decoding takes an absent field for its zero. The fields a query reads (status, job,
-// namespace, deadline, created_at, updated_at, expire_at) are always written: a query
-// does not see a document without its field. Only the creating writes encode a runDoc;
+// namespace, deadline, created_at, updated_at, expire_at, shard) are always written: a
+// query does not see a document without its field. Only the creating writes encode a runDoc;
 // every later write sets the fields it changes (changes), so a field left out at
 // creation stays out until it holds a value.
 type runDoc struct {
@@ -62,6 +62,8 @@ type runDoc struct {
 	CompletedAt  *time.Time `firestore:"completed_at,omitempty"`
 	ExpireAt     *time.Time `firestore:"expire_at"`
 	History      string     `firestore:"history"`
+	// Shard is ShardOf(the run's ID): every index with a time leads with it.
+	Shard int64 `firestore:"shard"`
 }
 
 // effectDoc is an effect document as stored.
@@ -75,6 +77,7 @@ type effectDoc struct {
 	UpdatedAt *time.Time `firestore:"updated_at"`
 	DoneAt    *time.Time `firestore:"done_at"`
 	ExpireAt  *time.Time `firestore:"expire_at"`
+	Shard     int64      `firestore:"shard"`
 }
 
 // nullBytes is a result as stored: nil (null) when empty.
@@ -144,6 +147,7 @@ func encodeRun(r *ledger.Run) map[string]any {
 		fieldUpdatedAt:  stamp(r.UpdatedAt),
 		"completed_at":  stamp(r.CompletedAt),
 		fieldExpireAt:   stamp(r.ExpireAt),
+		ShardField:      ShardOf(r.ID),
 	}
 }
 
@@ -159,7 +163,7 @@ func encodeNewRun(r *ledger.Run) *runDoc {
 		Attempt: r.Attempt, AttemptID: r.AttemptID, Deadline: stampPtr(r.Deadline), NotBefore: stampPtr(r.NotBefore),
 		AttemptsMade: r.AttemptsMade, LastError: r.LastError, Result: r.Result, Progress: r.Progress,
 		CreatedAt: stampPtr(r.CreatedAt), UpdatedAt: stampPtr(r.UpdatedAt), CompletedAt: stampPtr(r.CompletedAt),
-		ExpireAt: stampPtr(r.ExpireAt), History: encodeHistory(r.History),
+		ExpireAt: stampPtr(r.ExpireAt), History: encodeHistory(r.History), Shard: ShardOf(r.ID),
 	}
 }
 
@@ -251,6 +255,7 @@ func encodeEffect(e *ledger.Effect) map[string]any {
 		"updated_at":  stamp(e.UpdatedAt),
 		"done_at":     stamp(e.DoneAt),
 		fieldExpireAt: stamp(e.ExpireAt),
+		ShardField:    ShardOf(e.RunID),
 	}
 }
 

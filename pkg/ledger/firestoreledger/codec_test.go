@@ -16,14 +16,14 @@ import (
 
 // TestNewRunDocument reads back the documents that create a run, on the emulator: the
 // ingress claim's (queued) and a worker's claim of an absent run (running). Each holds
-// every field a query reads and no null or zero sparse field, and it reads back as the
-// run the call returned.
+// every field a query reads (its shard, ShardOf its ID, included) and no null or zero
+// sparse field, and it reads back as the run the call returned.
 func TestNewRunDocument(t *testing.T) {
 	t.Parallel()
 	client := sharedClient(t)
 	l := openLedger(t, client, &Options{Prefix: uniquePrefix()})
 	ctx := t.Context()
-	always := []string{"created_at", "deadline", "expire_at", "history", "job", "key", "namespace", "payload_hash", "status", "updated_at"}
+	always := []string{"created_at", "deadline", "expire_at", "history", "job", "key", "namespace", "payload_hash", "shard", "status", "updated_at"}
 	check := func(what string, run *ledger.Run, sparse ...string) {
 		t.Helper()
 		snap, err := l.runs.Doc(run.ID).Get(ctx)
@@ -35,6 +35,9 @@ func TestNewRunDocument(t *testing.T) {
 			if v == nil {
 				t.Errorf("%s: field %s is null: a new run's document leaves out what it does not have", what, k)
 			}
+		}
+		if got, want := data[ShardField], ShardOf(run.ID); got != want {
+			t.Errorf("%s: shard %v, want %d (ShardOf %s)", what, got, want, run.ID)
 		}
 		if got, want := slices.Sorted(maps.Keys(data)), slices.Sorted(slices.Values(append(always, sparse...))); !slices.Equal(got, want) {
 			t.Errorf("%s: fields %v, want %v", what, got, want)

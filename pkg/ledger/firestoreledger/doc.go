@@ -53,36 +53,79 @@
 // stored (ledger.ErrTooLarge at Complete). Keep the ingress's
 // -max-body well below it.
 //
-// # Indexes and TTL
+// # Indexes, shards and TTL
 //
-// ListRescue runs exactly one query (Ledger.RescueQuery):
+// Firestore limits the write rate of a collection whose documents hold a sequential
+// indexed value (a time, or any value that only grows) to 500 writes a second
+// (https://firebase.google.com/docs/firestore/solutions/shard-timestamp, "Sharded
+// timestamps"): with the times indexed as Firestore does by default, one deployment
+// would stop near 170 runs a second (three writes a run) whatever its number of
+// instances. The ledger follows that page's solution, so that no index it needs carries
+// the limit:
 //
-//	status in [queued, running] AND deadline < T ORDER BY deadline ASC LIMIT n
+//   - every run and effect document holds shard, ShardOf its run ID (the value of the
+//     ID's first hex digit: Shards = 16 shards, even, as run IDs are hashes); it is
+//     written with the document's other fields, so it costs no write of its own, and a
+//     write of a document an earlier release created without it adds it;
+//   - every composite index that holds a time leads with shard (Indexes), so each index
+//     takes writes in 16 ranges, and the ceiling of each collection is 500 × 16 = 8,000
+//     writes a second;
+//   - every field that follows the clock or a caller's sequence (Sequential: created_at,
+//     updated_at, deadline, expire_at, not_before, completed_at, schedule_time, key and
+//     attempt_id, a UUIDv7 that starts with its time; an effect's times and ref) is
+//     exempted from single-field indexing (Unindexed), expire_at, the TTL field,
+//     included, as https://firebase.google.com/docs/firestore/best-practices recommends
+//     for TTL fields;
+//   - the listing, the rescue and the sweep run their query on each shard at once and
+//     merge the answers (ListQuery, RescueQuery, SweepQuery).
 //
-// which needs a composite index on the runs collection:
+// The indexes (query scope COLLECTION, on PREFIXruns unless said otherwise):
+//
+//	shard ASC, status ASC, deadline ASC            ListRescue (RescueQuery)
+//	shard ASC, expire_at ASC (runs, and effects)   Sweep (SweepQuery)
+//	shard ASC, created_at DESC                     List, newest first (ListQuery)
+//	shard ASC, updated_at DESC                     List filtered by update time
+//	shard ASC, FIELD ASC, created_at DESC          List filtered by FIELD: status, job or
+//	shard ASC, FIELD ASC, updated_at DESC            namespace (merged for several)
+//	run_id ASC, name ASC (effects)                 ListEffects (EffectsQuery)
+//
+// for example:
 //
 //	gcloud firestore indexes composite create --database=DATABASE \
 //	  --collection-group=PREFIXruns --query-scope=COLLECTION \
+//	  --field-config=field-path=shard,order=ascending \
 //	  --field-config=field-path=status,order=ascending \
 //	  --field-config=field-path=deadline,order=ascending
 //
-// The operators' listing (Ledger.ListQuery) needs, for each of status, job and
-// namespace, the composite indexes (FIELD ASC, created_at DESC) and (FIELD ASC,
-// updated_at DESC); a run's effects (Ledger.EffectsQuery) need (run_id ASC, name ASC)
-// on the effects collection. deploy/terraform declares all of them.
+// and each exemption:
 //
-// Without it Firestore answers FAILED_PRECONDITION and ListRescue returns an error that
-// says so (the emulator needs no index). Sweep queries expire_at < T on each collection,
-// which the automatic single-field index serves. Firestore's TTL policy deletes expired
-// runs by itself (within about a day of expire_at); set it on the runs only:
+//	gcloud firestore indexes fields update created_at --database=DATABASE \
+//	  --collection-group=PREFIXruns --disable-indexes
+//
+// deploy/terraform declares all of them, and its tests check them against Indexes,
+// Sequential and Unindexed; this package's tests check that every query it runs is
+// served by Indexes. Without an index Firestore answers FAILED_PRECONDITION, and the
+// query's operation returns an error that says so (the emulator needs no index, and has
+// no write limit). What the fan-out costs: a listing page of n runs reads up to 16 × (n+1)
+// documents in 16 queries (one query of n+1 before), a rescue round up to 16 × its limit
+// (at least 16 reads, one a query), a sweep likewise on each collection (reading each
+// document's expiry and run ID alone). Claims, transitions and effect writes cost what
+// they did.
+//
+// Firestore's TTL policy deletes expired runs by itself (within about a day of
+// expire_at); set it on the runs only:
 //
 //	gcloud firestore fields ttls update expire_at --collection-group=PREFIXruns --enable-ttl
 //
 // Effects must have no TTL policy: an effect must outlive its run, or a later attempt
 // redoes it. Sweep (which every worker's rescuer runs) deletes an effect only once its
-// run is gone, and moves the expire_at of a live run's effect to the run's. Do not
-// exempt expire_at from single-field indexing: Sweep needs it. A record past expire_at
-// that still exists still deduplicates: nothing here reads expire_at except Sweep.
+// run is gone, and moves the expire_at of a live run's effect to the run's. A record past
+// expire_at that still exists still deduplicates: nothing here reads expire_at except
+// Sweep.
+//
+// A run or an effect that an earlier release wrote has no shard until its next write:
+// the sharded queries do not see it (the TTL policy still deletes an expired run, and a
+// run's effects can still be read by name).
 //
 // # What each operation costs, and how it is fenced
 //

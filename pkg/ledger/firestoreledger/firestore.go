@@ -13,7 +13,6 @@ import (
 	"cloud.google.com/go/firestore"
 	"github.com/sethvargo/go-retry"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/api/iterator"
 
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/driver"
@@ -271,6 +270,9 @@ func (l *Ledger) update(ctx context.Context, op, id string, decide func(cur *led
 		var was map[string]any
 		if cur != nil {
 			was = encodeRun(cur) // before decide, which may build its run on cur
+			if _, err := snap.DataAt(ShardField); err != nil {
+				delete(was, ShardField) // an earlier release's document: the write adds its shard
+			}
 		}
 		c, err := decide(cur, driver.Micros(snap.ReadTime))
 		if err != nil {
@@ -485,20 +487,23 @@ func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*led
 	return decodeEffect(snap)
 }
 
-// RescueQuery is the query ListRescue runs: live runs past their deadline, oldest
-// deadline first. It needs the composite index (status ASC, deadline ASC) on the runs
-// collection.
-func (l *Ledger) RescueQuery(before time.Time, limit int) firestore.Query {
+// RescueQuery is the query ListRescue runs on each shard: live runs of the shard past
+// their deadline, oldest deadline first. It needs the composite index (shard ASC, status
+// ASC, deadline ASC) on the runs collection (Indexes).
+func (l *Ledger) RescueQuery(shard int64, before time.Time, limit int) firestore.Query {
 	return l.runs.
+		Where(ShardField, "==", shard).
 		Where(fieldStatus, "in", []string{string(ledger.StatusQueued), string(ledger.StatusRunning)}).
 		Where(fieldDeadline, "<", before).
 		OrderBy(fieldDeadline, firestore.Asc).
 		Limit(limit)
 }
 
-// ListRescue implements ledger.Ledger. The query's bound is the estimated server time
-// plus a margin; the answer is then filtered by the query's read time, the server's
-// clock, so that a run is listed only if it is past its deadline by Firestore's clock.
+// ListRescue implements ledger.Ledger: RescueQuery on every shard at once, the answers
+// merged by deadline and cut to the limit. The queries' bound is the estimated server
+// time plus a margin; the answer is then filtered by each query's read time, the
+// server's clock, so that a run is listed only if it is past its deadline by
+// Firestore's clock.
 func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
 	if err := nowUnsupported("list rescue", p.Now); err != nil {
 		return nil, err
@@ -507,17 +512,13 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 	if err != nil {
 		return nil, err
 	}
+	limit := cmp.Or(p.Limit, 100)
+	snaps, err := fanOut(ctx, func(shard int64) firestore.Query { return l.RescueQuery(shard, est.Add(queryMargin), limit) })
+	if err = mapErr(rpcQuery, err, "list runs to rescue"); err != nil {
+		return nil, err
+	}
 	var out []*ledger.Run
-	it := l.RescueQuery(est.Add(queryMargin), cmp.Or(p.Limit, 100)).Documents(ctx)
-	defer it.Stop()
-	for {
-		snap, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return out, nil
-		}
-		if err = mapErr(rpcQuery, err, "list runs to rescue"); err != nil {
-			return nil, err
-		}
+	for _, snap := range firstN(snaps, limit, byTime(fieldDeadline)) {
 		r, err := decodeRun(snap)
 		if err != nil {
 			return nil, err
@@ -526,6 +527,7 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 			out = append(out, r)
 		}
 	}
+	return out, nil
 }
 
 // Sweep implements ledger.Ledger: runs, then effects whose run is gone, past expire_at
@@ -586,15 +588,27 @@ func (l *Ledger) keepEffectsOfLiveRuns(ctx context.Context, snaps []*firestore.D
 	return orphans, nil
 }
 
-// sweep deletes up to limit documents of coll past before; keep, when set, filters the
-// listed documents down to those that may go.
+// SweepQuery is the query Sweep runs on each shard of coll (the runs or the effects):
+// documents of the shard past before, oldest expiry first, their expiry and run ID
+// alone. It needs the composite index (shard ASC, expire_at ASC) on each collection
+// (Indexes).
+func SweepQuery(coll *firestore.CollectionRef, shard int64, before time.Time, limit int) firestore.Query {
+	return coll.Select(fieldExpireAt, "run_id").Where(ShardField, "==", shard).Where(fieldExpireAt, "<", before).
+		OrderBy(fieldExpireAt, firestore.Asc).Limit(limit)
+}
+
+// sweep deletes up to limit documents of coll past before (SweepQuery on every shard,
+// the answers merged by expiry: the oldest limit of them; the queries read each
+// document's expiry and run ID alone, so a backlog of Shards × limit costs reads, not
+// memory); keep, when set, filters the listed documents down to those that may go.
 func (l *Ledger) sweep(ctx context.Context, coll *firestore.CollectionRef, before time.Time, limit int,
 	keep func(context.Context, []*firestore.DocumentSnapshot) ([]*firestore.DocumentSnapshot, error),
 ) (int, error) {
-	snaps, err := coll.Where(fieldExpireAt, "<", before).OrderBy(fieldExpireAt, firestore.Asc).Limit(limit).Documents(ctx).GetAll()
+	snaps, err := fanOut(ctx, func(shard int64) firestore.Query { return SweepQuery(coll, shard, before, limit) })
 	if err = mapErr(rpcQuery, err, "list expired %s", coll.ID); err != nil {
 		return 0, err
 	}
+	snaps = firstN(snaps, limit, byTime(fieldExpireAt))
 	var expired []*firestore.DocumentSnapshot
 	for _, s := range snaps {
 		if exp, ok := s.Data()[fieldExpireAt].(time.Time); ok && exp.Before(s.ReadTime) {

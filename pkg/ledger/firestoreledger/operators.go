@@ -19,14 +19,15 @@ var listFields = []string{
 	fieldUpdatedAt, "completed_at", fieldExpireAt, "result", "progress",
 }
 
-// ListQuery is the query List runs for p from position pos: equality filters on
-// status, job and namespace, a range on created_at (or updated_at), newest first with
-// the document ID as the tie-break, at most limit documents. Each equality filter with
-// each order needs the composite index (FIELD ASC, created_at DESC) or (FIELD ASC,
-// updated_at DESC); Firestore merges them for a query with several equality filters.
-// deploy/terraform declares them.
-func (l *Ledger) ListQuery(p *ledger.ListParams, pos driver.Position, limit int) firestore.Query {
-	q := l.runs.Select(listFields...)
+// ListQuery is the query List runs on one shard for p from position pos: equality
+// filters on the shard, status, job and namespace, a range on created_at (or
+// updated_at), newest first with the document ID as the tie-break, at most limit
+// documents. Each order needs the composite index (shard ASC, created_at DESC) or
+// (shard ASC, updated_at DESC), and each equality filter with each order (shard ASC,
+// FIELD ASC, created_at DESC) or (shard ASC, FIELD ASC, updated_at DESC); Firestore
+// merges them for a query with several equality filters (Indexes).
+func (l *Ledger) ListQuery(p *ledger.ListParams, pos driver.Position, limit int, shard int64) firestore.Query {
+	q := l.runs.Select(listFields...).Where(ShardField, "==", shard)
 	if p.Status != "" {
 		q = q.Where(fieldStatus, "==", string(p.Status))
 	}
@@ -50,29 +51,31 @@ func (l *Ledger) ListQuery(p *ledger.ListParams, pos driver.Position, limit int)
 	return q.Limit(limit)
 }
 
-// List implements ledger.Ledger with one query (ListQuery) served by an index.
+// List implements ledger.Ledger: ListQuery on every shard at once, each for a page and
+// one more run (any shard may hold the whole page), the answers merged newest first and
+// cut to the page and one more, which says whether another page follows. A page of n
+// runs reads at most Shards × (n+1) documents.
 func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
 	size, pos, err := driver.ValidateList(p)
 	if err != nil {
 		return nil, err
 	}
-	it := l.ListQuery(p, pos, size+1).Documents(ctx)
-	defer it.Stop()
-	var out []*ledger.Run
-	for {
-		snap, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return driver.Page(p, out, size), nil
-		}
-		if err = mapErr(rpcQuery, err, "list runs"); err != nil {
-			return nil, err
-		}
+	snaps, err := fanOut(ctx, func(shard int64) firestore.Query { return l.ListQuery(p, pos, size+1, shard) })
+	if err = mapErr(rpcQuery, err, "list runs"); err != nil {
+		return nil, err
+	}
+	out := make([]*ledger.Run, 0, len(snaps))
+	for _, snap := range snaps {
 		r, err := decodeRun(snap)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, r)
 	}
+	newestFirst := func(a, b *ledger.Run) int {
+		return driver.ComparePosition(driver.Position{At: p.SortTime(b), RunID: b.ID}, driver.Position{At: p.SortTime(a), RunID: a.ID})
+	}
+	return driver.Page(p, firstN(out, size+1, newestFirst), size), nil
 }
 
 // RunIDsQuery is the query ListRunIDs runs: the IDs of the run documents in

@@ -17,13 +17,27 @@ resource "google_firestore_database" "ledger" {
   deletion_policy             = var.deletion_protection ? "ABANDON" : "DELETE"
 }
 
+# Sharded timestamps (pkg/ledger/firestoreledger, Indexes and Unindexed): Firestore limits
+# a collection whose documents hold a sequential indexed value (a time) to 500 writes a
+# second (https://firebase.google.com/docs/firestore/solutions/shard-timestamp). Every run
+# and effect document carries "shard" (the first hex digit of its run ID, 16 shards);
+# every index below that holds a time leads with it, and every time (and the run's
+# attempt ID, a UUIDv7 that starts with its time; the run's key and schedule time and an
+# effect's ref, which may follow a caller's sequence) is exempted from single-field
+# indexing, so the ceiling is 500 x 16 writes a second per collection. The ledger's
+# queries fan out over the shards. deploy/deploy_test.go refuses an index or a
+# single-field default that would bring the limit back. The indexes are replaced before
+# they are destroyed, so a deployment being upgraded keeps the old ones until the new
+# ones are built.
+
 # The TTL policy on runs: Firestore deletes a run record within about a day after its
 # expire_at (RUNONCE_RETENTION after its last write, deadline or retry). Without it runs
 # pile up forever; the ledger itself still deduplicates against a record past expire_at
 # that still exists. Effects have no TTL policy: an effect must outlive its run, or a
 # later attempt redoes it, so the workers' sweep deletes an effect only once its run is
-# gone. No index_config block: expire_at keeps its automatic single-field index, which
-# the sweep's query uses.
+# gone. The empty index_config exempts expire_at from single-field indexing
+# (https://firebase.google.com/docs/firestore/best-practices, "TTL fields"): the sweep's
+# query uses the sharded index "sweep" instead.
 resource "google_firestore_field" "expire_at" {
   for_each = local.firestore ? toset(["runs"]) : toset([])
 
@@ -33,10 +47,11 @@ resource "google_firestore_field" "expire_at" {
   field      = "expire_at"
 
   ttl_config {}
+  index_config {}
 }
 
-# The rescuer's one query (Ledger.RescueQuery):
-#   status in [queued, running] AND deadline < T ORDER BY deadline ASC
+# The rescuer's query, on each shard (Ledger.RescueQuery):
+#   shard == S AND status in [queued, running] AND deadline < T ORDER BY deadline ASC
 # Without this index Firestore answers FAILED_PRECONDITION and lost runs are never
 # republished.
 resource "google_firestore_index" "rescue" {
@@ -48,6 +63,10 @@ resource "google_firestore_index" "rescue" {
   query_scope = "COLLECTION"
 
   fields {
+    field_path = "shard"
+    order      = "ASCENDING"
+  }
+  fields {
     field_path = "status"
     order      = "ASCENDING"
   }
@@ -55,13 +74,62 @@ resource "google_firestore_index" "rescue" {
     field_path = "deadline"
     order      = "ASCENDING"
   }
+
+  lifecycle {
+    create_before_destroy = true
+  }
 }
 
-# The operators' listing (GET /v1/runs, ListQuery in pkg/ledger/firestoreledger): equality
-# filters on status, job and namespace, newest first by created_at, or by updated_at
-# when filtered by update time. One index per filtered field and order; Firestore merges
-# them for a query with several equality filters. A listing with no filter uses the
-# automatic single-field indexes.
+# The workers' sweep, on each shard of each collection (SweepQuery):
+#   shard == S AND expire_at < T ORDER BY expire_at ASC
+resource "google_firestore_index" "sweep" {
+  for_each = local.firestore ? toset(["runs", "effects"]) : toset([])
+
+  project     = var.project_id
+  database    = local.database_name
+  collection  = "${var.collection_prefix}${each.key}"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = "shard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "expire_at"
+    order      = "ASCENDING"
+  }
+
+  lifecycle {
+    create_before_destroy = true
+  }
+}
+
+# The operators' listing (GET /v1/runs, ListQuery in pkg/ledger/firestoreledger), on each
+# shard: equality filters on status, job and namespace, newest first by created_at, or by
+# updated_at when filtered by update time. One index per order, and one per filtered
+# field and order; Firestore merges them for a query with several equality filters.
+resource "google_firestore_index" "list_newest" {
+  for_each = local.firestore ? toset(["created_at", "updated_at"]) : toset([])
+
+  project     = var.project_id
+  database    = local.database_name
+  collection  = "${var.collection_prefix}runs"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = "shard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = each.key
+    order      = "DESCENDING"
+  }
+
+  lifecycle {
+    create_before_destroy = true
+  }
+}
+
 resource "google_firestore_index" "list_by_created" {
   for_each = local.firestore ? toset(["status", "job", "namespace"]) : toset([])
 
@@ -71,12 +139,20 @@ resource "google_firestore_index" "list_by_created" {
   query_scope = "COLLECTION"
 
   fields {
+    field_path = "shard"
+    order      = "ASCENDING"
+  }
+  fields {
     field_path = each.key
     order      = "ASCENDING"
   }
   fields {
     field_path = "created_at"
     order      = "DESCENDING"
+  }
+
+  lifecycle {
+    create_before_destroy = true
   }
 }
 
@@ -89,12 +165,20 @@ resource "google_firestore_index" "list_by_updated" {
   query_scope = "COLLECTION"
 
   fields {
+    field_path = "shard"
+    order      = "ASCENDING"
+  }
+  fields {
     field_path = each.key
     order      = "ASCENDING"
   }
   fields {
     field_path = "updated_at"
     order      = "DESCENDING"
+  }
+
+  lifecycle {
+    create_before_destroy = true
   }
 }
 
@@ -117,14 +201,29 @@ resource "google_firestore_index" "effects_of_run" {
   }
 }
 
-# The payload, the history, the result and the progress are read with their run, never queried: no index entries
-# for them (an index entry holds at most 1,500 bytes, and each would cost a write).
+# No single-field index on the runs' fields that follow the clock (the times, the
+# attempt ID) or a caller's sequence (the key, the schedule time) (each would bring back the 500 writes a second limit; the queries use the sharded
+# indexes above), on the shard (only ever used in those), nor on the payload, the history,
+# the result and the progress, read with their run and never queried (an index entry
+# holds at most 1,500 bytes, and each would cost a write).
 resource "google_firestore_field" "unindexed" {
-  for_each = local.firestore ? toset(["payload", "history", "result", "progress"]) : toset([])
+  for_each = local.firestore ? toset(["created_at", "updated_at", "deadline", "not_before", "completed_at", "schedule_time", "key", "attempt_id", "shard", "payload", "history", "result", "progress"]) : toset([])
 
   project    = var.project_id
   database   = local.database_name
   collection = "${var.collection_prefix}runs"
+  field      = each.key
+
+  index_config {}
+}
+
+# Likewise the effects' times, ref (what the effect's target answered) and shard.
+resource "google_firestore_field" "effects_unindexed" {
+  for_each = local.firestore ? toset(["created_at", "updated_at", "done_at", "expire_at", "ref", "shard"]) : toset([])
+
+  project    = var.project_id
+  database   = local.database_name
+  collection = "${var.collection_prefix}effects"
   field      = each.key
 
   index_config {}

@@ -3,7 +3,7 @@
 # token.
 #
 #   pubsub.tf     topic, pull or push subscription (retry policy, dead letter)
-#   firestore.tf  database, TTL policy on expire_at, the rescue query's index
+#   firestore.tf  database, TTL policy on expire_at, the sharded indexes of the ledger's queries
 #   spanner.tf    with ledger = "spanner": instance, database (DDL, row deletion
 #                 policies), roles/spanner.databaseUser
 #   run.tf        the ingress and worker services and the RUNONCE_* environment
