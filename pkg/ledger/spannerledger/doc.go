@@ -22,13 +22,14 @@
 //	runs(run_id STRING(64) PRIMARY KEY, namespace, job, run_key, schedule_time,
 //	     payload_hash, payload, status, attempt, attempt_id, deadline, not_before,
 //	     attempts_made, last_error, created_at, updated_at, completed_at, expire_at,
-//	     history, result, progress)                 history: the run's latest events, JSON
-//	  (result and progress added by ALTER TABLE, appended to Schema)
+//	     history, result, progress,                 history: the run's latest events, JSON
+//	     shard AS (the run ID's first hex digit, 0 to 15) STORED)
+//	  (result, progress and shard added by ALTER TABLE, appended to Schema)
 //	  ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))
-//	  runs_by_deadline   NULL_FILTERED INDEX ON runs (deadline)   live runs only
-//	  runs_by_expire_at  INDEX ON runs (expire_at)
-//	  runs_by_created, runs_by_{status,job,namespace}_created     the operators' listing,
-//	  runs_by_updated, runs_by_status_updated                     newest first (List)
+//	  runs_by_shard_deadline   NULL_FILTERED INDEX ON runs (shard, deadline)   live runs only
+//	  runs_by_shard_expire_at  INDEX ON runs (shard, expire_at)
+//	  runs_by_shard_created, runs_by_shard_{status,job,namespace}_created   the operators'
+//	  runs_by_shard_updated, runs_by_shard_status_updated                   listing (List)
 //	effects(run_id, name) PRIMARY KEY, INTERLEAVE IN PARENT runs ON DELETE CASCADE
 //	     effect_key, status, attempt, created_at, updated_at, done_at, expire_at, ref
 //
@@ -40,9 +41,34 @@
 // and go when it goes (ON DELETE CASCADE, by the policy or by Sweep) and never sooner:
 // they have no deletion policy of their own, so a done effect never expires before the
 // run whose retry it makes skip the effect. An effect's expire_at only records its own
-// retention; ref is the execution a start effect made (empty for none). The
-// two timestamp indexes take every write at the current time; at very high write rates
-// they are the hot spot to shard (prefix the key with a hash bucket).
+// retention; ref is the execution a start effect made (empty for none).
+//
+// # No hot spot from the indexes
+//
+// An index led by a time (or by a column of few values, the status, then a time) takes
+// every write at the current time in one key range, served by one split: the hot spot
+// https://cloud.google.com/spanner/docs/schema-design warns of, which caps a deployment's
+// write rate whatever its number of nodes. Every index here leads with shard, a column
+// Spanner computes from the run ID (its first hex digit: Shards = 16 values, even, as
+// run IDs are hashes) and stores, so that no write sends it and the writes at the current
+// time spread over 16 key ranges; the primary key, the run ID, is a hash already, and the
+// effects sit inside their run. The queries read each shard: List and ListRescue in one
+// strong read of 16 index ranges merged in order (a UNION ALL of 16 ordered, limited
+// scans, FORCE_INDEX each), so a page of n runs reads at most 16 × (n+1) index entries (n+1
+// before) and a rescue round at most 16 × its limit; Sweep reads its index with shard IN
+// UNNEST(@shards), 16 ranges, in no order, at most Limit entries. Claims and transitions
+// write what they did: shard is not a column they send. The tests parse Schema and refuse
+// an index led by a time or another column that follows the clock or a sequence (the
+// attempt ID, a UUIDv7; a run's key; an effect's ref), or holding one after a lead not
+// computed from the run ID.
+//
+// Schema only grows: a database an earlier release created is upgraded by Migrate (Open,
+// unless migrate=false), which adds the shard column (Spanner computes it for the runs
+// already there), creates the shard-led indexes and drops the first release's, and
+// deploy/terraform appends the same statements. A new index is backfilled before the
+// upgrade completes: apply the DDL before deploying this release (Terraform does), since
+// this release's queries force the new indexes, and on a large database Open would wait
+// for the backfill.
 //
 // # What each operation costs, and how it is fenced
 //

@@ -2,6 +2,7 @@ package spannerledger
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"cloud.google.com/go/spanner"
@@ -10,9 +11,10 @@ import (
 	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
-// listIndex is the index a listing walks: the one of its order (created_at or
-// updated_at) led by its equality filter when there is one (Schema's runs_by_*), so a
-// page reads at most a page of index entries past the filters it cannot serve.
+// listIndex is the index a listing walks on each shard: the one of its order
+// (created_at or updated_at) led by the shard and its equality filter when there is one
+// (Schema's runs_by_shard_*), so a shard's part of a page reads at most a page of index
+// entries past the filters it cannot serve.
 func listIndex(p *ledger.ListParams) string {
 	col := "created"
 	if p.ByUpdated() {
@@ -20,17 +22,30 @@ func listIndex(p *ledger.ListParams) string {
 	}
 	switch {
 	case p.Status != "":
-		return "runs_by_status_" + col
+		return "runs_by_shard_status_" + col
 	case p.Job != "" && col == "created":
-		return "runs_by_job_created"
+		return "runs_by_shard_job_created"
 	case p.Namespace != "" && col == "created":
-		return "runs_by_namespace_created"
+		return "runs_by_shard_namespace_created"
 	}
-	return "runs_by_" + col
+	return "runs_by_shard_" + col
 }
 
-// List implements ledger.Ledger with one strong read over a listing index (listIndex),
-// newest first, keyset-paginated on (time, run ID).
+// perShard is one query that runs the query shard(s) on every shard, each with ORDER BY
+// and LIMIT @limit so that it reads a range of a shard-led index, and merges their rows
+// in order (Spanner would otherwise read every row of an IN list over the shards to sort
+// them): at most Shards × @limit index entries, one strong read.
+func perShard(shard func(s int) string, order string) string {
+	parts := make([]string, Shards)
+	for s := range Shards {
+		parts[s] = "(" + shard(s) + ")"
+	}
+	return "SELECT * FROM (" + strings.Join(parts, " UNION ALL ") + ") ORDER BY " + order + " LIMIT @limit"
+}
+
+// List implements ledger.Ledger with one strong read over a listing index (listIndex)
+// on every shard (perShard), newest first, keyset-paginated on (time, run ID): a page of
+// n runs reads at most Shards × (n+1) index entries.
 func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
 	size, pos, err := driver.ValidateList(p)
 	if err != nil {
@@ -59,11 +74,11 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 		add("(r."+col+" < @at OR (r."+col+" = @at AND r.run_id < @id))", "at", pos.At)
 		params["id"] = pos.RunID
 	}
-	sql := `SELECT ` + selectListed + ` FROM runs@{FORCE_INDEX=` + listIndex(p) + `} AS r`
-	if len(where) > 0 {
-		sql += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	sql += ` ORDER BY r.` + col + ` DESC, r.run_id DESC LIMIT @limit`
+	sql := perShard(func(s int) string {
+		return `SELECT ` + selectListed + ` FROM runs@{FORCE_INDEX=` + listIndex(p) + `} AS r WHERE ` +
+			strings.Join(append([]string{fmt.Sprintf("r.shard = %d", s)}, where...), " AND ") +
+			` ORDER BY r.` + col + ` DESC, r.run_id DESC LIMIT @limit`
+	}, col+" DESC, run_id DESC")
 	out, err := l.queryRuns(ctx, spanner.Statement{SQL: sql, Params: params})
 	if err != nil {
 		return nil, interpretError("list runs", err)

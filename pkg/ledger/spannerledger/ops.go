@@ -333,12 +333,15 @@ func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*led
 	return er.effect(), nil
 }
 
-// ListRescue implements ledger.Ledger with one strong read over the deadline index.
+// ListRescue implements ledger.Ledger with one strong read over the deadline index on
+// every shard (perShard), oldest deadline first.
 func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
 	out, err := l.queryRuns(ctx, spanner.Statement{
-		SQL: `SELECT ` + selectRun + ` FROM runs@{FORCE_INDEX=runs_by_deadline, spanner_emulator.disable_query_null_filtered_index_check=true} AS r
-			WHERE r.deadline < COALESCE(@now, CURRENT_TIMESTAMP()) AND r.status IN ('queued', 'running')
-			ORDER BY r.deadline LIMIT @limit`,
+		SQL: perShard(func(s int) string {
+			return fmt.Sprintf(`SELECT `+selectRun+` FROM runs@{FORCE_INDEX=runs_by_shard_deadline, spanner_emulator.disable_query_null_filtered_index_check=true} AS r
+			WHERE r.shard = %d AND r.deadline < COALESCE(@now, CURRENT_TIMESTAMP()) AND r.status IN ('queued', 'running')
+			ORDER BY r.deadline LIMIT @limit`, s)
+		}, "deadline, run_id"),
 		Params: map[string]any{"now": nowParam(p.Now), "limit": int64(cmp.Or(p.Limit, defaultRescueLimit))},
 	})
 	if err != nil {
@@ -361,8 +364,18 @@ func (l *Ledger) queryRuns(ctx context.Context, stmt spanner.Statement) ([]*ledg
 	return out, err
 }
 
+// allShards returns the values of the runs' shard column, for a query of every shard.
+func allShards() []int64 {
+	out := make([]int64, Shards)
+	for s := range out {
+		out[s] = int64(s)
+	}
+	return out
+}
+
 // Sweep implements ledger.Ledger with one read-write transaction: it reads at most Limit
-// expired runs over their expire_at index and deletes them; a run's effects go with it
+// expired runs over their expire_at index, on every shard (shard IN UNNEST, a range of
+// the index each, in no order), and deletes them; a run's effects go with it
 // (ON DELETE CASCADE), never before it. Spanner's row deletion policy deletes expired runs
 // by itself; Sweep deletes them sooner.
 func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
@@ -372,7 +385,7 @@ func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) 
 		n = 0
 		var ms []*spanner.Mutation
 		collect := func(sql, table string, keyCols int) error {
-			return txn.Query(ctx, spanner.Statement{SQL: sql, Params: map[string]any{"now": nowParam(p.Now), "limit": limit - n}}).
+			return txn.Query(ctx, spanner.Statement{SQL: sql, Params: map[string]any{"now": nowParam(p.Now), "limit": limit - n, "shards": allShards()}}).
 				Do(func(r *spanner.Row) error {
 					key := make(spanner.Key, keyCols)
 					for i := range key {
@@ -387,8 +400,8 @@ func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) 
 					return nil
 				})
 		}
-		if err := collect(`SELECT run_id FROM runs@{FORCE_INDEX=runs_by_expire_at}
-			WHERE expire_at < COALESCE(@now, CURRENT_TIMESTAMP()) LIMIT @limit`, "runs", 1); err != nil {
+		if err := collect(`SELECT run_id FROM runs@{FORCE_INDEX=runs_by_shard_expire_at}
+			WHERE shard IN UNNEST(@shards) AND expire_at < COALESCE(@now, CURRENT_TIMESTAMP()) LIMIT @limit`, "runs", 1); err != nil {
 			return err
 		}
 		return txn.BufferWrite(ms)

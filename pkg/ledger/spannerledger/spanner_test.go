@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -212,42 +213,93 @@ func TestURL(t *testing.T) {
 			t.Fatalf("Get after Migrate = %v, want ErrNotFound", err)
 		}
 	})
-	t.Run("AddsTheColumnsAnEarlierSchemaLacks", func(t *testing.T) {
-		db := newDatabase(t, true)
-		admin := adminClient(t)
-		var earlier []string // Schema before its ADD COLUMN statements
-		for _, stmt := range Schema {
-			if !strings.HasPrefix(stmt, "ALTER TABLE") {
+	// A database an earlier release created, with runs in it, is upgraded by instances
+	// that open it at once: the columns added since, the shard column computed for the
+	// runs already there, the time indexes replaced by shard-led ones; the runs are then
+	// listed, rescued and swept, and a second Migrate finds nothing to do.
+	for _, release := range []struct{ name, last string }{
+		{"FirstRelease", "CREATE TABLE effects"},
+		{"ReleaseBeforeShards", "ALTER TABLE runs ADD COLUMN progress"},
+	} {
+		t.Run("Upgrades"+release.name, func(t *testing.T) {
+			db := newDatabase(t, true)
+			admin := adminClient(t)
+			var earlier []string
+			for _, stmt := range Schema {
 				earlier = append(earlier, stmt)
+				if strings.HasPrefix(stmt, release.last) {
+					break
+				}
 			}
-		}
-		op, err := admin.UpdateDatabaseDdl(ctx, &databasepb.UpdateDatabaseDdlRequest{Database: db, Statements: earlier})
-		if err == nil {
-			err = op.Wait(ctx)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range 2 { // the second finds nothing to add
+			op, err := admin.UpdateDatabaseDdl(ctx, &databasepb.UpdateDatabaseDdlRequest{Database: db, Statements: earlier})
+			if err == nil {
+				err = op.Wait(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			client, err := spanner.NewClient(ctx, db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer client.Close()
+			past := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
+			lost, expired := ledger.KeyedRunID("u", "j", "lost"), ledger.KeyedRunID("u", "j", "expired")
+			cols := []string{"run_id", "namespace", "job", "run_key", "payload_hash", "status", "attempt", "attempt_id",
+				"deadline", "attempts_made", "last_error", "created_at", "updated_at", "expire_at"}
+			if _, err := client.Apply(ctx, []*spanner.Mutation{
+				spanner.Insert("runs", cols, []any{lost, "u", "j", "lost", "h", "queued", int64(0), "a", past, int64(0), "", past, past, past.Add(48 * time.Hour)}),
+				spanner.Insert("runs", cols, []any{expired, "u", "j", "expired", "h", "completed", int64(1), "a", nil, int64(1), "", past, past, past.Add(time.Minute)}),
+			}); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for range 3 {
+				wg.Go(func() {
+					if created, err := Migrate(ctx, admin, db); err != nil || created {
+						t.Errorf("Migrate of a database with the tables = %v, %v; want it upgraded, no tables created", created, err)
+					}
+				})
+			}
+			wg.Wait()
 			if created, err := Migrate(ctx, admin, db); err != nil || created {
-				t.Fatalf("Migrate of a database with the tables = %v, %v; want the columns added, no tables created", created, err)
+				t.Fatalf("a second Migrate = %v, %v", created, err)
 			}
-		}
-		l, err := ledger.Open(ctx, "spanner://"+db+"?migrate=false")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		id := ledger.KeyedRunID("u", "j", "k")
-		res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, PayloadHash: ledger.PayloadHash(nil)}, AttemptID: "a"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := ledger.Fence{RunID: id, Attempt: res.Run.Attempt, AttemptID: "a"}
-		if r, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f, Result: []byte(`1`), Progress: []byte(`2`)}); err != nil || string(r.Result) != "1" || string(r.Progress) != "2" {
-			t.Fatalf("Complete with a result and progress on the upgraded database = %v, %v", r, err)
-		}
-	})
+			ddl, err := admin.GetDatabaseDdl(ctx, &databasepb.GetDatabaseDdlRequest{Database: db})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if todo := pending(ddl.Statements); len(todo) > 0 {
+				t.Fatalf("after Migrate, still pending: %q", todo)
+			}
+			if got, want := liveIndexes(ddl.Statements), liveIndexes(Schema); !maps.Equal(got, want) {
+				t.Fatalf("the upgraded database's indexes are %v, want Schema's %v", got, want)
+			}
+			l, err := ledger.Open(ctx, "spanner://"+db+"?migrate=false")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if rescue, err := l.ListRescue(ctx, &ledger.ListRescueParams{}); err != nil || len(rescue) != 1 || rescue[0].ID != lost {
+				t.Fatalf("ListRescue after the upgrade = %v, %v; want the earlier release's run %s past its deadline", rescue, err, lost)
+			}
+			if page, err := l.List(ctx, &ledger.ListParams{Job: "j"}); err != nil || len(page.Runs) != 2 {
+				t.Fatalf("List after the upgrade = %v, %v; want the earlier release's 2 runs", page, err)
+			}
+			if n, err := l.Sweep(ctx, &ledger.SweepParams{}); err != nil || n != 1 {
+				t.Fatalf("Sweep after the upgrade = %d, %v; want the expired run deleted", n, err)
+			}
+			id := ledger.KeyedRunID("u", "j", "k")
+			res, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: ledger.Identity{RunID: id, PayloadHash: ledger.PayloadHash(nil)}, AttemptID: "a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := ledger.Fence{RunID: id, Attempt: res.Run.Attempt, AttemptID: "a"}
+			if r, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f, Result: []byte(`1`), Progress: []byte(`2`)}); err != nil || string(r.Result) != "1" || string(r.Progress) != "2" {
+				t.Fatalf("Complete with a result and progress on the upgraded database = %v, %v", r, err)
+			}
+		})
+	}
 	for _, bad := range []struct{ url, want string }{
 		{"spanner://projects/p/instances/i", "names no database"},
 		{"spanner://projects/p/instances/i/databases/d?migrate=perhaps", "migrate"},
