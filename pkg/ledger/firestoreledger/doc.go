@@ -123,9 +123,13 @@
 // expire_at that still exists still deduplicates: nothing here reads expire_at except
 // Sweep.
 //
-// A run or an effect that an earlier release wrote has no shard until its next write:
-// the sharded queries do not see it (the TTL policy still deletes an expired run, and a
-// run's effects can still be read by name).
+// A run or an effect that an earlier release wrote has no shard, and the sharded queries
+// do not see it: a write of such a run adds it, and the workers' Sweep backfills the
+// others (BackfillShards), once per database, starting an hour after the first instance
+// of this release ran (when no instance of the earlier release writes any more), a few
+// seconds a round: a read per document, a write per document fixed, its progress in the
+// document PREFIXmeta/shard-backfill. Until then an earlier release's run whose message
+// was lost waits for the backfill to be rescued, and its effects to be swept.
 //
 // # What each operation costs, and how it is fenced
 //

@@ -65,6 +65,8 @@ type Ledger struct {
 	// written are the runs this ledger wrote last: a holder's next write of one skips
 	// the read.
 	written *written
+	// backfilled: the shard backfill is done (BackfillShards); Sweep stops looking.
+	backfilled atomic.Bool
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -536,7 +538,8 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 // the next sweeps do not list it again until then: an effect must outlive its run, or a
 // later attempt would redo it. With a TTL policy on the runs' expire_at, Firestore
 // deletes runs too (within about a day of expiry); the effects need this sweep, and so
-// must have no TTL policy of their own.
+// must have no TTL policy of their own. Then, while it is not done, it advances the
+// shard backfill (BackfillShards) for a few seconds.
 func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
 	if err := nowUnsupported("sweep", p.Now); err != nil {
 		return 0, err
@@ -551,7 +554,10 @@ func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) 
 		return n, err
 	}
 	m, err := l.sweep(ctx, l.effects, est.Add(queryMargin), limit-n, l.keepEffectsOfLiveRuns)
-	return n + m, err
+	if err != nil {
+		return n + m, err
+	}
+	return n + m, l.backfillStep(ctx)
 }
 
 // keepEffectsOfLiveRuns reads the runs of the listed effects and, for each effect whose
