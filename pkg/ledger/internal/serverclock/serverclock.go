@@ -63,6 +63,20 @@ func (c *Clock) Now() (t time.Time, ok bool) {
 	return c.Local().Add(lo + (hi-lo)/2), true
 }
 
+// Bounds returns the earliest and the latest time the server's clock can read now, as
+// far as the round trips tell (the local clock's drift since the last observation
+// aside); ok is false before the first observation.
+func (c *Clock) Bounds() (earliest, latest time.Time, ok bool) {
+	c.mu.Lock()
+	lo, hi, known := c.lo, c.hi, c.known
+	c.mu.Unlock()
+	if !known {
+		return time.Time{}, time.Time{}, false
+	}
+	local := c.Local()
+	return local.Add(lo), local.Add(hi), true
+}
+
 // Uncertainty is the width of the offset interval: the estimate is off by at most half
 // of it (plus the local clock's drift since the last observation).
 func (c *Clock) Uncertainty() time.Duration {

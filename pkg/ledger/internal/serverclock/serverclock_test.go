@@ -36,3 +36,25 @@ func TestClock(t *testing.T) {
 		t.Fatalf("estimate off by %v after the local clock was stepped", d)
 	}
 }
+
+// Bounds are the earliest and the latest the server's clock can read, the estimate
+// their middle.
+func TestBounds(t *testing.T) {
+	t.Parallel()
+	local := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := serverclock.New(func() time.Time { return local })
+	if _, _, ok := c.Bounds(); ok {
+		t.Fatal("an unobserved clock claims bounds")
+	}
+	skew := time.Minute
+	// A round trip of 40 ms, the server stamping 10 ms after the request left.
+	c.Observe(local, local.Add(40*time.Millisecond), local.Add(skew+10*time.Millisecond))
+	local = local.Add(time.Second)
+	earliest, latest, ok := c.Bounds()
+	if !ok || !earliest.Equal(local.Add(skew-30*time.Millisecond)) || !latest.Equal(local.Add(skew+10*time.Millisecond)) {
+		t.Fatalf("bounds = %v, %v, %v; want %v and %v", earliest, latest, ok, local.Add(skew-30*time.Millisecond), local.Add(skew+10*time.Millisecond))
+	}
+	if now, _ := c.Now(); !now.Equal(earliest.Add(latest.Sub(earliest) / 2)) {
+		t.Fatalf("estimate %v is not the middle of the bounds %v, %v", now, earliest, latest)
+	}
+}
