@@ -9,8 +9,11 @@ import (
 
 // boundedLedger gives every ledger call of the worker its own timeout, so that a
 // blackholed connection cannot hold a delivery slot (or the rescuer) while Pub/Sub
-// keeps extending the message's ack deadline. A call's own, earlier deadline (the lease
-// keeper's self-fence) still wins.
+// keeps extending the message's ack deadline. A call's own, earlier deadline still wins:
+// what the lease leaves, for a worker claim and a renewal (the lease keeper's self-fence
+// point). A backend retries contention within the deadline it is given (a Spanner
+// transaction Spanner aborted, a Firestore write whose document changed), so a call
+// that could not finish before its lease ends does not go on past it.
 type boundedLedger struct {
 	ledger.Ledger
 	timeout time.Duration

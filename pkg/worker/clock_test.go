@@ -182,3 +182,95 @@ func TestClockBehindTheMachineKeepsTheLease(t *testing.T) {
 		t.Fatalf("verdict = %+v (job context cause %v), want completed", v, cause)
 	}
 }
+
+// contendedRenewals answers the first n renewals as contended, then renews.
+type contendedRenewals struct {
+	ledger.Ledger
+	mu sync.Mutex
+	n  int
+}
+
+func (l *contendedRenewals) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
+	l.mu.Lock()
+	refuse := l.n > 0
+	l.n--
+	l.mu.Unlock()
+	if refuse {
+		return nil, ledger.ErrContended
+	}
+	return l.Ledger.Renew(ctx, p)
+}
+
+// A renewal that fails (here contended, as a Firestore renewal can be by the holder's
+// own effect writes) is tried again soon: two failures in a row leave the lease held.
+// The keeper used to wait a third of the lease before each try, and two failures used
+// up the lease: it self-fenced a holder whose renewals were merely contended, and the
+// next attempt redid its effects.
+func TestKeeperRetriesAFailedRenewalSoon(t *testing.T) {
+	t.Parallel()
+	clk := &fakeClock{now: time.Now()}
+	b := setup(t, &contendedRenewals{Ledger: memory.New(nil), n: 2}, &worker.Config{Lease: 30 * time.Second, MaxAttempts: 3, Now: clk.Now, AfterFunc: clk.AfterFunc})
+	started, finish := make(chan struct{}), make(chan struct{})
+	var cause error
+	b.mux.HandleFunc("long", func(ctx context.Context, _ *worker.Job) error {
+		close(started)
+		select {
+		case <-finish:
+			return nil
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		}
+	})
+	done := make(chan worker.Verdict, 1)
+	go func() { done <- b.process(message("long", "k", "{}")) }()
+	<-started
+	// Renewals at 10 s (contended), 11 s (contended), 13 s; the self-fence would be at
+	// 25 s, and 40 s are a lease past the last failure.
+	for range 80 {
+		clk.advance(500 * time.Millisecond)
+	}
+	close(finish)
+	var v worker.Verdict
+	select {
+	case v = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job did not finish")
+	}
+	if v.Outcome != worker.OutcomeCompleted || cause != nil {
+		t.Fatalf("verdict = %+v (job context cause %v); want completed, the lease kept through two contended renewals", v, cause)
+	}
+}
+
+// deadlines records the deadline of each worker claim.
+type deadlines struct {
+	ledger.Ledger
+	mu     sync.Mutex
+	claims []time.Duration // how far each claim's deadline was when it was made
+}
+
+func (l *deadlines) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
+	if d, ok := ctx.Deadline(); ok {
+		l.mu.Lock()
+		l.claims = append(l.claims, time.Until(d))
+		l.mu.Unlock()
+	}
+	return l.Ledger.Acquire(ctx, p)
+}
+
+// A worker claim may take only until the lease keeper's self-fence point (five sixths
+// of the lease): an answer after it could not start the job (the run would wait a
+// lease for its next attempt), so the ledger must not go on retrying past it, as it did
+// until the LedgerTimeout (10 s, on a 6 s lease).
+func TestClaimIsBoundedByItsLease(t *testing.T) {
+	t.Parallel()
+	l := &deadlines{Ledger: memory.New(nil)}
+	b := setup(t, l, &worker.Config{Lease: 6 * time.Second, MaxAttempts: 3})
+	b.mux.HandleFunc("quick", func(context.Context, *worker.Job) error { return nil })
+	if v := b.process(message("quick", "k", "{}")); v.Outcome != worker.OutcomeCompleted {
+		t.Fatalf("verdict = %+v, want completed", v)
+	}
+	if len(l.claims) != 1 || l.claims[0] > 5*time.Second {
+		t.Fatalf("the worker claim had %v left before its deadline; want at most 5s (a 6s lease's self-fence point)", l.claims)
+	}
+}

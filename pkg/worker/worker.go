@@ -87,7 +87,8 @@ type Config struct {
 	// Defaults to DefaultUnhandledAfter; negative: never (such a run stays queued until a
 	// worker that runs its job takes it).
 	UnhandledAfter time.Duration
-	// Lease is the lease a claim takes; it is renewed every third of it. Defaults to 30s.
+	// Lease is the lease a claim takes; it is renewed every third of it (a failed
+	// renewal is tried again sooner, from a thirtieth of it on). Defaults to 30s.
 	Lease time.Duration
 	// MaxAttempts bounds the attempts of a run whose job sets none. Defaults to 5.
 	MaxAttempts int
@@ -101,7 +102,11 @@ type Config struct {
 	// run after its job returned. Defaults to 10s.
 	FinishTimeout time.Duration
 	// LedgerTimeout bounds each ledger call (claim, renew, effects, finishing writes,
-	// the rescuer's list, rescue and sweep) and each republish. Defaults to 10s.
+	// the rescuer's list, rescue and sweep) and each republish. Defaults to 10s. A worker
+	// claim and a renewal are bounded sooner by what their lease leaves: until the point
+	// where the lease keeper would self-fence (five sixths of the lease after the claim
+	// or the last renewal was sent), past which a claim could not start its job and a
+	// renewal comes too late.
 	LedgerTimeout time.Duration
 	// MaxRunTime bounds how long a Go handler runs (a job's HandleOptions.MaxRunTime
 	// overrides it): then its context is cancelled with ErrMaxRunTime, its lease is no
@@ -424,10 +429,14 @@ func (w *Worker) Process(ctx context.Context, d *queue.Delivery) (v Verdict) {
 	age := w.age(d)
 	mustExist := age > w.cfg.Retention
 	claimStart := w.cfg.Now()
-	res, err := w.cfg.Ledger.Acquire(ctx, &ledger.AcquireParams{
+	// A claim answered past the lease keeper's self-fence point cannot start the job
+	// (see run): its retries end there, not at the LedgerTimeout.
+	actx, cancel := context.WithTimeout(ctx, w.fenceAfter())
+	res, err := w.cfg.Ledger.Acquire(actx, &ledger.AcquireParams{
 		Identity: id, AttemptID: attemptID.String(), Lease: w.cfg.Lease, Retention: w.cfg.Retention, MustExist: mustExist,
 		Worker: w.cfg.Instance,
 	})
+	cancel()
 	if err != nil {
 		if mustExist && errors.Is(err, ledger.ErrNotFound) {
 			log.ErrorContext(ctx, "message older than the retention whose run has no record dropped: the run may have finished and been deleted, running it could run it twice",
@@ -583,7 +592,7 @@ func (w *Worker) run(dctx context.Context, d *queue.Delivery, run *ledger.Run, c
 	// have granted a lease that has already run out, and another attempt may hold the
 	// run: starting the job would run two at once. Nothing is written; the run comes
 	// back after its lease (a takeover or the rescuer).
-	if late := w.cfg.Now().Sub(claimStart); late >= w.cfg.Lease-w.cfg.Lease/6 {
+	if late := w.cfg.Now().Sub(claimStart); late >= w.fenceAfter() {
 		log.WarnContext(dctx, "worker claim answered too late to start the job: its lease may have run out; delivery nacked, the run comes back after its lease",
 			slog.Duration("claim_took", late), slog.Duration("lease", w.cfg.Lease))
 		return w.verdict(dctx, Verdict{Outcome: OutcomeLeaseLost})
@@ -714,8 +723,10 @@ func (c *timedCall) stop() {
 }
 
 // keeper renews an attempt's lease every third of it, by Config.Now, until stopped. A
-// renewal that finds the lease lost cancels the job with ledger.ErrLeaseLost; renewals
-// that keep failing cancel it with ErrSelfFenced before the lease can run out.
+// renewal that finds the lease lost cancels the job with ledger.ErrLeaseLost; a renewal
+// that fails otherwise is tried again a thirtieth of the lease later, doubling with each
+// failure in a row (renewRetry); renewals that keep failing cancel it with ErrSelfFenced
+// before the lease can run out. Each renewal may take until that self-fence point.
 type keeper struct {
 	w   *Worker
 	ctx context.Context
@@ -728,6 +739,8 @@ type keeper struct {
 	// lease runs out no sooner than held+Lease by the ledger's clock.
 	held    time.Time
 	lastErr error
+	// failed counts the renewals failed in a row.
+	failed int
 	// stopTick and stopFence stop the next renewal and the self-fence.
 	stopTick, stopFence func()
 }
@@ -742,9 +755,14 @@ func (w *Worker) keepLease(ctx context.Context, a *attempt, held time.Time) *kee
 	return k
 }
 
+// fenceAfter is how long after a claim or a renewal was sent the lease keeper stops the
+// job unless a renewal lands (fenceAt): a sixth of the lease before the lease can run
+// out. A claim answered later cannot start the job, nor a renewal keep it going.
+func (w *Worker) fenceAfter() time.Duration { return w.cfg.Lease - w.cfg.Lease/6 }
+
 // fenceAt is a sixth of a lease before the lease can run out: the job is stopped then
 // unless a renewal succeeds. k.mu must be held.
-func (k *keeper) fenceAt() time.Time { return k.held.Add(k.w.cfg.Lease - k.w.cfg.Lease/6) }
+func (k *keeper) fenceAt() time.Time { return k.held.Add(k.w.fenceAfter()) }
 
 // done reports whether the keeper has nothing more to do: stopped, or the job's
 // context ended (the job is winding down; its run is finished or released after it).
@@ -801,9 +819,11 @@ func (k *keeper) renew() {
 	if k.done() {
 		return
 	}
+	next := w.cfg.Lease / 3
 	switch {
 	case err == nil:
 		k.held = callStart
+		k.failed = 0
 		k.stopFence()
 		k.stopFence = w.at(k.fenceAt(), k.selfFence)
 		w.metrics.renewals.Add(k.ctx, 1)
@@ -814,10 +834,23 @@ func (k *keeper) renew() {
 		k.a.cancel(err)
 		return
 	default:
+		// A renewal that failed (the ledger contended or out of reach) is tried again
+		// soon, not a third of the lease later: two such failures would otherwise use up
+		// the lease and fence a holder whose renewals were merely contended.
 		k.lastErr = err
-		k.a.log.WarnContext(k.ctx, "lease renewal failed; retrying before the lease runs out", slog.Any("error", err), slog.Time("self_fence_at", k.fenceAt()))
+		next = min(next, renewRetry(w.cfg.Lease, k.failed))
+		k.failed++
+		k.a.log.WarnContext(k.ctx, "lease renewal failed; retrying before the lease runs out", slog.Any("error", err),
+			slog.Duration("retry_in", next), slog.Time("self_fence_at", k.fenceAt()))
 	}
-	k.stopTick = w.at(w.cfg.Now().Add(w.cfg.Lease/3), k.renew)
+	k.stopTick = w.at(w.cfg.Now().Add(next), k.renew)
+}
+
+// renewRetry is how long the lease keeper waits before it tries a renewal again after
+// failed renewals in a row: a thirtieth of the lease, doubling with each (the caller
+// caps it at a third, the pace of renewals that succeed).
+func renewRetry(lease time.Duration, failed int) time.Duration {
+	return lease / 30 << min(failed, 4)
 }
 
 // finish retries a finishing write while the backend is unavailable, within
