@@ -180,9 +180,14 @@
 // racing with effect writes failed with ABORTED "Transaction lock timeout" after 2 s.)
 // The price is a second document write (billed) per effect write.
 //
-// An operation still contended after 5 rounds (firestore.DefaultTransactionMaxAttempts,
-// the client's own bound for transactions, which retry ABORTED) returns an error
-// wrapping ledger.ErrContended: retryable, nothing was written. The client's gRPC
+// A round whose documents changed before its write (a renewal beaten by the holder's
+// own effect write, which bumps the run's effect_seq) reads and decides again, after a
+// jittered pause doubling from 10 ms to 100 ms, for as long as the call's context
+// allows (10 s when it has no deadline; a worker gives a renewal until its lease
+// keeper's self-fence point): a round that could not begin before the deadline is not
+// made, and the answer wraps ledger.ErrContended: retryable, nothing was written. (A
+// fixed 5 rounds, some 150 ms, gave up on renewals that the run's effect writes kept
+// beating while the lease still left seconds.) The client's gRPC
 // codes map to the ledger's sentinels in one place: NOT_FOUND → ErrNotFound, ABORTED →
 // ErrContended, UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED and INTERNAL →
 // ErrUnavailable, INVALID_ARGUMENT → ErrInvalid; ALREADY_EXISTS on a Create is the

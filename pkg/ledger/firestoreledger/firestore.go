@@ -25,9 +25,11 @@ const (
 	EffectsCollection = "effects"
 )
 
-// maxAttempts bounds the read-decide-write rounds of one operation, like the client's
-// own bound on transaction attempts (firestore.MaxAttempts, 5 by default). An
-// operation still contended after them returns ledger.ErrContended.
+// maxAttempts bounds the attempts of a worker claim that finds its run created and
+// deleted under it, and of an effect write's transaction (which reads nothing: the
+// client retries it when ABORTED), like the client's own bound on transaction attempts
+// (firestore.MaxAttempts, 5 by default). A read-decide-write round whose documents
+// changed before its write is retried within the call's deadline instead (retryStale).
 const maxAttempts = firestore.DefaultTransactionMaxAttempts
 
 // queryMargin widens the bound of the rescue and sweep queries past the estimated
@@ -225,21 +227,49 @@ type change struct {
 }
 
 // retryStale runs round until it does not report errStale (the documents it read
-// changed before its write), at most maxAttempts times with a short jittered backoff;
-// then it returns ledger.ErrContended.
+// changed before its write), with a short jittered pause between rounds, doubling from
+// minPause up to maxPause, for as long as ctx's deadline allows (defaultCallTime when it
+// has none): a round that could not begin before the deadline is not made, and the
+// answer is ledger.ErrContended. A fixed number of rounds would give up on a renewal
+// that the holder's own effect writes keep beating (each bumps the run's effect_seq)
+// while its lease still leaves seconds; a call given until the lease keeper's
+// self-fence point tries until then and no longer.
 func retryStale(ctx context.Context, what string, round func(ctx context.Context) error) error {
-	backoff := retry.WithMaxRetries(maxAttempts-1, retry.WithJitterPercent(50, retry.NewExponential(10*time.Millisecond)))
-	err := retry.Do(ctx, backoff, func(ctx context.Context) error {
+	ctx, cancel := callContext(ctx)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	backoff := retry.WithCappedDuration(maxPause, retry.WithJitterPercent(50, retry.NewExponential(minPause)))
+	for n := 1; ; n++ {
 		err := round(ctx)
-		if errors.Is(err, errStale) {
-			return retry.RetryableError(err)
+		if !errors.Is(err, errStale) {
+			return err
 		}
-		return err
-	})
-	if errors.Is(err, errStale) {
-		return fmt.Errorf("%w: firestoreledger: %s: the record changed under each of %d attempts", ledger.ErrContended, what, maxAttempts)
+		pause, _ := backoff.Next()
+		if !time.Now().Add(pause).Before(deadline) {
+			return fmt.Errorf("%w: firestoreledger: %s: the record changed under each of %d attempts, and no time is left for another before the call's deadline", ledger.ErrContended, what, n)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: firestoreledger: %s: the record changed under each of %d attempts: %w", ledger.ErrContended, what, n, ctx.Err())
+		case <-time.After(pause):
+		}
 	}
-	return err
+}
+
+// How long an operation retries a stale read when its context has no deadline of its
+// own (a worker's calls all have one), and the pauses between its rounds.
+const (
+	defaultCallTime = 10 * time.Second
+	minPause        = 10 * time.Millisecond
+	maxPause        = 100 * time.Millisecond
+)
+
+// callContext bounds ctx by defaultCallTime when it has no deadline.
+func callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, defaultCallTime)
 }
 
 // update reads run id, lets decide choose a change at the server's read time, and

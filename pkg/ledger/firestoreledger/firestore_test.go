@@ -410,9 +410,12 @@ func TestConcurrentTakeover(t *testing.T) {
 }
 
 // TestConcurrentEffects races effect writes of one run with its holder's renewals, all
-// fenced on the run document's update time: every answer is a result or
-// ledger.ErrContended, and the holder keeps its run and its effect. (With the effect written in a transaction that read the run,
-// the emulator made every renewal wait for its lock and fail after 2 s.)
+// fenced on the run document's update time: each call, given the few seconds a worker
+// gives a renewal, reads again until it lands, so every one succeeds, and the holder
+// keeps its run and its effect. (With the effect written in a transaction that read the
+// run, the emulator made every renewal wait for its lock and fail after 2 s; with a
+// fixed 5 rounds of reads, some 150 ms, renewals beaten by the effect writes failed
+// ledger.ErrContended with seconds left.)
 func TestConcurrentEffects(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, sharedClient(t), &Options{Prefix: uniquePrefix()})
@@ -428,23 +431,23 @@ func TestConcurrentEffects(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
 			_, errs[i] = l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: "charge"})
 		})
 		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
 			_, errs[n+i] = l.Renew(ctx, &ledger.RenewParams{Fence: f, Lease: time.Minute})
 		})
 	}
 	wg.Wait()
-	var ok [2]int
 	for i, err := range errs {
-		switch {
-		case err == nil:
-			ok[i/n]++
-		case !errors.Is(err, ledger.ErrContended):
-			t.Fatalf("call %d: %v; want a result or ledger.ErrContended", i, err)
+		if err != nil {
+			t.Errorf("call %d (%s): %v; want it to land within its deadline", i, []string{"effect write", "renewal"}[i/n], err)
 		}
 	}
-	// Whatever the race left, the holder still holds the run and records its effect.
+	// The holder still holds the run and records its effect.
 	if _, err := l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: "charge"}); err != nil {
 		t.Fatalf("BeginEffect after the race: %v", err)
 	}
@@ -452,7 +455,6 @@ func TestConcurrentEffects(t *testing.T) {
 	if err != nil || e.Status != ledger.EffectPending || e.Attempt != f.Attempt {
 		t.Fatalf("effect = %+v, %v; want pending at attempt %d", e, err, f.Attempt)
 	}
-	t.Logf("%d of %d effect writes and %d of %d renewals succeeded, the rest contended", ok[0], n, ok[1], n)
 }
 
 func TestOpenURL(t *testing.T) {
