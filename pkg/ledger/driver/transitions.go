@@ -26,7 +26,9 @@ type Store interface {
 		decide func(cur *ledger.Run, now time.Time) (*ledger.Run, error)) error
 	// UpdateEffect reads run runID and its effect name (each nil when absent), calls
 	// decide, and writes the effect it returns (nil: nothing) only while the run is
-	// still as read: the run's fence guards the effect's write.
+	// still as read: the run's fence guards the effect's write. decide looks at the
+	// run's fence only (ID, Status, Attempt, AttemptID): a backend may read just those,
+	// so as not to contend with the holder's renewals, which write other fields.
 	UpdateEffect(ctx context.Context, op, runID, name string, override time.Time,
 		decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error
 	// UpdateRunAndEffect reads run runID and its effect name (each nil when absent),

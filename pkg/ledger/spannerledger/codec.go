@@ -46,16 +46,16 @@ type runRow struct {
 }
 
 type effectRow struct {
-	RunID     spanner.NullString `spanner:"e_run_id"`
-	Name      spanner.NullString `spanner:"e_name"`
-	Key       spanner.NullString `spanner:"e_effect_key"`
-	Status    spanner.NullString `spanner:"e_status"`
-	Attempt   spanner.NullInt64  `spanner:"e_attempt"`
-	CreatedAt spanner.NullTime   `spanner:"e_created_at"`
-	UpdatedAt spanner.NullTime   `spanner:"e_updated_at"`
-	DoneAt    spanner.NullTime   `spanner:"e_done_at"`
-	ExpireAt  spanner.NullTime   `spanner:"e_expire_at"`
-	Ref       spanner.NullString `spanner:"e_ref"`
+	RunID     spanner.NullString `spanner:"run_id"`
+	Name      spanner.NullString `spanner:"name"`
+	Key       spanner.NullString `spanner:"effect_key"`
+	Status    spanner.NullString `spanner:"status"`
+	Attempt   spanner.NullInt64  `spanner:"attempt"`
+	CreatedAt spanner.NullTime   `spanner:"created_at"`
+	UpdatedAt spanner.NullTime   `spanner:"updated_at"`
+	DoneAt    spanner.NullTime   `spanner:"done_at"`
+	ExpireAt  spanner.NullTime   `spanner:"expire_at"`
+	Ref       spanner.NullString `spanner:"ref"`
 }
 
 // tm returns a stored time as the ledger's: UTC, microseconds (a commit timestamp has
@@ -162,7 +162,5 @@ const selectListed = `r.run_id, r.namespace, r.job, r.run_key, r.schedule_time, 
 	r.status, r.attempt, r.attempt_id, r.deadline, r.not_before, r.attempts_made, r.last_error,
 	r.created_at, r.updated_at, r.completed_at, r.expire_at, r.result, r.progress`
 
-const selectEffect = `e.run_id AS e_run_id, e.name AS e_name, e.effect_key AS e_effect_key,
-	e.status AS e_status, e.attempt AS e_attempt, e.created_at AS e_created_at,
-	e.updated_at AS e_updated_at, e.done_at AS e_done_at, e.expire_at AS e_expire_at,
-	e.ref AS e_ref`
+const selectEffect = `e.run_id, e.name, e.effect_key, e.status, e.attempt, e.created_at,
+	e.updated_at, e.done_at, e.expire_at, e.ref`

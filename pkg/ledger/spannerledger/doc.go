@@ -78,10 +78,16 @@
 //	                      (driver.KnownRuns, the latest 4,096): no commit, so no lock;
 //	                      otherwise the insert fails with AlreadyExists (a Commit that
 //	                      takes the row's lock), then 1 strong read
-//	Acquire, Renew, Complete, Release, Fail, Rescue, Expedite, BeginEffect,
-//	CompleteEffect        one read-write transaction: 1 query (Spanner's time and the
-//	                      record, and the effect, in one LEFT JOIN), then a Commit of the
-//	                      mutations: 2 RPCs (the begin is inlined in the query)
+//	Complete, Fail        one read-write transaction: a read of the run by key (the
+//	                      begin inlined in it), then a Commit of the mutations: 2 RPCs
+//	BeginEffect,          the same, with the run's fence and the effect read by key:
+//	CompleteEffect          3 RPCs
+//	Acquire, Renew,       a read of the run by key, a query of Spanner's time
+//	Release, Rescue,        (CURRENT_TIMESTAMP()), a Commit: 3 RPCs; 2 when the verdict
+//	Expedite, operators     writes nothing whatever the time (a duplicate delivery's
+//	                        claim of a run held or finished, a fenced-out holder)
+//	ResolveEffect         the whole run and the effect read by key, Spanner's time, a
+//	                        Commit of both: 4 RPCs
 //	Get, GetEffect, ListRescue, Ping   1 strong read
 //
 // A duplicate is decided by a strong read, never a stale one: a stale read (at a
@@ -93,37 +99,82 @@
 // committed; the replay fails with AlreadyExists, the read finds the claim's own attempt
 // ID, and the claim is answered as created.
 //
-// Every later transition reads the run in a read-write transaction, which locks what it
-// reads until it commits, takes the verdict with the pure rules of package ledger
-// (driver.ApplyComplete and friends) over that record and Spanner's time, and buffers the
-// writes: the fence (status, attempt number and attempt ID) holds when they land. The
-// read locks an absent run's key too, so a worker claim with MustExist that finds no run,
-// or one that leaves a run of another payload untouched, answers over a record no
-// concurrent sweep or claim can change before the transaction ends. The
-// client retries a transaction Spanner aborted; a transaction that still loses is
-// answered ledger.ErrContended.
+// Every later transition reads the run by key in a read-write transaction, which locks
+// what it reads until it commits, takes the verdict with the pure rules of package
+// ledger (driver.ApplyComplete and friends) over that record and Spanner's time, and
+// buffers the writes: the fence (status, attempt number and attempt ID) holds when they
+// land. The read locks an absent run's key too, so a worker claim with MustExist that
+// finds no run, or one that leaves a run of another payload untouched, answers over a
+// record no concurrent sweep or claim can change before the transaction ends. An
+// effect's transition reads of its run only the fence (run_id, status, attempt,
+// attempt_id), and the effect: Spanner locks the cells a transaction reads, and these
+// are cells no renewal writes (it writes deadline, updated_at, expire_at and progress),
+// so the holder's effect writes and its renewals never wait on nor abort each other,
+// while a takeover, which writes the fence, does.
+//
+// # Under contention
+//
+// A transaction Spanner aborts (another transaction holds a lock it needs) nothing of
+// it committed; the ledger tries it again, keeping the aborted transaction's priority so
+// that younger ones do not abort it again, after the pause Spanner asks or a jittered
+// one doubling from 2 ms to 32 ms (the client's own retry loop backs off up to 32 s,
+// growing by 1.3 a try, which a lease of seconds cannot afford), until it commits or the
+// call's context ends: every call is bounded by its caller's deadline (10 s when it has
+// none), and a try that could not begin before it is not made. A worker gives its
+// renewals until its lease keeper's self-fence point and its claims likewise (a claim
+// answered later could not start its job), so neither outlasts what the lease leaves;
+// a call out of time answers ledger.ErrContended or ledger.ErrUnavailable, nothing (or,
+// for a commit cut short, perhaps everything) written. ledgertest's Contention case
+// holds every backend to it: renewals and effect writes of many runs at once, and no
+// holder fenced while its renewals are merely contended.
 //
 // # Spanner's clock
 //
-// Leases, deadlines and expiry are judged by Spanner's clock: every transaction reads
-// CURRENT_TIMESTAMP() in the query that reads the record, and a params' Now replaces it
-// (for tests). The ingress claim's single commit cannot read that clock first: its
-// created_at, updated_at, pickup deadline and expire_at are Spanner's time as estimated
-// by the ledger from the times its transactions read, bounded by each round trip (the
-// estimate is off by at most half the best round trip, and a constant skew of the local
-// clock cancels out). The pickup deadline only tells the rescuer when to republish a run
-// nobody picked up; no lease is judged by the estimate. (Commit timestamps are not used:
-// the emulator places them tens of milliseconds ahead of its transactions' clock.)
+// Leases, deadlines and expiry are judged by Spanner's clock: a transition that grants a
+// lease, a deadline or a not-before, or judges one (Acquire, Renew, Release, Rescue,
+// Expedite, the operators' actions), reads CURRENT_TIMESTAMP() in its transaction after
+// the records, and a params' Now replaces it (for tests). Two kinds of transitions do
+// without the query (the emulator spends several times a key read's cost on any query,
+// and the ledger's estimate of Spanner's clock, below, bounds its time):
+//
+//   - a verdict that writes nothing and is the same at the earliest and the latest time
+//     Spanner's clock can read by the estimate (a duplicate delivery's claim of a run held
+//     or finished, a fenced-out holder's write): it holds whatever the time within, and
+//     the estimate's drift could at worst have it refuse a takeover or a rescue that had
+//     just become due, which the caller tries again;
+//   - Complete, Fail and the effects' writes, whose verdict is the fence's alone and
+//     which only stamp times (completed_at, done_at, expire_at a retention later): at the
+//     estimate, never before the record's last write.
+//
+// The ingress claim's single commit cannot read that clock first: its created_at,
+// updated_at, pickup deadline and expire_at are Spanner's time as estimated by the ledger
+// from the times its transactions read, bounded by each round trip (the estimate is off
+// by at most half the best round trip, and a constant skew of the local clock cancels
+// out). The pickup deadline only tells the rescuer when to republish a run nobody picked
+// up; no lease is granted from the estimate. (Commit timestamps are not used: the
+// emulator places them tens of milliseconds ahead of its transactions' clock.)
 //
 // # The emulator
 //
-// The emulator is a single process that runs one read-write transaction at a time and
-// answers the losers of concurrent ones with a vanished transaction (Transaction not
-// found, an invalid transaction ID); the ledger retries those for a while. Its strong
-// reads' CURRENT_TIMESTAMP() is their read timestamp, which it places after its latest
-// commit timestamp: ListRescue may list a run some milliseconds before its deadline by
-// the transactions' clock, and the Rescue that follows refuses it (ErrConflict) until the
-// deadline has passed.
+// The emulator runs one read-write transaction at a time in a database: a transaction
+// that asks for a lock while another holds it is aborted (or, one time in five, aborts
+// the holder). Before version 1.5.38 it also keeps one client's transactions on one
+// session (it does not know the multiplexed session the client opens), where a new
+// transaction closes the older ones still open: they vanish (Transaction not found,
+// Invalid transaction ID), and the ledger treats that as an abort. So that a process's
+// calls do not close or abort one another until their callers give up (on a 6 s lease,
+// two workers of concurrency 8 self-fenced and redid effects of 13 runs in 100), the
+// ledger on the emulator (SPANNER_EMULATOR_HOST set, EmulatorEnv) runs its read-write
+// transactions one at a time, the waiting call whose deadline comes first going next (a
+// renewal with a second left before an effect write with ten), and a try that another
+// process's transaction aborted pauses before it lets the next one go, the pause
+// doubling with the process's aborts in a row: the process backs off as a whole, rather
+// than each of its calls in turn, whose tries would keep the emulator too busy to let
+// the holder commit. On Spanner, which locks rows (cells) rather than the database, the
+// calls run concurrently. The emulator's strong reads' CURRENT_TIMESTAMP() is their read
+// timestamp, which it places after its latest commit timestamp: ListRescue may list a
+// run some milliseconds before its deadline by the transactions' clock, and the Rescue
+// that follows refuses it (ErrConflict) until the deadline has passed.
 // Its figures say what the client and the schema cost, not what Spanner's commit latency
 // (a Paxos round across replicas, 5 to 10 ms in one region) or throughput will be.
 //
@@ -139,5 +190,14 @@
 // emulator holds a strong read until its commit timestamps, placed tens of milliseconds
 // ahead, have passed; on Spanner a strong read in one region takes a few milliseconds.
 // Acquire, renew and complete (one read-write transaction each) took p50 2.7 to 5.2 ms,
-// the emulator running one transaction at a time.
+// the emulator running one transaction at a time, when each read the clock and the run
+// in one query. With
+//
+//	go test -run '^$' -bench 'BenchmarkLedger/(Acquire|Renew|Complete)' -benchtime=300x ./pkg/ledger/spannerledger
+//
+// in alternating runs of the two versions on the same machine, then busy (a load of
+// 30 to 40 on its 2 cores), the key reads took Acquire from 45 and 64 ms/op to 4.4 and
+// 7.4, Renew (which still queries the clock) from 8.3 and 9.6 to 7.2 and 10.3, and
+// Complete to 1.8 and 2.9 (before, its benchmark failed: its concurrent preparation lost
+// transactions to one another).
 package spannerledger

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"strings"
 	"time"
 
 	"cloud.google.com/go/spanner"
@@ -22,119 +20,107 @@ const (
 	defaultSweepLimit  = 500
 )
 
-// readRow is the answer of a transition's one query: Spanner's time, the run and (for the
-// effect transitions) the effect, each absent when its columns are NULL.
-type readRow struct {
-	now time.Time
-	r   runRow
-	e   effectRow
-}
+// clockSQL reads Spanner's time.
+const clockSQL = `SELECT CURRENT_TIMESTAMP()`
 
-func (row *readRow) run() *ledger.Run       { return row.r.run() }
-func (row *readRow) effect() *ledger.Effect { return row.e.effect() }
+// fenceColumns are the columns of a run an effect's transition decides on: the fence.
+// They are all it reads of the run (and so all it locks), so that it never waits on, nor
+// aborts, the holder's renewal, which writes the lease's columns (deadline, updated_at,
+// expire_at, progress).
+var fenceColumns = []string{"run_id", "status", "attempt", "attempt_id"}
 
-func (row *readRow) decode(r *spanner.Row) error {
-	if err := r.ColumnByName("now", &row.now); err != nil {
-		return err
-	}
-	if err := r.ToStructLenient(&row.r); err != nil {
-		return err
-	}
-	return r.ToStructLenient(&row.e)
-}
+// stampOnly are the transitions whose verdict is the fence's alone and that grant or
+// judge no lease: they only stamp times on what they write (completed_at, an effect's
+// done_at, expire_at a retention later), and take Spanner's time as the ledger
+// estimates it, as the ingress claim does (see the package doc).
+var stampOnly = map[string]bool{"complete": true, "fail": true, "begin effect": true, "complete effect": true}
 
-// The queries that open a transition. They LEFT JOIN the records to a one-row table, so
-// that Spanner's time comes back when a record is absent too.
-const (
-	readRunSQL = `SELECT CURRENT_TIMESTAMP() AS now, ` + selectRun + `
-		FROM UNNEST([1]) AS one LEFT JOIN runs AS r ON r.run_id = @id`
-	readEffectSQL = `SELECT CURRENT_TIMESTAMP() AS now, ` + selectRun + `, ` + selectEffect + `
-		FROM UNNEST([1]) AS one LEFT JOIN runs AS r ON r.run_id = @id
-		LEFT JOIN effects AS e ON e.run_id = @id AND e.name = @name`
-)
-
-// transact runs one read-write transaction: one query (sql with params) that reads
-// Spanner's time and the records, then apply's mutations, buffered and committed with
-// the transaction. The query's reads lock the rows until the commit, so the verdict
-// apply takes over them holds when the mutations land. override (a params' Now, for
-// tests) replaces Spanner's time when it is not zero.
-func transact[T any](ctx context.Context, l *Ledger, op string, sql string, params map[string]any, override time.Time,
-	apply func(row *readRow, now time.Time) ([]*spanner.Mutation, T, error),
-) (T, error) {
-	var out T
-	sent := l.clock.Local()
-	var serverNow time.Time
-	_, err := l.readWrite(ctx, func(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
-		var row readRow
-		err := txn.Query(ctx, spanner.Statement{SQL: sql, Params: params}).Do(row.decode)
+// transition runs transition op (what names its records in errors) in a read-write
+// transaction (readWrite): read reads the records by key, which locks them until the
+// commit, and returns the latest time any of them was written; decide takes the verdict
+// at a time and returns the mutations, buffered and committed with the transaction, so
+// the verdict holds when they land. The time is override (a params' Now) when set;
+// otherwise:
+//
+//   - for a stampOnly transition, Spanner's time as the ledger estimates it;
+//   - for the others, a verdict that writes nothing and is the same at the earliest and
+//     the latest time Spanner's clock can read by the estimate (a duplicate delivery's
+//     claim of a run held or finished, a fenced-out holder's write) holds whatever the
+//     time within: it is answered without reading the clock (the local clock's drift
+//     could only make it refuse a takeover or a rescue that became due a moment ago,
+//     which the caller tries again);
+//   - otherwise Spanner's clock, read in the transaction (clockSQL) after the records.
+//
+// The time is never before the records' last write, so their times never go back.
+// Every read is one row by key, and a transition reads the clock only when its verdict
+// depends on it: the emulator spends several times a key read on any query.
+func (l *Ledger) transition(ctx context.Context, op, what string, override time.Time,
+	read func(context.Context, *spanner.ReadWriteTransaction) (written time.Time, err error),
+	decide func(now time.Time) ([]*spanner.Mutation, error),
+) error {
+	err := l.readWrite(ctx, func(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
+		written, err := read(ctx, txn)
 		if err != nil {
 			return err
 		}
-		serverNow = row.now
-		ms, answer, err := apply(&row, cmp.Or(override, row.now))
-		if err != nil {
-			return err
+		at := func(t time.Time) time.Time {
+			if written.After(t) {
+				return written
+			}
+			return t
 		}
-		out = answer
-		if len(ms) == 0 {
-			return nil
+		var ms []*spanner.Mutation
+		earliest, latest, known := l.clock.Bounds()
+		switch {
+		case !override.IsZero():
+			ms, err = decide(override)
+		case stampOnly[op] && known:
+			ms, err = decide(at(earliest.Add(latest.Sub(earliest) / 2)))
+		default:
+			if known {
+				msEarly, errEarly := decide(at(earliest))
+				ms, err = decide(at(latest))
+				if len(msEarly) == 0 && len(ms) == 0 && sameVerdict(errEarly, err) {
+					return err
+				}
+			}
+			sent := l.clock.Local()
+			var now time.Time
+			if err := txn.Query(ctx, spanner.Statement{SQL: clockSQL}).Do(func(r *spanner.Row) error { return r.Columns(&now) }); err != nil {
+				return err
+			}
+			l.clock.Observe(sent, l.clock.Local(), now)
+			ms, err = decide(at(now))
+		}
+		if err != nil || len(ms) == 0 {
+			return err
 		}
 		return txn.BufferWrite(ms)
 	})
-	if err != nil {
-		var zero T
-		if isVerdict(err) {
-			return zero, err
-		}
-		return zero, interpretError(op, err)
+	if err != nil && !isVerdict(err) {
+		return interpretError(op+" "+what, err)
 	}
-	l.clock.Observe(sent, l.clock.Local(), serverNow)
-	return out, nil
+	return err
 }
 
-// readWrite runs f in a read-write transaction. The client retries a transaction Spanner
-// aborted; readWrite also retries, for at most retryFor, one whose transaction vanished
-// before it committed (Transaction not found, an invalid transaction ID): the emulator,
-// which runs one read-write transaction at a time, answers so to the losers of concurrent
-// transactions, and nothing was committed. After that the answer is ErrContended.
-func (l *Ledger) readWrite(ctx context.Context, f func(context.Context, *spanner.ReadWriteTransaction) error) (time.Time, error) {
-	give := time.Now().Add(retryFor)
-	for try := 0; ; try++ {
-		ts, err := l.client.ReadWriteTransaction(ctx, f)
-		if err == nil || !vanished(err) || time.Now().After(give) {
-			return ts, err
-		}
-		backoff := min(maxBackoff, time.Millisecond<<min(try, 10))
-		select {
-		case <-ctx.Done():
-			return ts, err
-		case <-time.After(backoff/2 + time.Duration(rand.Int64N(int64(backoff)))):
-		}
+// sameVerdict reports whether two verdicts of decide that write nothing are the same:
+// both none, or the same refusal.
+func sameVerdict(a, b error) bool {
+	if a == nil || b == nil {
+		return a == b
 	}
+	return a.Error() == b.Error()
 }
 
-// How long readWrite retries a vanished transaction, and its longest pause between tries.
-const (
-	retryFor   = 20 * time.Second
-	maxBackoff = 100 * time.Millisecond
-)
-
-// vanished reports whether err says the transaction was gone before it committed.
-func vanished(err error) bool {
-	msg := err.Error()
-	switch spanner.ErrCode(err) {
-	case codes.NotFound:
-		return strings.Contains(msg, "Transaction not found")
-	case codes.FailedPrecondition:
-		// The emulator's words for a transaction it rolled back under a concurrent
-		// one (it runs one read-write transaction at a time).
-		return strings.Contains(msg, "Invalid transaction ID") ||
-			strings.Contains(msg, "after it has been committed or rolledback") ||
-			strings.Contains(msg, "after it has been rolled back")
-	case codes.Aborted:
-		return true
-	}
-	return false
+// readKey reads the row of table at key (cols, decoded into dst by name) in txn, and
+// reports whether it exists. The read locks the row, or its absence, until the commit.
+func readKey(ctx context.Context, txn *spanner.ReadWriteTransaction, table string, key spanner.Key, cols []string, dst any) (bool, error) {
+	found := false
+	err := txn.Read(ctx, table, key, cols).Do(func(r *spanner.Row) error {
+		found = true
+		return r.ToStructLenient(dst)
+	})
+	return found, err
 }
 
 // nowParam is a params' Now as a query parameter: NULL (Spanner's time) when zero.
@@ -234,52 +220,107 @@ func claimAnswer(cur *ledger.Run, p *ledger.ClaimParams) *ledger.ClaimResult {
 	return &ledger.ClaimResult{Run: cur, Created: created, PayloadMismatch: !created && cur.PayloadHash != p.PayloadHash}
 }
 
-// store is the driver.Store of the ledger: each update is one read-write transaction
-// whose one query reads Spanner's time and the records (transact).
+// store is the driver.Store of the ledger: each update is one transition.
 type store struct{ l *Ledger }
 
-// UpdateRun implements driver.Store. The query's read locks the run, or the absence of
-// it, until the commit, so a MustExist claim refused as absent, or a run left untouched
-// for a payload mismatch, cannot change under it (a sweep's delete waits or aborts).
+// UpdateRun implements driver.Store: it reads the whole run by key. The read locks the
+// run, or the absence of it, until the commit, so a MustExist claim refused as absent,
+// or a run left untouched for a payload mismatch, cannot change under it (a sweep's
+// delete waits or aborts).
 func (s store) UpdateRun(ctx context.Context, op, id string, override time.Time, decide func(cur *ledger.Run, now time.Time) (*ledger.Run, error)) error {
-	_, err := transact(ctx, s.l, op+" run "+id, readRunSQL, runParams(id), override,
-		func(row *readRow, now time.Time) ([]*spanner.Mutation, struct{}, error) {
-			cur := row.run()
+	var cur *ledger.Run
+	return s.l.transition(ctx, op, "run "+id, override,
+		func(ctx context.Context, txn *spanner.ReadWriteTransaction) (time.Time, error) {
+			cur = nil
+			var rr runRow
+			found, err := readKey(ctx, txn, "runs", spanner.Key{id}, runColumns, &rr)
+			if err != nil || !found {
+				return time.Time{}, err
+			}
+			cur = rr.run()
+			return cur.UpdatedAt, nil
+		},
+		func(now time.Time) ([]*spanner.Mutation, error) {
 			var was []any
 			if cur != nil {
 				was = runValues(cur) // before decide, which may build its run on cur
 			}
 			next, err := decide(cur, now)
-			return writeRun(was, next), struct{}{}, err
+			return writeRun(was, next), err
 		})
-	return err
 }
 
-// UpdateEffect implements driver.Store: the query reads the run (the fence) and the
-// effect together.
+// UpdateEffect implements driver.Store: it reads the run's fence (fenceColumns: decide
+// needs no more of it) and the effect, each by key.
 func (s store) UpdateEffect(ctx context.Context, op, runID, name string, override time.Time, decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error)) error {
-	_, err := transact(ctx, s.l, op+" "+name+" of run "+runID, readEffectSQL, effectParams(runID, name), override,
-		func(row *readRow, now time.Time) ([]*spanner.Mutation, struct{}, error) {
-			next, err := decide(row.run(), row.effect(), now)
-			return writeEffect(next), struct{}{}, err
+	var (
+		run *ledger.Run
+		cur *ledger.Effect
+	)
+	return s.l.transition(ctx, op, name+" of run "+runID, override,
+		func(ctx context.Context, txn *spanner.ReadWriteTransaction) (time.Time, error) {
+			run, cur = nil, nil
+			var rr runRow
+			found, err := readKey(ctx, txn, "runs", spanner.Key{runID}, fenceColumns, &rr)
+			if err != nil {
+				return time.Time{}, err
+			}
+			if found {
+				run = rr.run()
+			}
+			var er effectRow
+			found, err = readKey(ctx, txn, "effects", spanner.Key{runID, name}, effectColumns, &er)
+			if err != nil || !found {
+				return time.Time{}, err
+			}
+			cur = er.effect()
+			return cur.UpdatedAt, nil
+		},
+		func(now time.Time) ([]*spanner.Mutation, error) {
+			next, err := decide(run, cur, now)
+			return writeEffect(next), err
 		})
-	return err
 }
 
-// UpdateRunAndEffect implements driver.Store: the query reads the run and the effect
-// together, and the transaction writes both.
+// UpdateRunAndEffect implements driver.Store: it reads the whole run and the effect,
+// each by key, and the transaction writes both.
 func (s store) UpdateRunAndEffect(ctx context.Context, op, runID, name string, override time.Time, decide func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error)) error {
-	_, err := transact(ctx, s.l, op+" "+name+" of run "+runID, readEffectSQL, effectParams(runID, name), override,
-		func(row *readRow, now time.Time) ([]*spanner.Mutation, struct{}, error) {
-			run := row.run()
+	var (
+		run *ledger.Run
+		cur *ledger.Effect
+	)
+	return s.l.transition(ctx, op, name+" of run "+runID, override,
+		func(ctx context.Context, txn *spanner.ReadWriteTransaction) (time.Time, error) {
+			run, cur = nil, nil
+			var written time.Time
+			var rr runRow
+			found, err := readKey(ctx, txn, "runs", spanner.Key{runID}, runColumns, &rr)
+			if err != nil {
+				return time.Time{}, err
+			}
+			if found {
+				run = rr.run()
+				written = run.UpdatedAt
+			}
+			var er effectRow
+			found, err = readKey(ctx, txn, "effects", spanner.Key{runID, name}, effectColumns, &er)
+			if err != nil || !found {
+				return written, err
+			}
+			cur = er.effect()
+			if cur.UpdatedAt.After(written) {
+				written = cur.UpdatedAt
+			}
+			return written, nil
+		},
+		func(now time.Time) ([]*spanner.Mutation, error) {
 			var was []any
 			if run != nil {
 				was = runValues(run) // before decide, which may build its run on run
 			}
-			nextRun, next, err := decide(run, row.effect(), now)
-			return append(writeRun(was, nextRun), writeEffect(next)...), struct{}{}, err
+			nextRun, next, err := decide(run, cur, now)
+			return append(writeRun(was, nextRun), writeEffect(next)...), err
 		})
-	return err
 }
 
 // Get implements ledger.Ledger with one strong read.
@@ -381,7 +422,7 @@ func allShards() []int64 {
 func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
 	limit := int64(cmp.Or(p.Limit, defaultSweepLimit))
 	var n int64
-	_, err := l.readWrite(ctx, func(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
+	err := l.readWrite(ctx, func(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
 		n = 0
 		var ms []*spanner.Mutation
 		collect := func(sql, table string, keyCols int) error {

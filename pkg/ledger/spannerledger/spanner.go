@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"regexp"
 	"time"
 
@@ -20,6 +21,10 @@ import (
 
 // Scheme is the URL scheme of this backend: spanner://projects/P/instances/I/databases/D.
 const Scheme = "spanner"
+
+// EmulatorEnv is the environment variable that points Spanner's clients at the
+// emulator: set, the ledger runs its read-write transactions one at a time (readWrite).
+const EmulatorEnv = "SPANNER_EMULATOR_HOST"
 
 // ParamMigrate is the URL's query parameter that negates Options.NoMigrate:
 // migrate=false opens without creating the tables.
@@ -51,6 +56,9 @@ type Ledger struct {
 	driver.Transitions // the fenced transitions, over store
 	// known are the runs seen to exist: their claims read first.
 	known *driver.KnownRuns
+	// serial, on the emulator, is the one slot its read-write transactions take turns
+	// in (readWrite); nil on Spanner.
+	serial *gate
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -73,6 +81,9 @@ func New(ctx context.Context, client *spanner.Client, opts *Options) (*Ledger, e
 		o.Clock = time.Now
 	}
 	l := &Ledger{client: client, db: client.DatabaseName(), clock: serverclock.New(o.Clock), known: driver.NewKnownRuns(0)}
+	if os.Getenv(EmulatorEnv) != "" { // as the client decides where it connects
+		l.serial = &gate{}
+	}
 	l.Transitions = driver.Transitions{Store: store{l}}
 	// The first read also opens a session; the later ones bound the clock's offset by a
 	// warm round trip.
@@ -160,8 +171,8 @@ func (l *Ledger) Ping(ctx context.Context) error {
 func (l *Ledger) calibrate(ctx context.Context) error {
 	sent := l.clock.Local()
 	var now time.Time
-	_, err := l.readWrite(ctx, func(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
-		return txn.Query(ctx, spanner.Statement{SQL: "SELECT CURRENT_TIMESTAMP()"}).Do(func(r *spanner.Row) error {
+	err := l.readWrite(ctx, func(ctx context.Context, txn *spanner.ReadWriteTransaction) error {
+		return txn.Query(ctx, spanner.Statement{SQL: clockSQL}).Do(func(r *spanner.Row) error {
 			return r.Columns(&now)
 		})
 	})

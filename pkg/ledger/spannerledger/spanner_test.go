@@ -434,6 +434,11 @@ func TestInterpretError(t *testing.T) {
 		// ConcurrentAcquireOneWinner).
 		{status.Error(codes.FailedPrecondition, "Cannot commit a transaction after it has been rolled back."), ledger.ErrContended},
 		{context.DeadlineExceeded, ledger.ErrUnavailable},
+		// A call out of time before its next try (readWrite), its transactions aborted,
+		// or closed by a newer one on the emulator's session.
+		{fmt.Errorf("%w after 3 tries: %w", errGaveUp, status.Error(codes.Aborted, "conflict")), ledger.ErrContended},
+		{fmt.Errorf("%w after 3 tries: %w", errGaveUp, status.Error(codes.FailedPrecondition, "Invalid transaction ID. Transaction ID must be >= 12")), ledger.ErrContended},
+		{status.Error(codes.NotFound, "Transaction not found: 4665"), ledger.ErrContended},
 	} {
 		got := interpretError("op", tc.err)
 		if !errors.Is(got, tc.want) {
@@ -551,6 +556,37 @@ type rpcCounter struct {
 	mu     sync.Mutex
 	calls  []string
 	writes ledgertest.WriteLog
+	// reads are the key reads made, as "table(column, …)".
+	reads []string
+}
+
+// addRead records a read of cols of table.
+func (c *rpcCounter) addRead(table string, cols []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reads = append(c.reads, table+"("+strings.Join(cols, ", ")+")")
+}
+
+// takeReads returns the reads recorded since the last takeReads.
+func (c *rpcCounter) takeReads() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.reads
+	c.reads = nil
+	return out
+}
+
+// readRecorder records the key reads sent on a stream.
+type readRecorder struct {
+	grpc.ClientStream
+	c *rpcCounter
+}
+
+func (s readRecorder) SendMsg(m any) error {
+	if r, ok := m.(*spannerpb.ReadRequest); ok {
+		s.c.addRead(r.GetTable(), r.GetColumns())
+	}
+	return s.ClientStream.SendMsg(m)
 }
 
 func (c *rpcCounter) add(method string, req any) {
@@ -602,7 +638,11 @@ func countingLedger(t *testing.T, db string) (*Ledger, *rpcCounter) {
 		})),
 		option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 			counter.add(method, nil)
-			return streamer(ctx, desc, cc, method, opts...)
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil {
+				return nil, err
+			}
+			return readRecorder{ClientStream: cs, c: counter}, nil
 		})),
 	)
 	if err != nil {
@@ -721,4 +761,53 @@ func TestTransitionsWriteWhatChanges(t *testing.T) {
 	l, counter := countingLedger(t, newDatabase(t, false))
 	ledgertest.CheckTransitionWrites(t, l, l, counter.writes.Take,
 		[]string{"payload", "payload_hash", "namespace", "job", "run_key", "schedule_time", "created_at"})
+}
+
+// TestTransitionsReadByKey pins what each transition reads and how many round trips it
+// takes: the records by key (a read of one row, never a query), the clock only when
+// the verdict depends on it (a lease granted or judged), and an effect's write reads of
+// its run only the fence (fenceColumns), so that on Spanner, which locks the cells a
+// transaction reads, it never waits on nor aborts the holder's renewal, which writes
+// the lease's columns. (The emulator runs one transaction at a time: only these round
+// trips can show it.)
+func TestTransitionsReadByKey(t *testing.T) {
+	t.Parallel()
+	emulator(t)
+	l, counter := countingLedger(t, newDatabase(t, false))
+	ctx := t.Context()
+	runRead := "runs(" + strings.Join(runColumns, ", ") + ")"
+	fenceRead := "runs(" + strings.Join(fenceColumns, ", ") + ")"
+	effectRead := "effects(" + strings.Join(effectColumns, ", ") + ")"
+	check := func(what string, err error, calls []string, reads ...string) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		gotCalls, gotReads := counter.take(), counter.takeReads()
+		if strings.Join(gotCalls, ",") != strings.Join(calls, ",") || strings.Join(gotReads, ";") != strings.Join(reads, ";") {
+			t.Fatalf("%s made the RPCs %v reading %v; want %v reading %v", what, gotCalls, gotReads, calls, reads)
+		}
+	}
+	const read, clock, commit = "StreamingRead", "ExecuteStreamingSql", "Commit"
+	id := benchIdentity()
+	if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: uuid.NewString()}); err != nil {
+		t.Fatal(err)
+	}
+	counter.take()
+	a, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: id, AttemptID: uuid.NewString(), Lease: time.Minute})
+	check("the worker claim of a queued run (a lease granted)", err, []string{read, clock, commit}, runRead)
+	f := ledger.Fence{RunID: id.RunID, Attempt: a.Run.Attempt, AttemptID: a.Run.AttemptID}
+	held, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: id, AttemptID: uuid.NewString(), Lease: time.Minute})
+	check("a duplicate's claim of the run held for a minute (answered without the clock)", err, []string{read, commit}, runRead)
+	if held.Outcome != ledger.OutcomeHeld {
+		t.Fatalf("duplicate's claim = %v, want held", held.Outcome)
+	}
+	_, err = l.Renew(ctx, &ledger.RenewParams{Fence: f, Lease: time.Minute})
+	check("a renewal", err, []string{read, clock, commit}, runRead)
+	_, err = l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: "charge"})
+	check("an effect's begin", err, []string{read, read, commit}, fenceRead, effectRead)
+	_, err = l.CompleteEffect(ctx, &ledger.CompleteEffectParams{Fence: f, Name: "charge"})
+	check("an effect's completion", err, []string{read, read, commit}, fenceRead, effectRead)
+	_, err = l.Complete(ctx, &ledger.CompleteParams{Fence: f})
+	check("the run's completion", err, []string{read, commit}, runRead)
 }
