@@ -3,6 +3,7 @@ package ledgertest_test
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -87,6 +88,12 @@ var brokenBackends = map[string]brokenBackend{
 	"UnconditionalRescue": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &blindRescue{l} },
 		mustFail: []string{"Rescue/ConcurrentRescueOneWinner", "Rescue/RescueRefusedWhenTheRunMoved", "Linearizability/ConcurrentHistories"},
+	},
+	// Refuses a renewal as fenced out while an effect write of its run is in flight, as
+	// a backend whose renewals lose to the holder's own effect writes.
+	"FencesContendedRenewals": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return &contendedRenewals{Ledger: l} },
+		mustFail: []string{"Contention/RenewalsOutlastContention"},
 	},
 	// Answers a cancel as done without writing it: the run goes on.
 	"LyingCancel": {
@@ -394,6 +401,50 @@ func (b *droppedResult) Complete(ctx context.Context, p *ledger.CompleteParams) 
 	q := *p
 	q.Result = nil
 	return b.Ledger.Complete(ctx, &q)
+}
+
+// contendedRenewals holds each effect write of a run for a millisecond, and refuses a
+// renewal of the run as fenced out (ErrLeaseLost) while one is in flight.
+type contendedRenewals struct {
+	ledger.Ledger
+	mu      sync.Mutex
+	writing map[string]int // run ID → effect writes in flight
+}
+
+// write marks an effect write of run id in flight for a millisecond; done ends it.
+func (b *contendedRenewals) write(id string) (done func()) {
+	b.mu.Lock()
+	if b.writing == nil {
+		b.writing = map[string]int{}
+	}
+	b.writing[id]++
+	b.mu.Unlock()
+	time.Sleep(time.Millisecond)
+	return func() {
+		b.mu.Lock()
+		b.writing[id]--
+		b.mu.Unlock()
+	}
+}
+
+func (b *contendedRenewals) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
+	defer b.write(p.RunID)()
+	return b.Ledger.BeginEffect(ctx, p)
+}
+
+func (b *contendedRenewals) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
+	defer b.write(p.RunID)()
+	return b.Ledger.CompleteEffect(ctx, p)
+}
+
+func (b *contendedRenewals) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
+	b.mu.Lock()
+	busy := b.writing[p.RunID] > 0
+	b.mu.Unlock()
+	if busy {
+		return nil, fmt.Errorf("%w: run %s: an effect write is in flight", ledger.ErrLeaseLost, p.RunID)
+	}
+	return b.Ledger.Renew(ctx, p)
 }
 
 // droppedProgress renews without the progress.

@@ -47,6 +47,7 @@ func Run(t *testing.T, h Harness) {
 		{"Linearizability", linearizabilityTests},
 		{"Operations", operationsTests},
 		{"Resolve", resolveTests},
+		{"Contention", contentionTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
