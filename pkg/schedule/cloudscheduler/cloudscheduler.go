@@ -69,6 +69,10 @@ type Job struct {
 	// Retry is its retry settings and attempt deadline, with the API's defaults for the
 	// ones it leaves unset.
 	Retry schedule.Retry
+	// Body is the body its HTTP or App Engine target sends with every tick (nil for
+	// none): what a run backfilled for a tick carries, so that a late delivery of the
+	// tick is a duplicate of it rather than a payload mismatch.
+	Body []byte
 	// UpdatedAt is the job's user_update_time: when a user last changed it (created,
 	// updated, paused or resumed it); zero if the API gave none.
 	UpdatedAt time.Time
@@ -137,6 +141,12 @@ func fromProto(name string, pb *schedulerpb.Job, now time.Time) (*Job, error) {
 		return nil, fmt.Errorf("cloudscheduler: %w: %s: %w", ErrSchedule, name, err)
 	}
 	j := &Job{Name: name, Schedule: s, State: State(pb.GetState().String()), Retry: retryOf(pb), ReadAt: now}
+	switch {
+	case pb.GetHttpTarget() != nil:
+		j.Body = pb.GetHttpTarget().GetBody()
+	case pb.GetAppEngineHttpTarget() != nil:
+		j.Body = pb.GetAppEngineHttpTarget().GetBody()
+	}
 	if t := pb.GetUserUpdateTime(); t != nil {
 		j.UpdatedAt = t.AsTime()
 	}

@@ -76,6 +76,7 @@ func TestGet(t *testing.T) {
 	j.RetryConfig = &schedulerpb.RetryConfig{RetryCount: 3, MaxRetryDuration: durationpb.New(10 * time.Minute),
 		MinBackoffDuration: durationpb.New(10 * time.Second), MaxBackoffDuration: durationpb.New(5 * time.Minute), MaxDoublings: 4}
 	j.AttemptDeadline = durationpb.New(time.Minute)
+	j.GetHttpTarget().Body = []byte(`{"region":"eu"}`)
 	if err := b.fake.Put(j); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestGet(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.Name != jobName || got.ID() != "nightly" || got.State != cloudscheduler.StateEnabled ||
-		!got.Schedule.Equal(schedule.MustParse("0 9 * * 1-5", "Europe/Berlin")) || got.UpdatedAt.IsZero() {
+		!got.Schedule.Equal(schedule.MustParse("0 9 * * 1-5", "Europe/Berlin")) || got.UpdatedAt.IsZero() || string(got.Body) != `{"region":"eu"}` {
 		t.Errorf("Get = %+v", got)
 	}
 	want := schedule.Retry{Count: 3, MaxRetryDuration: 10 * time.Minute, MinBackoff: 10 * time.Second, MaxBackoff: 5 * time.Minute,
@@ -97,7 +98,7 @@ func TestGet(t *testing.T) {
 	// service's (10 minutes for standard automatic scaling).
 	plain := httpJob("projects/acme/locations/europe-west1/jobs/plain", "*/5 * * * *", "")
 	ae := &schedulerpb.Job{Name: "projects/acme/locations/europe-west1/jobs/ae", Schedule: "0 * * * *",
-		Target: &schedulerpb.Job_AppEngineHttpTarget{AppEngineHttpTarget: &schedulerpb.AppEngineHttpTarget{RelativeUri: "/run"}}}
+		Target: &schedulerpb.Job_AppEngineHttpTarget{AppEngineHttpTarget: &schedulerpb.AppEngineHttpTarget{RelativeUri: "/run", Body: []byte("ae")}}}
 	for _, j := range []*schedulerpb.Job{plain, ae} {
 		if err := b.fake.Put(j); err != nil {
 			t.Fatal(err)
@@ -106,8 +107,8 @@ func TestGet(t *testing.T) {
 	if got, err := b.client.Get(t.Context(), plain.Name); err != nil || got.Retry != schedule.DefaultRetry || got.Schedule.TimeZone() != "UTC" {
 		t.Errorf("plain: %+v, %v; want the default retry settings in UTC", got, err)
 	}
-	if got, err := b.client.Get(t.Context(), ae.Name); err != nil || got.Retry.AttemptDeadline != 10*time.Minute {
-		t.Errorf("App Engine: %+v, %v; want a 10-minute deadline", got, err)
+	if got, err := b.client.Get(t.Context(), ae.Name); err != nil || got.Retry.AttemptDeadline != 10*time.Minute || string(got.Body) != "ae" {
+		t.Errorf("App Engine: %+v, %v; want a 10-minute deadline and its body", got, err)
 	}
 }
 
