@@ -24,6 +24,7 @@ require (
 	cloud.google.com/go/monitoring v1.30.0 // indirect
 	cloud.google.com/go/pubsub/v2 v2.9.0 // indirect
 	cloud.google.com/go/run v1.25.0 // indirect
+	cloud.google.com/go/scheduler v1.18.1 // indirect
 	cloud.google.com/go/spanner v1.96.1 // indirect
 	cloud.google.com/go/trace v1.16.0 // indirect
 	cloud.google.com/go/workflows v1.22.1 // indirect

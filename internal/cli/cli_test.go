@@ -356,8 +356,9 @@ func TestCLIErrorsSayWhatFailed(t *testing.T) {
 		code int
 		want string
 	}{
-		{env, nil, 2, "no command: completion, runs"},
-		{env, []string{"jobs"}, 2, `unknown command "jobs"`},
+		{env, nil, 2, "no command: completion, jobs, runs"},
+		{env, []string{"job"}, 2, `unknown command "job"`},
+		{env, []string{"jobs"}, 2, "jobs needs a command: backfill, run, ticks"},
 		{env, []string{"rusn", "list"}, 2, `did you mean "runs"?`},
 		{env, []string{"runs"}, 2, "runs needs a command: cancel, list, release, resolve, retry, show"},
 		{env, []string{"runs", "explode"}, 2, `unknown command "explode" for "runonce runs"`},

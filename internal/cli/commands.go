@@ -16,7 +16,8 @@ import (
 // The command tree (github.com/spf13/cobra). Each command is a *cobra.Command with its
 // Use, Short, Long and Example: its --help (and `runonce help …`) prints them with its
 // flags and the global ones, and the shell completions name it. A new command is a
-// function like listCmd that returns one, added to its parent in newRoot or runsCmd;
+// function like listCmd that returns one, added to its parent in newRoot, runsCmd or
+// jobsCmd (jobs.go);
 // its RunE returns usagef(…) for a usage error (exit 2) and any other error for a
 // failure (exit 1), and its Args is exactArgs, noArgs or a function of the same kind,
 // never cobra's own (whose errors would exit 1).
@@ -49,7 +50,9 @@ func newRoot(g *globals) *cobra.Command {
 		Short: "operate the runs of a runonce ingress",
 		Long: `runonce operates the runs of a runonce ingress: list and show runs, retry, cancel and
 release them, and resolve the effects a failed run left uncertain (the operators' API,
-GET /v1/runs and POST /v1/runs/RUN_ID:ACTION).
+GET /v1/runs and POST /v1/runs/RUN_ID:ACTION); audit a job's ticks, backfill the missed
+ones and start a run by hand (GET /v1/jobs/JOB/ticks, POST /v1/jobs/JOB:backfill and
+:run).
 
 Every command takes --url (RUNONCE_URL), --token (RUNONCE_TOKEN) or else a Google ID
 token for --audience (RUNONCE_AUDIENCE, default --url) from Application Default
@@ -65,7 +68,7 @@ It exits 0 on success, 1 when the command failed, 2 on a usage error.`,
 	root.SetUsageTemplate(usageTemplate)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usagef("%v", err) })
 	g.declare(root)
-	root.AddCommand(runsCmd(g), completionCmd(root))
+	root.AddCommand(runsCmd(g), jobsCmd(g), completionCmd(root))
 	return root
 }
 

@@ -1,6 +1,7 @@
 // Package client calls the runonce ingress's operators' API: list runs, show one, and
-// retry, cancel or release it, or resolve an effect it left uncertain
-// (docs/operating.md).
+// retry, cancel or release it, or resolve an effect it left uncertain; audit a job's
+// ticks, backfill the missing ones, and start a run by hand (docs/operating.md,
+// docs/cloud-scheduler.md).
 package client
 
 import (
@@ -90,6 +91,39 @@ func (c *Client) Resolve(ctx context.Context, runID string, req *ingress.Resolve
 	}
 	var out ingress.ActionJSON
 	return &out, c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+":"+ingress.ActionResolve, body, &out)
+}
+
+// Ticks returns a page of a job's tick audit; q holds GET /v1/jobs/{job}/ticks's query
+// parameters (from, to, namespace, page_size, page_token).
+func (c *Client) Ticks(ctx context.Context, job string, q url.Values) (*ingress.TicksJSON, error) {
+	var out ingress.TicksJSON
+	path := "/v1/jobs/" + url.PathEscape(job) + "/ticks"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	return &out, c.do(ctx, http.MethodGet, path, nil, &out)
+}
+
+// RunJob starts a run of a job by hand (POST /v1/jobs/{job}:run); the answer's Key is the
+// run's key, the one given or the one made for it.
+func (c *Client) RunJob(ctx context.Context, job string, req *ingress.RunRequest) (*ingress.Response, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var out ingress.Response
+	return &out, c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(job)+":"+ingress.JobActionRun, body, &out)
+}
+
+// Backfill claims (or, with DryRun, lists) the missing ticks of one page of a window
+// (POST /v1/jobs/{job}:backfill); the answer's NextPageToken continues it.
+func (c *Client) Backfill(ctx context.Context, job string, req *ingress.BackfillRequest) (*ingress.BackfillJSON, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var out ingress.BackfillJSON
+	return &out, c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(job)+":"+ingress.JobActionBackfill, body, &out)
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {

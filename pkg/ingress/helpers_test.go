@@ -124,6 +124,7 @@ type bundle struct {
 	srv   *httptest.Server
 	now   *fakeClock
 	topic string
+	ns    string // the handler's namespace
 }
 
 type fakeClock struct {
@@ -209,7 +210,7 @@ func setup(tb testing.TB, o setupOpts) *bundle {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	b.h = h
+	b.h, b.ns = h, cfg.Namespace
 	b.srv = httptest.NewServer(h)
 	tb.Cleanup(b.srv.Close)
 	return b

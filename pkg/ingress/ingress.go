@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/time/rate"
 
 	"github.com/runonce/runonce/internal/jsonhttp"
 	"github.com/runonce/runonce/internal/logonce"
@@ -27,6 +28,7 @@ import (
 	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/ticks"
 )
 
 // Defaults of Config's zero fields.
@@ -95,7 +97,15 @@ type Config struct {
 	Meter metric.Meter
 	// Metrics serves GET /metrics; nil: 404.
 	Metrics http.Handler
-	// Now replaces the clock for skew checks, for tests. Default time.Now.
+	// Schedules are the jobs' schedules (the jobs file's schedule and scheduler_job),
+	// which the tick audit (GET /v1/jobs/{job}/ticks) and backfill (POST
+	// /v1/jobs/{job}:backfill) read. Nil: no job has one (both answer 404).
+	Schedules *ticks.Book
+	// BackfillRate bounds the runs backfill claims, per second, over every backfill
+	// request of this handler. Default DefaultBackfillRate.
+	BackfillRate float64
+	// Now replaces the clock for skew checks and the tick audit, for tests. Default
+	// time.Now.
 	Now func() time.Time
 }
 
@@ -113,6 +123,8 @@ type Handler struct {
 	// ignoredKeys are the jobs whose requests were found to carry an Idempotency-Key
 	// besides the scheduler's headers, logged once each.
 	ignoredKeys logonce.Set
+	// backfillRate paces backfill's claims.
+	backfillRate *rate.Limiter
 }
 
 // New returns the ingress handler for cfg.
@@ -136,8 +148,8 @@ func New(cfg Config) (*Handler, error) {
 	case cfg.Jobs != nil && cfg.AcceptAnyJob:
 		return nil, errors.New("ingress: Config.Jobs and Config.AcceptAnyJob are both set: give one")
 	}
-	if cfg.MaxBody < 0 || cfg.MaxSkew < 0 {
-		return nil, errors.New("ingress: MaxBody and MaxSkew must not be negative")
+	if cfg.MaxBody < 0 || cfg.MaxSkew < 0 || cfg.BackfillRate < 0 {
+		return nil, errors.New("ingress: MaxBody, MaxSkew and BackfillRate must not be negative")
 	}
 	cfg.MaxBody = cmp.Or(cfg.MaxBody, DefaultMaxBody)
 	cfg.MaxSkew = cmp.Or(cfg.MaxSkew, DefaultMaxSkew)
@@ -145,6 +157,7 @@ func New(cfg Config) (*Handler, error) {
 	cfg.PublishTimeout = cmp.Or(cfg.PublishTimeout, DefaultPublishTimeout)
 	cfg.RepublishAfter = cmp.Or(cfg.RepublishAfter, cfg.LedgerTimeout+cfg.PublishTimeout)
 	cfg.RetryAfter = cmp.Or(cfg.RetryAfter, DefaultRetryAfter)
+	cfg.BackfillRate = cmp.Or(cfg.BackfillRate, DefaultBackfillRate)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -154,7 +167,8 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	h := &Handler{cfg: cfg, log: cfg.Logger.With(slog.String("component", "ingress"))}
+	h := &Handler{cfg: cfg, log: cfg.Logger.With(slog.String("component", "ingress")),
+		backfillRate: rate.NewLimiter(rate.Limit(cfg.BackfillRate), max(1, int(cfg.BackfillRate)))}
 	if cfg.Jobs != nil {
 		h.jobs = make(map[string]bool, len(cfg.Jobs))
 		for _, j := range cfg.Jobs {
@@ -173,6 +187,8 @@ func New(cfg Config) (*Handler, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/jobs/{job}", h.postJob)
 	mux.HandleFunc("/v1/jobs/{job}", methodNotAllowed(http.MethodPost))
+	mux.HandleFunc("GET /v1/jobs/{job}/ticks", h.getTicks)
+	mux.HandleFunc("/v1/jobs/{job}/ticks", methodNotAllowed(http.MethodGet))
 	mux.HandleFunc("GET /v1/runs", h.listRuns)
 	mux.HandleFunc("/v1/runs", methodNotAllowed(http.MethodGet))
 	mux.HandleFunc("GET /v1/runs/{run_id}", h.getRunDetail)
@@ -196,7 +212,7 @@ func New(cfg Config) (*Handler, error) {
 			http.Redirect(w, r, "/ui/", http.StatusFound)
 			return
 		}
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s: POST /v1/jobs/{job}, GET /v1/runs, GET /v1/runs/{run_id}, POST /v1/runs/{run_id}:retry|:cancel|:release, /ui/, /healthz, /readyz, /metrics",
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s: POST /v1/jobs/{job}, GET /v1/jobs/{job}/ticks, POST /v1/jobs/{job}:run|:backfill, GET /v1/runs, GET /v1/runs/{run_id}, POST /v1/runs/{run_id}:retry|:cancel|:release, /ui/, /healthz, /readyz, /metrics",
 			r.Method, obs.Clean(r.URL.Path)))
 	})
 	h.mux = mux
@@ -251,6 +267,9 @@ type Response struct {
 	RunID     string        `json:"run_id,omitempty"`
 	Status    ledger.Status `json:"status,omitempty"`
 	Duplicate bool          `json:"duplicate,omitempty"`
+	// Key is the key of a run started by hand (POST /v1/jobs/{job}:run): the one given,
+	// or the one made for it.
+	Key string `json:"key,omitempty"`
 	// Result is a completed run's stored result (worker.SetResult), replayed to every
 	// duplicate of it, never recomputed.
 	Result json.RawMessage `json:"result,omitempty"`
@@ -289,6 +308,10 @@ type answer struct {
 }
 
 func (h *Handler) postJob(w http.ResponseWriter, r *http.Request) {
+	if job, action, ok := strings.Cut(r.PathValue("job"), ":"); ok {
+		h.postJobAction(w, r, job, action)
+		return
+	}
 	start := time.Now()
 	a := h.handleJob(r.Context(), w, r)
 	if a.resp.RunID != "" && a.status < 300 {

@@ -234,7 +234,7 @@ func TestContract(t *testing.T) {
 		{
 			name: "schedule time beyond the skew is a forced run", method: "POST", path: "/v1/jobs/daily-report",
 			hdr:        schedHeaders("daily-report-job", time.Now().Add(10*time.Minute).UTC().Truncate(time.Minute)),
-			wantStatus: 400, wantBody: map[string]any{"error": "looks like a forced run"},
+			wantStatus: 400, wantBody: map[string]any{"error": "looks like a forced run, which reuses the next run's schedule time and would swallow it; start a run now with `runonce jobs run daily-report` (POST /v1/jobs/daily-report:run)"},
 		},
 		{
 			name: "schedule time within the skew is accepted", method: "POST", path: "/v1/jobs/daily-report",

@@ -37,6 +37,8 @@ const (
 	SourceScheduler      = "scheduler"
 	SourceIdempotencyKey = "idempotency-key"
 	SourceJobKey         = "job_key"
+	// SourceManual: a run an operator started by hand (POST /v1/jobs/{job}:run).
+	SourceManual = "manual"
 )
 
 // Key is a run's identity as derived from a request.
@@ -83,7 +85,7 @@ func DeriveKey(namespace, job string, h http.Header, body []byte, now time.Time,
 	}
 	switch {
 	case names != nil && times != nil:
-		name, st, err := parseScheduler(*names, *times, now, maxSkew)
+		name, st, err := parseScheduler(job, *names, *times, now, maxSkew)
 		if err != nil {
 			return nil, err
 		}
@@ -147,7 +149,7 @@ func headerValue(h http.Header, name string) (*string, error) {
 	return nil, badKey("%s is sent %d times: send it once", name, len(found))
 }
 
-func parseScheduler(name, ts string, now time.Time, maxSkew time.Duration) (string, time.Time, error) {
+func parseScheduler(job, name, ts string, now time.Time, maxSkew time.Duration) (string, time.Time, error) {
 	if name == "" {
 		return "", time.Time{}, badKey("%s is empty", HeaderSchedulerJobName)
 	}
@@ -168,8 +170,9 @@ func parseScheduler(name, ts string, now time.Time, maxSkew time.Duration) (stri
 	t = t.UTC()
 	if limit := now.Add(maxSkew); t.After(limit) {
 		return "", time.Time{}, badKey("%s %s is %s in the future, more than the allowed skew of %s: this looks like a forced run, "+
-			"which reuses the next run's schedule time and would swallow it; force a run with an %s and without the scheduler headers",
-			HeaderSchedulerScheduleTime, t.Format(time.RFC3339Nano), t.Sub(now).Round(time.Millisecond), maxSkew, HeaderIdempotencyKey)
+			"which reuses the next run's schedule time and would swallow it; start a run now with `runonce jobs run %s` (POST /v1/jobs/%s:run), "+
+			"or post it with an %s and without the scheduler headers",
+			HeaderSchedulerScheduleTime, t.Format(time.RFC3339Nano), t.Sub(now).Round(time.Millisecond), maxSkew, job, job, HeaderIdempotencyKey)
 	}
 	return name, t, nil
 }

@@ -88,11 +88,12 @@ type ui struct {
 
 func newUI(h *Handler) (*ui, error) {
 	funcs := template.FuncMap{
-		"short": func(id string) string { return id[:min(12, len(id))] },
-		"clip":  func(s string, n int) string { return clipRunes(s, n) },
-		"title": func(s string) string { return strings.ToUpper(s[:1]) + s[1:] },
-		"when":  func(t time.Time) template.HTML { return when(t, h.cfg.Now()) },
-		"json":  indentJSON,
+		"short":   func(id string) string { return id[:min(12, len(id))] },
+		"clip":    func(s string, n int) string { return clipRunes(s, n) },
+		"title":   func(s string) string { return strings.ToUpper(s[:1]) + s[1:] },
+		"when":    func(t time.Time) template.HTML { return when(t, h.cfg.Now()) },
+		"json":    indentJSON,
+		"seconds": uiSeconds,
 		// query encodes key, value pairs as a URL query (escaped here: the template
 		// only normalises a URL).
 		"query": func(kv ...string) template.URL {
@@ -104,7 +105,7 @@ func newUI(h *Handler) (*ui, error) {
 		},
 	}
 	u := &ui{h: h, pages: map[string]*template.Template{}}
-	for _, name := range []string{"runs", "run", "confirm", "error"} {
+	for _, name := range []string{"runs", "run", "confirm", "error", "ticks"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(uiFiles, "ui/layout.tmpl", "ui/"+name+".tmpl")
 		if err != nil {
 			return nil, fmt.Errorf("ingress: dashboard template %s: %w", name, err)
@@ -120,6 +121,8 @@ func (u *ui) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusMovedPermanently) })
 	mux.HandleFunc("GET /ui/{$}", u.runs)
 	mux.HandleFunc("GET /ui/runs/{run_id}", u.run)
+	mux.HandleFunc("GET /ui/jobs/{$}", u.jobs)
+	mux.HandleFunc("GET /ui/jobs/{job}", u.ticks)
 	mux.HandleFunc("GET /ui/runs/{run_id}/{action}", u.confirm)
 	// A form post from another site must not act with the operator's credentials: the
 	// Handler refuses it before any route (Handler.sameOrigin).
