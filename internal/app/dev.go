@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -162,7 +163,22 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 	if err != nil {
 		return err
 	}
-	h, err := newIngress(f, led, pub, auth.None{}, auth.None{}, accepted, "", metrics, nil, log)
+	scheduled := fileJobs
+	if f.Schedule && inProcess {
+		scheduled = withDemoSchedule(fileJobs)
+	}
+	book, err := scheduleBook(ctx, scheduled, log)
+	if err != nil {
+		return err
+	}
+	if err := checkSchedule(f, book); err != nil {
+		return err
+	}
+	h, err := newIngress(f, led, pub, auth.None{}, auth.None{}, accepted, book, "", metrics, nil, log)
+	if err != nil {
+		return err
+	}
+	loops, err := newTickLoops(&tickConfig{Book: book, Ledger: led, Namespace: f.Namespace, Meter: metrics.Meter(tickMeter), Fire: f.fire(h), Log: log})
 	if err != nil {
 		return err
 	}
@@ -201,12 +217,13 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 	printBanner(stdout, &banner{
 		base: base, ledgerURL: ledgerURL, pubsubAddr: ps.Addr(), pubsubAnyPort: f.DevPubSubPort == 0, workerAddr: workerAddr,
 		concurrency: f.DevConcurrency, demoDelay: f.DemoDelay, jobsFile: f.Jobs,
-		here: here, fileJobs: fileJobs, accepted: accepted,
+		here: here, fileJobs: fileJobs, accepted: accepted, fired: firedSchedules(f, book),
 	})
 	g, gctx := errgroup.WithContext(ctx)
 	if setup != nil {
 		g.Go(func() error { return ServeWorker(gctx, setup) })
 	}
+	g.Go(func() error { return loops.run(gctx) })
 	g.Go(func() error { return config.Serve(gctx, config.NewServer(f.Addr, top, log), ln, config.ShutdownGrace) })
 	return g.Wait()
 }
@@ -256,12 +273,14 @@ func republishQueued(ctx context.Context, led ledger.Ledger, pub queue.RunPublis
 type banner struct {
 	base, ledgerURL, pubsubAddr, workerAddr string
 	pubsubAnyPort                           bool // -dev-pubsub-port 0
-	concurrency                             int
-	demoDelay                               time.Duration
-	jobsFile                                string
-	here                                    []string // jobs the in-process worker runs
-	fileJobs                                map[string]*jobs.Job
-	accepted                                []string // nil: any job
+	// fired are the schedules runonce's own scheduler fires (-schedule), by job.
+	fired       map[string]string
+	concurrency int
+	demoDelay   time.Duration
+	jobsFile    string
+	here        []string // jobs the in-process worker runs
+	fileJobs    map[string]*jobs.Job
+	accepted    []string // nil: any job
 }
 
 func printBanner(w io.Writer, b *banner) {
@@ -312,6 +331,17 @@ func printBanner(w io.Writer, b *banner) {
 		fmt.Fprintf(&s, "\nNo other process can join: the ledger %s lives in this process (use the default, or -ledger sqlite:///PATH).\n", b.ledgerURL)
 	} else {
 		b.joinCommands(&s)
+	}
+
+	if len(b.fired) > 0 {
+		fmt.Fprintf(&s, "\nThis process fires the schedules (-schedule):")
+		for _, name := range slices.Sorted(maps.Keys(b.fired)) {
+			fmt.Fprintf(&s, " %s %s", name, b.fired[name])
+		}
+		first := slices.Min(slices.Collect(maps.Keys(b.fired)))
+		fmt.Fprintf(&s, ". Audit its ticks, backfill the missed ones, start a run by hand:\n\n")
+		fmt.Fprintf(&s, "  runonce jobs ticks %[2]s --url %[1]s --from 1h\n  runonce jobs backfill %[2]s --url %[1]s --from 1h --to 0s --dry-run\n  runonce jobs run %[2]s --url %[1]s\n",
+			b.base, first)
 	}
 
 	if b.concurrency > 0 {

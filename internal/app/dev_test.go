@@ -275,3 +275,32 @@ func TestDevDemoFails(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestDevScheduleFiresTheDemoJob: -dev -schedule puts the demo job on a one-minute
+// schedule that this process fires, says so in its banner, and audits its ticks.
+func TestDevScheduleFiresTheDemoJob(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	banner, logs := dev(t, []string{"-addr", addr, "-ledger", "memory://dev-schedule", "-schedule"}, nil)
+	if !strings.Contains(banner, `fires the schedules (-schedule): demo "* * * * *" in UTC`) || !strings.Contains(banner, "runonce jobs ticks demo") {
+		t.Fatalf("the banner does not show the demo job's schedule:\n%s", banner)
+	}
+	resp, err := http.Get("http://" + addr + "/v1/jobs/demo/ticks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var audit struct {
+		Schedule string `json:"schedule"`
+		Ticks    []any  `json:"ticks"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&audit); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/jobs/demo/ticks: %d %v", resp.StatusCode, err)
+	}
+	if audit.Schedule != "* * * * *" || len(audit.Ticks) != 200 {
+		t.Fatalf("the audit of demo: schedule %q, %d ticks; want every minute, a full first page of 200", audit.Schedule, len(audit.Ticks))
+	}
+	if !strings.Contains(logs.String(), "firing the job's ticks") {
+		t.Fatalf("no scheduler started:\n%s", logs)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"net"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/runonce/runonce/internal/config"
 	"github.com/runonce/runonce/internal/obs"
 	"github.com/runonce/runonce/pkg/auth"
@@ -15,6 +17,7 @@ import (
 	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/ticks"
 )
 
 // IngressFlags are the ingress's settings (docs/design.md and docs/configuration.md).
@@ -28,7 +31,9 @@ type IngressFlags struct {
 	MaxBody            int64
 	// AcceptAnyJob accepts runs of any job name, not only the jobs file's: -jobs or it
 	// is required (-dev: see runDev).
-	AcceptAnyJob   bool
+	AcceptAnyJob bool
+	// Schedule fires the jobs file's schedules (runonce's own scheduler, package ticks).
+	Schedule       bool
 	Dev            bool
 	DevConcurrency int
 	// DevPubSubPort is the -dev in-process Pub/Sub's port on 127.0.0.1 (0: a free one).
@@ -53,6 +58,7 @@ func IngressFlagSet(f *IngressFlags) *flag.FlagSet {
 	fs.DurationVar(&f.MaxSkew, "max-skew", ingress.DefaultMaxSkew, "how far in the future a schedule time may be before it is refused as a forced run")
 	fs.StringVar(&f.Jobs, "jobs", "", "jobs file: a job it does not name gets 404; this or -accept-any-job is required (-dev: its targets run in-process too, a job without a target waits for a worker that joins)")
 	fs.BoolVar(&f.AcceptAnyJob, "accept-any-job", false, "accept runs of any job name instead of a jobs file's: a typo is answered 202, and its run fails when a worker's -unhandled-after passes (-dev -dev-concurrency 0 without -jobs: implied)")
+	fs.BoolVar(&f.Schedule, "schedule", false, "fire the jobs file's schedules in this process, each tick claimed under the run ID Cloud Scheduler's delivery of it would have (replicas firing one tick make one run), for where there is no Cloud Scheduler; -dev: the demo job every minute")
 	fs.BoolVar(&f.Dev, "dev", false, "the embedded all-in-one: embedded ledger, in-process Pub/Sub and workers, demo jobs, auth off")
 	fs.DurationVar(&f.DemoDelay, "demo-delay", 2*time.Second, "how long the -dev demo job works before its effect")
 	fs.IntVar(&f.DevPubSubPort, "dev-pubsub-port", DevPubSubPort, "the -dev in-process Pub/Sub's port on 127.0.0.1, the PUBSUB_EMULATOR_HOST of workers that join (the banner prints it); the same on every start, 0 picks a free one")
@@ -107,12 +113,19 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 		return config.Usagef("-jobs and -accept-any-job are both given: the jobs file lists the jobs the ingress accepts, -accept-any-job accepts any; give one")
 	}
 	var jobNames []string // nil: any job (-accept-any-job)
+	var js map[string]*jobs.Job
 	if f.Jobs != "" {
-		js, err := jobs.Load(f.Jobs)
-		if err != nil {
+		if js, err = jobs.Load(f.Jobs); err != nil {
 			return err
 		}
 		jobNames = append([]string{}, jobs.Names(js)...)
+	}
+	book, err := scheduleBook(ctx, js, log)
+	if err != nil {
+		return err
+	}
+	if err := checkSchedule(&f, book); err != nil {
+		return err
 	}
 	project, _, err := queue.ParseURL(f.Topic)
 	if err != nil {
@@ -139,7 +152,11 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 	}
 	defer shutdownTracing(tracing, log)
 	log = obs.WithTraceFields(log, project)
-	h, err := newIngress(&f, led, pub, authn, operators, jobNames, project, metrics, tracing, log)
+	h, err := newIngress(&f, led, pub, authn, operators, jobNames, book, project, metrics, tracing, log)
+	if err != nil {
+		return err
+	}
+	loops, err := newTickLoops(&tickConfig{Book: book, Ledger: led, Namespace: f.Namespace, Meter: metrics.Meter(tickMeter), Fire: f.fire(h), Log: log})
 	if err != nil {
 		return err
 	}
@@ -148,8 +165,11 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 		return err
 	}
 	log.Info("ingress listening", slog.String("addr", ln.Addr().String()), slog.String("topic", f.Topic),
-		slog.String("auth", f.Auth), slog.String("namespace", f.Namespace))
-	if err := config.Serve(ctx, config.NewServer(f.Addr, h, log), ln, config.ShutdownGrace); err != nil {
+		slog.String("auth", f.Auth), slog.String("namespace", f.Namespace), slog.Any("scheduled_jobs", book.Jobs()), slog.Bool("schedule", f.Schedule))
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return loops.run(gctx) })
+	g.Go(func() error { return config.Serve(gctx, config.NewServer(f.Addr, h, log), ln, config.ShutdownGrace) })
+	if err := g.Wait(); err != nil {
 		return err // config.Main prints it
 	}
 	log.Info("ingress stopped")
@@ -158,7 +178,7 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 
 // newIngress builds the ingress handler for the jobs jobNames, or any job when it is
 // nil; tracing (nil: none) spans each request, its ledger calls and its publish.
-func newIngress(f *IngressFlags, led ledger.Ledger, pub queue.RunPublisher, authn, operators auth.Authenticator, jobNames []string, project string, metrics *obs.Metrics, tracing *obs.Tracing, log *slog.Logger) (*ingress.Handler, error) {
+func newIngress(f *IngressFlags, led ledger.Ledger, pub queue.RunPublisher, authn, operators auth.Authenticator, jobNames []string, book *ticks.Book, project string, metrics *obs.Metrics, tracing *obs.Tracing, log *slog.Logger) (*ingress.Handler, error) {
 	topic := f.Topic
 	if _, id, err := queue.ParseURL(f.Topic); err == nil {
 		topic = id
@@ -167,9 +187,20 @@ func newIngress(f *IngressFlags, led ledger.Ledger, pub queue.RunPublisher, auth
 		Ledger: traceLedger(led, tracing), Publisher: &tracedPublisher{RunPublisher: pub, tracer: tracing.Tracer(tracerName), topic: topic},
 		TracerProvider: tracing.TracerProvider(), Namespace: f.Namespace, NamespaceHeader: f.NamespaceHeader,
 		MaxBody: f.MaxBody, MaxSkew: f.MaxSkew, Jobs: jobNames, AcceptAnyJob: jobNames == nil, Retention: f.Retention, Auth: authn, Operators: operators,
-		TraceProject: project, Logger: log,
+		TraceProject: project, Logger: log, Schedules: book,
 		Meter: metrics.Meter("github.com/runonce/runonce/pkg/ingress"), Metrics: metrics.Handler(),
 	})
+}
+
+// tickMeter is the meter of the missed-tick counter (ticks.MetricMissed).
+const tickMeter = "github.com/runonce/runonce/pkg/ticks"
+
+// fire is -schedule's FireFunc through h; nil without -schedule.
+func (f *IngressFlags) fire(h *ingress.Handler) ticks.FireFunc {
+	if !f.Schedule {
+		return nil
+	}
+	return fireThrough(h)
 }
 
 // operators returns the authenticator of -operators: the callers' (everyone) under

@@ -43,6 +43,7 @@ func TestRefusesUnsafeConfig(t *testing.T) {
 		{"bad topic", []string{"-auth", "none", "-accept-any-job", "-ledger", "memory://x", "-topic", "p/runs"}, nil, "scheme must be pubsub"},
 		{"neither a jobs file nor -accept-any-job", append(base, "-auth", "none"), nil, "-jobs or -accept-any-job is required"},
 		{"a jobs file and -accept-any-job", append(base, "-auth", "none", "-jobs", "jobs.json", "-accept-any-job"), nil, "both given"},
+		{"-schedule without a schedule", append(base, "-auth", "none", "-accept-any-job", "-schedule"), nil, "-schedule: no job of the jobs file has a \"schedule\""},
 		{"dev with a bad jobs file", []string{"-dev", "-dev-pubsub-port", "0", "-addr", "127.0.0.1:0", "-ledger", "memory://dev-bad", "-jobs", "/nonexistent/jobs.json"}, nil, "jobs file"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -88,7 +88,7 @@ func TestOneRunOneTrace(t *testing.T) {
 	}
 	in := &IngressFlags{ServerFlags: ServerFlags{Retention: ledger.DefaultRetention}, Topic: ps.URL("runs"), Namespace: "trace-test",
 		MaxBody: 1 << 20, MaxSkew: time.Minute}
-	h, err := newIngress(in, led, pub, auth.None{}, auth.None{}, []string{"report"}, project, metrics, ingressTr, log)
+	h, err := newIngress(in, led, pub, auth.None{}, auth.None{}, []string{"report"}, nil, project, metrics, ingressTr, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
 	"github.com/runonce/runonce/pkg/targets"
+	"github.com/runonce/runonce/pkg/ticks"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -86,7 +87,10 @@ func warnUnknown(log *slog.Logger, command string, p *config.Parsed) {
 // WorkerFlags are the worker's settings (docs/design.md and docs/configuration.md).
 type WorkerFlags struct {
 	ServerFlags
-	Subscription, Topic, Jobs    string
+	Subscription, Topic, Jobs string
+	// Namespace is the namespace whose ticks the worker checks for missed ones (the
+	// ingress's -namespace), when its jobs file has scheduled jobs.
+	Namespace                    string
 	Lease, Grace, RescueInterval time.Duration
 	MaxAckExtension              time.Duration
 	// UnhandledAfter: a run of a job no worker runs is failed once it has waited this
@@ -112,6 +116,7 @@ func WorkerFlagSet(f *WorkerFlags) *flag.FlagSet {
 	fs.BoolVar(&f.Push, "push", false, "serve POST /v1/push for a Pub/Sub push subscription (push mode; needs -auth oidc)")
 	fs.StringVar(&f.Topic, "topic", "", "pubsub://PROJECT/TOPIC where the rescuer republishes lost runs; empty: no rescuer")
 	fs.StringVar(&f.Jobs, "jobs", "", "jobs file: the HTTP and Google Cloud API targets this worker runs")
+	fs.StringVar(&f.Namespace, "namespace", "", "the ingress's -namespace: the runs whose ticks this worker checks for missed ones, when its jobs file has jobs with schedule or scheduler_job")
 	fs.IntVar(&f.Concurrency, "concurrency", 8, "jobs run at once by this process")
 	fs.DurationVar(&f.Lease, "lease", 30*time.Second, "lease length; renewed every third of it")
 	fs.DurationVar(&f.Grace, "grace", 8*time.Second, "shutdown grace before running jobs are cancelled and released")
@@ -180,9 +185,13 @@ func RunWorker(ctx context.Context, args []string, env config.Env, _, stderr io.
 	}
 	defer shutdownTracing(tracing, log)
 	mux := worker.NewMux()
+	var book *ticks.Book
 	if f.Jobs != "" {
 		js, err := jobs.Load(f.Jobs)
 		if err != nil {
+			return err
+		}
+		if book, err = scheduleBook(ctx, js, log); err != nil {
 			return err
 		}
 		closeTargets, err := targets.HandleJobs(ctx, mux, js, nil)
@@ -197,7 +206,7 @@ func RunWorker(ctx context.Context, args []string, env config.Env, _, stderr io.
 		return err
 	}
 	defer led.Close()
-	return ServeWorker(ctx, &WorkerSetup{Flags: f, Ledger: led, Handler: mux, Auth: authn, Log: log, Tracing: tracing})
+	return ServeWorker(ctx, &WorkerSetup{Flags: f, Ledger: led, Handler: mux, Auth: authn, Log: log, Tracing: tracing, Schedules: book})
 }
 
 // WorkerSetup is what ServeWorker runs: the parsed flags and the parts built from them.
@@ -219,6 +228,9 @@ type WorkerSetup struct {
 	// Tracing spans each attempt and its ledger calls; nil: none (the trace context is
 	// still carried).
 	Tracing *obs.Tracing
+	// Schedules, when set, are the jobs file's schedules, whose ticks of Flags.Namespace
+	// the worker checks for missed ones (ticks.Checker).
+	Schedules *ticks.Book
 }
 
 // project is the Google Cloud project of the worker's subscription or topic ("" when
@@ -319,11 +331,16 @@ func ServeWorker(ctx context.Context, s *WorkerSetup) error {
 	log.Info("worker listening", slog.String("addr", ln.Addr().String()), slog.String("subscription", f.Subscription),
 		slog.Int("concurrency", f.Concurrency), slog.Duration("lease", f.Lease), slog.Duration("grace", f.Grace),
 		slog.Any("jobs", names), slog.Bool("rescuer", cfg.Republish != nil))
+	loops, err := newTickLoops(&tickConfig{Book: s.Schedules, Ledger: s.Ledger, Namespace: f.Namespace, Meter: metrics.Meter(tickMeter), Log: log})
+	if err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	srv := config.NewServer(f.Addr, h, log)
 	srv.WriteTimeout = 0 // a push request lasts as long as its job
 	g.Go(func() error { return config.Serve(gctx, srv, ln, f.Grace+time.Second) })
 	g.Go(func() error { return w.Run(gctx) })
+	g.Go(func() error { return loops.run(gctx) })
 	// worker.Run logs its own stop; an error is the caller's to print.
 	return g.Wait()
 }
