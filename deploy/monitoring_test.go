@@ -18,9 +18,11 @@ import (
 
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/ingress"
+	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/memory"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/ticks"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -37,6 +39,7 @@ var runbookAlerts = map[string]struct {
 	"runs_failed":    {"workload.googleapis.com/runonce.worker.deliveries", "job=NAME-worker", map[string]string{"outcome": worker.OutcomeFailed}},
 	"leases_lost":    {"workload.googleapis.com/runonce.worker.leases.lost", "job=NAME-worker", nil},
 	"rescues":        {"workload.googleapis.com/runonce.worker.rescues", "job=NAME-worker", nil},
+	"ticks_missed":   {"workload.googleapis.com/" + ticks.MetricMissed, "job=NAME-worker", nil},
 	"ingress_5xx":    {"run.googleapis.com/request_count", "service_name=NAME-ingress", map[string]string{"response_code_class": "5xx"}},
 	"oldest_unacked": {"pubsub.googleapis.com/subscription/oldest_unacked_message_age", "subscription_id=SUB", nil},
 }
@@ -144,6 +147,21 @@ func emittedMetrics() (map[string]bool, error) {
 			instrumentsErr = err
 			return
 		}
+		// The missed-tick checker runs in the worker, for a jobs file with a schedule.
+		js, err := jobs.Parse(strings.NewReader(`{"jobs": {"nightly": {"schedule": "0 3 * * *"}}}`))
+		if err != nil {
+			instrumentsErr = err
+			return
+		}
+		book, err := ticks.NewBook(context.Background(), js, nil)
+		if err != nil {
+			instrumentsErr = err
+			return
+		}
+		if _, err := ticks.NewChecker(&ticks.CheckerConfig{Book: book, Reader: &ticks.Reader{Ledger: led}, Meter: m}); err != nil {
+			instrumentsErr = err
+			return
+		}
 		instruments = map[string]bool{}
 		for n := range m.names {
 			instruments["workload.googleapis.com/"+n] = true
@@ -177,7 +195,7 @@ func checkFilter(where, filter string, emitted map[string]bool, names map[string
 	for _, r := range resourceJobRe.FindAllStringSubmatch(filter, -1) {
 		if want, ok := names[r[1]+"="+r[2]]; !ok {
 			errs = append(errs, fmt.Errorf("%s: resource.label.%s = %q names nothing the module creates", where, r[1], r[2]))
-		} else if want != "" && !strings.HasPrefix(mt, want) {
+		} else if want != "" && !slices.ContainsFunc(strings.Split(want, "|"), func(p string) bool { return strings.HasPrefix(mt, p) }) {
 			errs = append(errs, fmt.Errorf("%s: %s is not reported on %s=%q", where, mt, r[1], r[2]))
 		}
 	}
@@ -199,10 +217,11 @@ func checkMonitoring(d *deployment) []error {
 	if v := vars["delivery"]; v.IsKnown() && v.AsString() == "push" {
 		sub = name + "-worker-push"
 	}
-	// resource label=value → the metric prefix reported there.
+	// resource label=value → the metric prefixes reported there ("|" between them): the
+	// worker also runs the missed-tick checker (runonce.job.ticks.missed).
 	names := map[string]string{
 		"job=" + name + "-ingress":                 "workload.googleapis.com/runonce.ingress.",
-		"job=" + name + "-worker":                  "workload.googleapis.com/runonce.worker.",
+		"job=" + name + "-worker":                  "workload.googleapis.com/runonce.worker.|workload.googleapis.com/runonce.job.",
 		"service_name=" + name + "-ingress":        "run.googleapis.com/",
 		"subscription_id=" + sub:                   "pubsub.googleapis.com/",
 		"subscription_id=" + name + "-dead-letter": "pubsub.googleapis.com/",

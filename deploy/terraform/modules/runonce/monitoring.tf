@@ -64,6 +64,15 @@ locals {
       threshold = var.alert_thresholds.rescues
       doc       = "The rescuer republished runs whose pickup deadline or lease had passed: messages were lost, or workers died holding runs. A few after a deploy are normal; a steady stream means messages are being dropped. Check the subscription's delivery and the workers' restarts (deploy/README.md, runbook)."
     }
+    ticks_missed = {
+      title     = "ticks missed"
+      filter    = "metric.type = \"workload.googleapis.com/runonce.job.ticks.missed\" AND ${local.workload_filter.worker}"
+      aligner   = "ALIGN_DELTA"
+      reducer   = "REDUCE_SUM"
+      window    = 600
+      threshold = var.alert_thresholds.ticks_missed
+      doc       = "A tick of a scheduled job (schedule or scheduler_job in the jobs file) got no run within its grace: the scheduler job is paused by mistake, deleted, its OIDC audience or URL is wrong, its retries ran out on 4xx answers, or the ingress was down. The worker's ERROR log line \"tick missed\" names the job, the tick and the backfill command; `runonce jobs ticks JOB` shows every missing tick. Fix the cause, then claim them with `runonce jobs backfill JOB --from 24h --to 0s` (a late real delivery is then a duplicate) (deploy/README.md, runbook)."
+    }
     ingress_5xx = {
       title     = "ingress 5xx answers"
       filter    = "metric.type = \"run.googleapis.com/request_count\" AND metric.label.response_code_class = \"5xx\" AND ${local.ingress_run_filter}"

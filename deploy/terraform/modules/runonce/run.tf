@@ -26,6 +26,9 @@ locals {
   worker_env = merge(
     {
       RUNONCE_LEDGER = local.ledger_url
+      # The runs whose ticks the worker checks for missed ones (the jobs file's
+      # scheduled jobs): the ingress's namespace.
+      RUNONCE_NAMESPACE = local.namespace
       # Where the rescuer republishes runs whose message was lost.
       RUNONCE_TOPIC = local.topic_url
       # With delivery = "push" the worker serves /v1/push (RUNONCE_PUSH below); it

@@ -530,6 +530,7 @@ variable "alert_thresholds" {
       leases_lost              attempts that lost their lease in 10 minutes
       rescues                  runs the rescuer republished in an hour
       ingress_5xx              5xx answers of the ingress in 10 minutes
+      ticks_missed             ticks of scheduled jobs missed in 10 minutes (any: 0)
       oldest_unacked_seconds   age of the oldest unacked message; null: the ledger's pickup timeout (300 s)
   EOT
   type = object({
@@ -538,6 +539,7 @@ variable "alert_thresholds" {
     leases_lost            = optional(number, 0)
     rescues                = optional(number, 5)
     ingress_5xx            = optional(number, 3)
+    ticks_missed           = optional(number, 0)
     oldest_unacked_seconds = optional(number)
   })
   default = {
@@ -546,6 +548,7 @@ variable "alert_thresholds" {
     leases_lost            = 0
     rescues                = 5
     ingress_5xx            = 3
+    ticks_missed           = 0
     oldest_unacked_seconds = null
   }
 }
