@@ -17,13 +17,15 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runonce/runonce/pkg/ledger"
-	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
 // The linearizability check: goroutines make random concurrent calls on a few runs
 // through the backend's real clock, and porcupine checks that the history is that of
-// some sequential order of the calls, each inside its call's interval, judged by a model
-// built from the state machine's Apply functions (package driver).
+// some sequential order of the calls, each inside its call's interval, judged by the
+// sequential specification of spec.go: the state machine of docs/design.md, written
+// apart from package driver, so that a wrong rule in driver's Apply functions (which
+// memory, SQLite, Firestore and Spanner execute) fails the check as a wrong rule in
+// PostgreSQL's SQL or Redis's Lua does.
 //
 // The operators' actions (retry, cancel, release, and resolving the runs' one effect
 // either way) and the lookup of a run by a prefix of its ID (ListRunIDs, which must see
@@ -119,11 +121,13 @@ type linInput struct {
 type linOutput struct {
 	err     string // "", lease_lost, not_found, conflict, invalid, unknown
 	created bool
-	outcome ledger.AcquireOutcome
-	run     linRun
-	done    bool
-	prev    int64
-	fxBy    int64
+	// mismatch: the claim found the run with another payload hash.
+	mismatch bool
+	outcome  ledger.AcquireOutcome
+	run      linRun
+	done     bool
+	prev     int64
+	fxBy     int64
 	// found: the lookup listed the run.
 	found bool
 }
@@ -174,138 +178,6 @@ func snap(r *ledger.Run) linRun {
 	}
 }
 
-func (s linState) record() *ledger.Run {
-	if !s.run.exists {
-		return nil
-	}
-	r := &ledger.Run{
-		ID: "", Status: s.run.status, Attempt: s.run.attempt, AttemptID: s.run.attemptID,
-		AttemptsMade: s.run.made, PayloadHash: s.run.payload, Deadline: linLeaseEnd,
-	}
-	if s.run.delayed {
-		r.NotBefore = linLeaseEnd
-	}
-	return r
-}
-
-func (s linState) effect() *ledger.Effect {
-	if s.fx == "" {
-		return nil
-	}
-	return &ledger.Effect{Status: s.fx, Attempt: s.fxBy}
-}
-
-// linNow is the model's clock, and linLeaseEnd every run's deadline in the model:
-// every lease is live.
-var (
-	linNow      = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
-	linLeaseEnd = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
-)
-
-// apply is the sequential step: the state after in and the answer it must give.
-func apply(s linState, in linInput) (linState, linOutput) {
-	cur := s.record()
-	if cur != nil {
-		cur.ID = in.run
-	}
-	var out linOutput
-	n := s
-	fence := in.fence
-	fence.RunID = in.run
-	switch in.op {
-	case "claim":
-		id := ledger.Identity{RunID: in.run, PayloadHash: in.payload}
-		w, res, err := driver.ApplyClaim(cur, &ledger.ClaimParams{Identity: id, AttemptID: in.attempt}, linNow)
-		out.err = errKind(err)
-		if err == nil {
-			out.created, out.run = res.Created, snap(res.Run)
-			if w != nil {
-				n.run = snap(w)
-			}
-		}
-	case "acquire":
-		id := ledger.Identity{RunID: in.run, PayloadHash: in.payload}
-		w, res, err := driver.ApplyAcquire(cur, &ledger.AcquireParams{Identity: id, AttemptID: in.attempt}, linNow)
-		out.err = errKind(err)
-		if err == nil {
-			out.outcome, out.run = res.Outcome, snap(res.Run)
-			if w != nil {
-				n.run = snap(w)
-			}
-		}
-	case "renew":
-		w, err := driver.ApplyRenew(cur, &ledger.RenewParams{Fence: fence}, linNow)
-		out.err = errKind(err)
-		if err == nil {
-			out.run, n.run = snap(w), snap(w)
-		}
-	case "complete", "fail", "release":
-		var w, ans *ledger.Run
-		var err error
-		switch in.op {
-		case "complete":
-			w, ans, err = driver.ApplyComplete(cur, &ledger.CompleteParams{Fence: fence}, linNow)
-		case "fail":
-			w, ans, err = driver.ApplyFail(cur, &ledger.FailParams{Fence: fence, Error: "lin"}, linNow)
-		default:
-			w, ans, err = driver.ApplyRelease(cur, &ledger.ReleaseParams{Fence: fence, Error: "lin", RetryAfter: in.delay, Retention: in.keep}, linNow)
-		}
-		out.err = errKind(err)
-		if err == nil {
-			out.run = snap(ans)
-			if w != nil {
-				n.run = snap(w)
-			}
-		}
-	case "get":
-		if cur == nil {
-			out.err = "not_found"
-		} else {
-			out.run = snap(cur)
-		}
-	case "lookup":
-		out.found = s.run.exists
-	case "expedite":
-		w, err := driver.ApplyExpedite(cur, &ledger.ExpediteParams{RunID: in.run, AttemptID: in.attempt}, linNow)
-		out.err = errKind(err)
-		if err == nil {
-			out.run, n.run = snap(w), snap(w)
-		}
-	case "begin":
-		w, res, err := driver.ApplyBeginEffect(cur, s.effect(), &ledger.BeginEffectParams{Fence: fence, Name: linEffect}, linNow)
-		out.err = errKind(err)
-		if err == nil {
-			out.done, out.prev, out.fxBy = res.Done, res.PreviousAttempt, res.Effect.Attempt
-			if w != nil {
-				n.fx, n.fxBy = w.Status, w.Attempt
-			}
-		}
-	case "completefx":
-		w, _, err := driver.ApplyCompleteEffect(cur, s.effect(), &ledger.CompleteEffectParams{Fence: fence, Name: linEffect}, linNow)
-		out.err = errKind(err)
-		if err == nil && w != nil {
-			n.fx, n.fxBy = w.Status, w.Attempt
-		}
-	case "resolve":
-		w, we, err := driver.ApplyResolveEffect(cur, s.effect(), linResolution(in.run, in.done), linNow)
-		out.err = errKind(err)
-		if err == nil {
-			out.run, n.run = snap(w), snap(w)
-			n.fx, n.fxBy = we.Status, we.Attempt
-		}
-	case "retry", "cancel", "orelease":
-		rule := map[string]func(*ledger.Run, *ledger.OperatorParams, time.Time) (*ledger.Run, error){
-			"retry": driver.ApplyRetry, "cancel": driver.ApplyCancel, "orelease": driver.ApplyOperatorRelease,
-		}[in.op]
-		w, err := rule(cur, linOperator(in.run), linNow)
-		out.err = errKind(err)
-		if err == nil {
-			out.run, n.run = snap(w), snap(w)
-		}
-	}
-	return n, out
-}
-
 func linOperator(run string) *ledger.OperatorParams {
 	return &ledger.OperatorParams{RunID: run, Actor: "ledgertest", Reason: "linearizability", PickupTimeout: linPickup}
 }
@@ -339,9 +211,9 @@ var linModel = porcupine.NondeterministicModel{
 	Step: func(state, input, output any) []any {
 		s, in, got := state.(linState), input.(linInput), output.(linOutput)
 		if in.op == "rescue" {
-			return stepRescue(s, in, got)
+			return rescueSpec(s, in, got)
 		}
-		n, want := apply(s, in)
+		n, want := specStep(s, in)
 		if got.err == "unknown" {
 			return []any{s, n} // it may or may not have applied
 		}
@@ -351,8 +223,8 @@ var linModel = porcupine.NondeterministicModel{
 			// from the statement's snapshot). Unspecified, and harmless: the attempt is
 			// the caller's own, and the worker treats both answers as "began before".
 			in.op == "begin" && want.prev == in.fence.Attempt && got.prev < in.fence.Attempt
-		if got.err != want.err || got.created != want.created || got.outcome != want.outcome || got.run != want.run ||
-			got.done != want.done || !prevOK || got.fxBy != want.fxBy || got.found != want.found {
+		if got.err != want.err || got.created != want.created || got.mismatch != want.mismatch || got.outcome != want.outcome ||
+			got.run != want.run || got.done != want.done || !prevOK || got.fxBy != want.fxBy || got.found != want.found {
 			return nil
 		}
 		return []any{n}
@@ -409,46 +281,6 @@ func describeRun(r linRun) string {
 		due = " (retry not due)"
 	}
 	return fmt.Sprintf("%s%s attempt %d/%s made %d", r.status, due, r.attempt, short(r.attemptID), r.made)
-}
-
-// stepRescue: a rescue succeeds only on a queued run whose listed status, attempt and
-// deadline match (leases are live, so never on a running one); a conflict is legal
-// whenever no lease expired, since whether a pickup deadline passed is a matter of time.
-func stepRescue(s linState, in linInput, got linOutput) []any {
-	rescuable := s.run.exists && s.run.status == ledger.StatusQueued && !s.run.delayed &&
-		s.run.status == in.rescue.Status && s.run.attempt == in.rescue.Attempt
-	applied := func() linState {
-		cur := s.record()
-		cur.ID = in.run
-		p := in.rescue
-		p.RunID = in.run
-		p.Deadline = cur.Deadline
-		w, err := driver.ApplyRescue(cur, &p, time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC))
-		if err != nil {
-			return s
-		}
-		n := s
-		n.run = snap(w)
-		return n
-	}
-	switch got.err {
-	case "unknown":
-		if rescuable {
-			return []any{s, applied()}
-		}
-		return []any{s}
-	case "conflict", "not_found":
-		if got.err == "not_found" && s.run.exists {
-			return nil
-		}
-		return []any{s}
-	case "":
-		if !rescuable || got.run != snap(func() *ledger.Run { n := applied(); return n.record() }()) {
-			return nil
-		}
-		return []any{applied()}
-	}
-	return nil
 }
 
 // recordHistory runs linClients goroutines of linOps random calls on linRuns fresh runs
@@ -545,6 +377,7 @@ func recordHistory(f *fixture, round uint64) []porcupine.Operation {
 				default:
 					in.op = "get"
 				}
+				resolved := false // in is the claim of a run just resolved
 				for {
 					call := now()
 					out, granted, read := linCall(f, in)
@@ -564,17 +397,32 @@ func recordHistory(f *fixture, round uint64) []porcupine.Operation {
 					// Where the backend resolves effects, an attempt that just began the
 					// effect sometimes fails at once, leaving it uncertain, and a run just
 					// failed is often resolved at once, so that resolutions meet failed
-					// runs whose effect is pending (or done, or absent).
+					// runs whose effect is pending (or done, or absent). A run resolved is
+					// claimed and its effect begun again at once, so that the verdict is
+					// seen (done, or begun afresh with no previous attempt); a run just
+					// claimed sometimes begins its effect at once, so that the chain starts
+					// often enough (the runs of a history are soon finished for good).
 					if f.h.Operations && out.err == "" {
-						if in.op == "begin" && !out.done && rng.IntN(4) == 0 {
+						if in.op == "acquire" && granted != nil && (resolved || rng.IntN(3) == 0) {
+							in = linInput{op: "begin", run: in.run, fence: *granted, keep: effectKeep}
+							resolved = false
+							continue
+						}
+						if in.op == "begin" && !out.done && rng.IntN(3) == 0 {
 							in = linInput{op: "fail", run: in.run, fence: in.fence, keep: runKeep}
 							continue
 						}
-						if in.op == "fail" && rng.IntN(2) == 0 {
+						if in.op == "fail" && rng.IntN(4) != 0 {
 							in = linInput{op: "resolve", run: in.run, done: rng.IntN(2) == 0, keep: runKeep}
 							continue
 						}
+						if in.op == "resolve" {
+							in = linInput{op: "acquire", run: in.run, attempt: uuid.NewString(), payload: good, keep: runKeep}
+							resolved = true
+							continue
+						}
 					}
+					resolved = false
 					// An effect just done is begun again: it must be reported done (after
 					// its own ExpireAt and a sweep, in the rounds that sweep).
 					if in.op != "completefx" || out.err != "" {
@@ -624,7 +472,7 @@ func linCall(f *fixture, in linInput) (linOutput, *ledger.Fence, *ledger.Run) {
 		var res *ledger.ClaimResult
 		res, err = l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: in.attempt, PickupTimeout: linPickup, Retention: in.keep})
 		if err == nil {
-			out.created, r = res.Created, res.Run
+			out.created, out.mismatch, r = res.Created, res.PayloadMismatch, res.Run
 		}
 	case "acquire":
 		id := identity(in.run)
