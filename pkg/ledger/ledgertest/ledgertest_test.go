@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/driver"
 	"github.com/runonce/runonce/pkg/ledger/ledgertest"
 	"github.com/runonce/runonce/pkg/ledger/memory"
 )
@@ -94,6 +95,35 @@ var brokenBackends = map[string]brokenBackend{
 	"FencesContendedRenewals": {
 		wrap:     func(l ledger.Ledger) ledger.Ledger { return &contendedRenewals{Ledger: l} },
 		mustFail: []string{"Contention/RenewalsOutlastContention"},
+	},
+	// The four below are backends built on driver.Transitions whose state machine rule
+	// is wrong (driverRule): each is a bug in package driver's Apply functions, which
+	// memory, SQLite, Firestore and Spanner execute. The linearizability check's model
+	// is written apart from driver (spec.go), so it catches them; a model built from
+	// driver's Apply functions, as it was, would have held the bug to itself.
+	//
+	// Renews the run for whichever attempt holds it: a stale attempt's renewal succeeds.
+	"DriverRenewAcceptsStaleAttempts": {
+		wrap: func(l ledger.Ledger) ledger.Ledger { return newDriverRule(l, renewAnyAttempt) },
+		mustFail: []string{"Fence/WrongAttemptNumberIsRefused", "Fence/WrongAttemptIDIsRefused",
+			"Linearizability/ConcurrentHistories"},
+	},
+	// Completes or fails the run for whichever attempt holds it, as Redis's finish script
+	// would without its fence: a stale attempt finishes a run another attempt took over.
+	"DriverFinishUnfenced": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return newDriverRule(l, finishAnyAttempt) },
+		mustFail: []string{"Finish/FinishAfterTakeoverKeepsTheNewHolder", "Linearizability/ConcurrentHistories"},
+	},
+	// Begins an effect as new though an earlier attempt recorded it done.
+	"DriverBeginForgetsDone": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return newDriverRule(l, beginForgetsDone) },
+		mustFail: []string{"Effect/DoneEffectIsSkippedByTheNextAttempt", "Linearizability/ConcurrentHistories"},
+	},
+	// Releases a run without counting the attempt: a run released for ever is never
+	// failed for exhausting its attempts.
+	"DriverReleaseCountsNoAttempt": {
+		wrap:     func(l ledger.Ledger) ledger.Ledger { return newDriverRule(l, releaseUncounted) },
+		mustFail: []string{"Finish/Release", "Linearizability/ConcurrentHistories"},
 	},
 	// Answers a cancel as done without writing it: the run goes on.
 	"LyingCancel": {
@@ -454,4 +484,114 @@ func (b *droppedProgress) Renew(ctx context.Context, p *ledger.RenewParams) (*le
 	q := *p
 	q.Progress = nil
 	return b.Ledger.Renew(ctx, &q)
+}
+
+// driverRule is a memory ledger one of whose transitions decides by a wrong rule, as a
+// backend built on driver.Transitions would if driver's Apply function were wrong: the
+// rule runs inside memory's own driver.Store, read and write in one atomic update.
+type driverRule struct {
+	*memory.Ledger
+	// store is memory's driver.Store.
+	store driver.Store
+	// rule names which transition is wrong.
+	rule mutatedRule
+}
+
+type mutatedRule int
+
+const (
+	renewAnyAttempt mutatedRule = iota + 1
+	finishAnyAttempt
+	beginForgetsDone
+	releaseUncounted
+)
+
+func newDriverRule(l ledger.Ledger, rule mutatedRule) *driverRule {
+	m := l.(*memory.Ledger)
+	return &driverRule{Ledger: m, store: m.Transitions.Store, rule: rule}
+}
+
+// holder is the fence of whichever attempt holds cur now (f when none does): the
+// mutated rules that forget their fence apply the correct rule as that attempt.
+func holder(cur *ledger.Run, f ledger.Fence) ledger.Fence {
+	if cur != nil && cur.Status == ledger.StatusRunning {
+		return ledger.Fence{RunID: cur.ID, Attempt: cur.Attempt, AttemptID: cur.AttemptID}
+	}
+	return f
+}
+
+// update runs rule on the run in one atomic update of memory's store.
+func (d *driverRule) update(ctx context.Context, op string, id string, now time.Time, rule func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error)) (*ledger.Run, error) {
+	var answer *ledger.Run
+	err := d.store.UpdateRun(ctx, op, id, now, func(cur *ledger.Run, now time.Time) (*ledger.Run, error) {
+		next, a, err := rule(cur, now)
+		answer = a
+		return next, err
+	})
+	return answer, err
+}
+
+func (d *driverRule) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
+	if d.rule != renewAnyAttempt {
+		return d.Ledger.Renew(ctx, p)
+	}
+	return d.update(ctx, "renew", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+		q := *p
+		q.Fence = holder(cur, p.Fence)
+		next, err := driver.ApplyRenew(cur, &q, now)
+		return next, next, err
+	})
+}
+
+func (d *driverRule) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
+	if d.rule != finishAnyAttempt {
+		return d.Ledger.Complete(ctx, p)
+	}
+	return d.update(ctx, "complete", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+		q := *p
+		q.Fence = holder(cur, p.Fence)
+		return driver.ApplyComplete(cur, &q, now)
+	})
+}
+
+func (d *driverRule) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
+	if d.rule != finishAnyAttempt {
+		return d.Ledger.Fail(ctx, p)
+	}
+	return d.update(ctx, "fail", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+		q := *p
+		q.Fence = holder(cur, p.Fence)
+		return driver.ApplyFail(cur, &q, now)
+	})
+}
+
+func (d *driverRule) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
+	if d.rule != releaseUncounted {
+		return d.Ledger.Release(ctx, p)
+	}
+	return d.update(ctx, "release", p.RunID, p.Now, func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
+		next, answer, err := driver.ApplyRelease(cur, p, now)
+		if next != nil {
+			next.AttemptsMade-- // the attempt is not counted
+		}
+		return next, answer, err
+	})
+}
+
+func (d *driverRule) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
+	if d.rule != beginForgetsDone {
+		return d.Ledger.BeginEffect(ctx, p)
+	}
+	var res *ledger.BeginEffectResult
+	err := d.store.UpdateEffect(ctx, "begin effect", p.RunID, p.Name, p.Now, func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error) {
+		if cur != nil && cur.Status == ledger.EffectDone {
+			c := *cur
+			c.Status = ledger.EffectPending // done is forgotten
+			cur = &c
+		}
+		next, r, err := driver.ApplyBeginEffect(run, cur, p, now)
+		res = r
+		return next, err
+	})
+	return res, err
 }
