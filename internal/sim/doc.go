@@ -47,7 +47,12 @@
 // after its success was recorded, one through worker.AtMostOnce starts at most once,
 // and every downstream call of an effect carries its one key; no two attempts of a run
 // hold it at once, as the job itself observes it; no run is answered "new" twice, and
-// no job runs with a payload other than the one accepted; and no call waits unbounded.
+// no job runs with a payload other than the one accepted; every fenced write the ledger
+// accepts (a renewal, a completion, a release, a failure, an effect's begin or
+// completion) comes from the attempt that held the run just before it applied, or
+// repeats a finishing write of that attempt (invariant 5: the fault wrapper reads the
+// run at each such write's step, which is its linearisation point, since one actor runs
+// at a time); and no call waits unbounded.
 //
 // Mutants (mutants.go) reintroduce holes that were closed, as broken ledgers, as a
 // switch of the workers' wrappers, or as a worker option (ignores-max-run-time); TestMutantsAreCaught checks that the schedules CI

@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -180,6 +181,10 @@ type faultLedger struct {
 	acquired func(r *ledger.Run)
 	// sweeping runs as a sweep applies, before it deletes anything.
 	sweeping func(ctx context.Context)
+	// accepted notes every fenced write the ledger accepted (renew, complete, release,
+	// fail, begin effect, complete effect) with the run as it stood just before the
+	// write applied: its linearisation point, since only one actor runs at a time.
+	accepted func(op string, f ledger.Fence, before *ledger.Run)
 	// hung handles a call that hangs with no deadline (see hang).
 	hung func(ctx context.Context, what string) error
 	// unbounded drops the callers' deadlines (the mutant unbounded-calls).
@@ -250,6 +255,25 @@ func keeperCall[T any](ctx context.Context, l *faultLedger, what string, fn func
 	return fn(l.clock.Now())
 }
 
+// observed applies a write to run runID, reading the run just before it (outside the
+// faults): the read and the write are one step of the schedule, so the read is the
+// state the write applies to (nil: absent). note gets it when the ledger accepted the
+// write.
+func observed[T any](ctx context.Context, l *faultLedger, runID string, write func() (T, error), note func(before *ledger.Run)) (T, error) {
+	before, err := l.Ledger.Get(context.WithoutCancel(ctx), &ledger.GetParams{RunID: runID})
+	known := err == nil || errors.Is(err, ledger.ErrNotFound)
+	v, err := write()
+	if err == nil && known {
+		note(before)
+	}
+	return v, err
+}
+
+// fenced applies a fenced write of attempt f, noted with the run just before it.
+func fenced[T any](ctx context.Context, l *faultLedger, op string, f ledger.Fence, write func() (T, error)) (T, error) {
+	return observed(ctx, l, f.RunID, write, func(before *ledger.Run) { l.accepted(op, f, before) })
+}
+
 func or(t, now time.Time) time.Time {
 	if t.IsZero() {
 		return now
@@ -289,7 +313,7 @@ func (l *faultLedger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger
 	return call(ctx, l, "renew", func(now time.Time) (*ledger.Run, error) {
 		q := *p
 		q.Now = or(q.Now, now)
-		r, err := l.Ledger.Renew(ctx, &q)
+		r, err := fenced(ctx, l, "renew", p.Fence, func() (*ledger.Run, error) { return l.Ledger.Renew(ctx, &q) })
 		if err == nil {
 			l.acquired(r) // the lease now runs until r.Deadline
 		}
@@ -301,7 +325,7 @@ func (l *faultLedger) Complete(ctx context.Context, p *ledger.CompleteParams) (*
 	return call(ctx, l, "complete", func(now time.Time) (*ledger.Run, error) {
 		q := *p
 		q.Now = or(q.Now, now)
-		return l.Ledger.Complete(ctx, &q)
+		return fenced(ctx, l, "complete", p.Fence, func() (*ledger.Run, error) { return l.Ledger.Complete(ctx, &q) })
 	})
 }
 
@@ -309,7 +333,7 @@ func (l *faultLedger) Release(ctx context.Context, p *ledger.ReleaseParams) (*le
 	return call(ctx, l, "release", func(now time.Time) (*ledger.Run, error) {
 		q := *p
 		q.Now = or(q.Now, now)
-		return l.Ledger.Release(ctx, &q)
+		return fenced(ctx, l, "release", p.Fence, func() (*ledger.Run, error) { return l.Ledger.Release(ctx, &q) })
 	})
 }
 
@@ -317,7 +341,7 @@ func (l *faultLedger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.R
 	return call(ctx, l, "fail", func(now time.Time) (*ledger.Run, error) {
 		q := *p
 		q.Now = or(q.Now, now)
-		return l.Ledger.Fail(ctx, &q)
+		return fenced(ctx, l, "fail", p.Fence, func() (*ledger.Run, error) { return l.Ledger.Fail(ctx, &q) })
 	})
 }
 
@@ -329,7 +353,7 @@ func (l *faultLedger) BeginEffect(ctx context.Context, p *ledger.BeginEffectPara
 	return call(ctx, l, "begin effect", func(now time.Time) (*ledger.BeginEffectResult, error) {
 		q := *p
 		q.Now = or(q.Now, now)
-		return l.Ledger.BeginEffect(ctx, &q)
+		return fenced(ctx, l, "begin effect", p.Fence, func() (*ledger.BeginEffectResult, error) { return l.Ledger.BeginEffect(ctx, &q) })
 	})
 }
 
@@ -337,7 +361,7 @@ func (l *faultLedger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffe
 	return call(ctx, l, "complete effect", func(now time.Time) (*ledger.Effect, error) {
 		q := *p
 		q.Now = or(q.Now, now)
-		return l.Ledger.CompleteEffect(ctx, &q)
+		return fenced(ctx, l, "complete effect", p.Fence, func() (*ledger.Effect, error) { return l.Ledger.CompleteEffect(ctx, &q) })
 	})
 }
 

@@ -159,6 +159,34 @@ func (h *history) effectDone(a *actor, key string) {
 	}
 }
 
+// repeats are the finishing writes a repeat of which, by the attempt that made it, is
+// accepted with no holder: the status each leaves the run in.
+var repeats = map[string]ledger.Status{"complete": ledger.StatusCompleted, "fail": ledger.StatusFailed, "release": ledger.StatusQueued}
+
+// fencedWrite checks a fenced write the ledger accepted against the run as it stood
+// just before the write applied: only the attempt holding the run then (running, at the
+// write's attempt number and attempt ID) may write, except for a finishing write that
+// the attempt which made it repeats (its answer was lost).
+func (h *history) fencedWrite(op string, f ledger.Fence, before *ledger.Run) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	by := before != nil && before.Attempt == f.Attempt && before.AttemptID == f.AttemptID
+	if by && before.Status == ledger.StatusRunning {
+		return
+	}
+	if to, ok := repeats[op]; ok && by && before.Status == to {
+		return
+	}
+	state := "the run was absent"
+	if before != nil {
+		state = fmt.Sprintf("the run was %s at attempt %d", before.Status, before.Attempt)
+		if before.Status == ledger.StatusRunning {
+			state = fmt.Sprintf("attempt %d held the run", before.Attempt)
+		}
+	}
+	h.violate("invariant 5: %s by attempt %d of run %s was accepted while %s: only the holder writes", op, f.Attempt, short(f.RunID), state)
+}
+
 // unbounded records a call made with no deadline that hung: its caller waits forever.
 func (h *history) unbounded(a *actor, what string) {
 	h.mu.Lock()

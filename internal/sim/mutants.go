@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -39,6 +40,11 @@ var Mutants = map[string]func(ledger.Ledger) ledger.Ledger{
 	// rescued run, whose messages carry its creation time) is never run again (issue
 	// 12). The claim with MustExist answers as if the run were absent.
 	"old-messages-dropped": func(l ledger.Ledger) ledger.Ledger { return &oldDropped{l} },
+	// A finishing write without its fence, as Redis's finish script that skips it (issue
+	// 40): a stale attempt whose complete or fail is refused completes or fails the run
+	// another attempt took over, in that attempt's name. The conformance suite catches
+	// it; before the simulation checked who finished a run, no schedule did.
+	"unfenced-finish": func(l ledger.Ledger) ledger.Ledger { return &unfencedFinish{l} },
 }
 
 // UnboundedCalls names the mutant whose workers make their ledger calls and
@@ -64,6 +70,37 @@ func MutantNames() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+type unfencedFinish struct{ ledger.Ledger }
+
+// holder returns the fence of the attempt holding f's run, or ok false when none does.
+func (b *unfencedFinish) holder(ctx context.Context, f ledger.Fence) (ledger.Fence, bool) {
+	r, err := b.Ledger.Get(ctx, &ledger.GetParams{RunID: f.RunID})
+	if err != nil || r.Status != ledger.StatusRunning {
+		return f, false
+	}
+	return ledger.Fence{RunID: f.RunID, Attempt: r.Attempt, AttemptID: r.AttemptID}, true
+}
+
+func (b *unfencedFinish) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
+	r, err := b.Ledger.Complete(ctx, p)
+	if f, ok := b.holder(ctx, p.Fence); errors.Is(err, ledger.ErrLeaseLost) && ok {
+		q := *p
+		q.Fence = f
+		return b.Ledger.Complete(ctx, &q)
+	}
+	return r, err
+}
+
+func (b *unfencedFinish) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
+	r, err := b.Ledger.Fail(ctx, p)
+	if f, ok := b.holder(ctx, p.Fence); errors.Is(err, ledger.ErrLeaseLost) && ok {
+		q := *p
+		q.Fence = f
+		return b.Ledger.Fail(ctx, &q)
+	}
+	return r, err
 }
 
 type oldDropped struct{ ledger.Ledger }

@@ -160,7 +160,10 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		sm.raw = l
 	}
 	sm.lastRescue = sm.clock.Now()
-	fl := &faultLedger{Ledger: l, s: sm.s, f: sm.f, clock: sm.clock, acquired: sm.h.acquired, sweeping: sm.sweeping, hung: sm.hung}
+	fl := &faultLedger{
+		Ledger: l, s: sm.s, f: sm.f, clock: sm.clock, acquired: sm.h.acquired, accepted: sm.h.fencedWrite,
+		sweeping: sm.sweeping, hung: sm.hung,
+	}
 	pub := &faultPublisher{s: sm.s, f: sm.f, q: sm.q, hung: sm.hung}
 	// The workers' own wrappers: the mutant unbounded-calls drops their deadlines.
 	wfl, wpub := *fl, *pub

@@ -150,6 +150,7 @@ func TestMutantsAreCaught(t *testing.T) {
 		"expiry-ignores-deadlines": "invariant 1",
 		"sweeps-live-effects":      "invariant 2",
 		"old-messages-dropped":     "invariant 1",
+		"unfenced-finish":          "invariant 5",
 		sim.UnboundedCalls:         "bounded waits",
 		sim.IgnoresMaxRunTime:      "invariant 1",
 	}
