@@ -228,6 +228,11 @@ func (s *sched) end(crashed []*actor) {
 	for _, b := range s.blocked {
 		parked = append(parked, b.a)
 	}
+	// They are let go as crashed: together, so none of them may log, check or touch the
+	// schedule's state any more (crashed actors return at once).
+	for _, a := range parked {
+		a.crashed = true
+	}
 	s.parked, s.hung, s.blocked = nil, nil, nil
 	s.mu.Unlock()
 	go func() {
