@@ -1,9 +1,12 @@
 // Package sim is a simulation of the whole pipeline in one process — callers that
 // behave like Cloud Scheduler, the ingress handler, a lossy queue, several workers, the
-// rescuer and the sweeper over one ledger backend — driven by a seeded random schedule
+// rescuer, the sweeper and, in a third of the schedules, an operator who retries,
+// cancels and releases runs through the ingress's actions (ingress.Handler.Act) over one
+// ledger backend — driven by a seeded random schedule
 // of interleavings and faults, and checked against the guarantees afterwards.
 //
-// Every actor (an ingress request, a worker delivery, a rescue round) runs in its own
+// Every actor (an ingress request, a worker delivery, a rescue round, an operator's
+// action) runs in its own
 // goroutine, but only one runs at a time: each ledger call, each publish and each
 // downstream call of a job is a point where the actor hands control back to the
 // driver, which picks, from the seed, what happens next: another parked actor goes on,
@@ -52,7 +55,10 @@
 // completion) comes from the attempt that held the run just before it applied, or
 // repeats a finishing write of that attempt (invariant 5: the fault wrapper reads the
 // run at each such write's step, which is its linearisation point, since one actor runs
-// at a time); and no call waits unbounded.
+// at a time); an operator's cancel is final (no worker claim is granted after it, and the
+// run ends cancelled), and an attempt an operator's release or cancel took the run from
+// is fenced (invariant 5) though its job may still run until it learns so, which is no
+// second holder (invariant 3); and no call waits unbounded.
 //
 // Mutants (mutants.go) reintroduce holes that were closed, as broken ledgers, as a
 // switch of the workers' wrappers, or as a worker option (ignores-max-run-time); TestMutantsAreCaught checks that the schedules CI

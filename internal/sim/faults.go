@@ -185,6 +185,9 @@ type faultLedger struct {
 	// fail, begin effect, complete effect) with the run as it stood just before the
 	// write applied: its linearisation point, since only one actor runs at a time.
 	accepted func(op string, f ledger.Fence, before *ledger.Run)
+	// operated notes every operator's action the ledger accepted (retry, cancel,
+	// operator release), with the run just before it.
+	operated func(op string, before *ledger.Run)
 	// hung handles a call that hangs with no deadline (see hang).
 	hung func(ctx context.Context, what string) error
 	// unbounded drops the callers' deadlines (the mutant unbounded-calls).
@@ -272,6 +275,28 @@ func observed[T any](ctx context.Context, l *faultLedger, runID string, write fu
 // fenced applies a fenced write of attempt f, noted with the run just before it.
 func fenced[T any](ctx context.Context, l *faultLedger, op string, f ledger.Fence, write func() (T, error)) (T, error) {
 	return observed(ctx, l, f.RunID, write, func(before *ledger.Run) { l.accepted(op, f, before) })
+}
+
+// operator applies an operator's action (the ingress's Act), noted with the run just
+// before it.
+func (l *faultLedger) operator(ctx context.Context, op string, p *ledger.OperatorParams, act func(context.Context, *ledger.OperatorParams) (*ledger.Run, error)) (*ledger.Run, error) {
+	return call(ctx, l, op, func(now time.Time) (*ledger.Run, error) {
+		q := *p
+		q.Now = or(q.Now, now)
+		return observed(ctx, l, p.RunID, func() (*ledger.Run, error) { return act(ctx, &q) }, func(before *ledger.Run) { l.operated(op, before) })
+	})
+}
+
+func (l *faultLedger) Retry(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	return l.operator(ctx, "retry", p, l.Ledger.Retry)
+}
+
+func (l *faultLedger) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	return l.operator(ctx, "cancel", p, l.Ledger.Cancel)
+}
+
+func (l *faultLedger) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	return l.operator(ctx, "operator release", p, l.Ledger.OperatorRelease)
 }
 
 func or(t, now time.Time) time.Time {

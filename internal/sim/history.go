@@ -3,7 +3,8 @@ package sim
 import (
 	"bytes"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +32,10 @@ type history struct {
 	keys  map[string]string // effect name and run → the key seen first
 	// terminal: runs seen completed or failed as a sweep applied, which it may delete.
 	terminal map[string]bool
+	// cancelled: runs an operator cancelled; revoked: attempts an operator's release or
+	// cancel took the run from, by run ID, whose jobs may go on until they learn it.
+	cancelled map[string]bool
+	revoked   map[string]map[int64]bool
 	// violations found while the schedule ran.
 	violations []string
 }
@@ -45,6 +50,7 @@ func newHistory(c *clock) *history {
 		clock: c, sent: map[string][][]byte{}, accepted: map[string][]byte{}, news: map[string]int{},
 		leases: map[string]map[int64]time.Time{}, holding: map[string][]*holder{},
 		calls: map[string]int{}, done: map[string]bool{}, keys: map[string]string{}, terminal: map[string]bool{},
+		cancelled: map[string]bool{}, revoked: map[string]map[int64]bool{},
 	}
 }
 
@@ -74,9 +80,14 @@ func (h *history) answered(runID string, payload []byte, isNew bool) {
 	}
 }
 
+// acquired records the lease a worker claim or a renewal granted: a claim of a run an
+// operator cancelled is a violation (a renewal of one is invariant 5's).
 func (h *history) acquired(r *ledger.Run) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.cancelled[r.ID] && r.Status == ledger.StatusRunning {
+		h.violate("invariant 6: attempt %d of run %s was granted after an operator cancelled the run", r.Attempt, short(r.ID))
+	}
 	if h.leases[r.ID] == nil {
 		h.leases[r.ID] = map[int64]time.Time{}
 	}
@@ -94,6 +105,9 @@ func (h *history) jobStarted(a *actor, runID string, attempt int64, payload []by
 	}
 	now := h.clock.Now()
 	for _, o := range h.holding[runID] {
+		if h.revoked[runID][o.attempt] {
+			continue // an operator took the run from it: it is fenced, and learns so at its next write
+		}
 		if exp, ok := h.leases[runID][o.attempt]; !ok || !now.After(exp) {
 			h.violate("invariant 3: attempt %d of run %s started while attempt %d was running with a live lease (until %s, now %s)",
 				attempt, short(runID), o.attempt, exp.Format(time.TimeOnly), now.Format(time.TimeOnly))
@@ -187,6 +201,68 @@ func (h *history) fencedWrite(op string, f ledger.Fence, before *ledger.Run) {
 	h.violate("invariant 5: %s by attempt %d of run %s was accepted while %s: only the holder writes", op, f.Attempt, short(f.RunID), state)
 }
 
+// operated records an operator's action the ledger accepted, on the run as it stood
+// just before: a cancel ends the run for good, and a cancel or a release of a running
+// run takes it from its attempt, whose job may go on until its next renewal or write
+// tells it (no second holder, as invariant 3 sees it; every write it makes is refused,
+// as invariant 5 checks).
+func (h *history) operated(op string, before *ledger.Run) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if before == nil {
+		h.violate("invariant 6: an operator's %s was accepted on a run that did not exist", op)
+		return
+	}
+	if op == "cancel" {
+		h.cancelled[before.ID] = true
+	}
+	if (op == "cancel" || op == "operator release") && before.Status == ledger.StatusRunning {
+		if h.revoked[before.ID] == nil {
+			h.revoked[before.ID] = map[int64]bool{}
+		}
+		h.revoked[before.ID][before.Attempt] = true
+	}
+}
+
+// heldRuns returns the runs some job is running, sorted.
+func (h *history) heldRuns() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for id, hs := range h.holding {
+		if len(hs) > 0 {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkedRuns returns the runs whose end the final checks judge, sorted: those some
+// caller got a 2xx for, and those an operator cancelled.
+func (h *history) checkedRuns() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ids := slices.AppendSeq(slices.Collect(maps.Keys(h.accepted)), maps.Keys(h.cancelled))
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// wasAccepted reports whether a caller got a 2xx for run id, and wasCancelled whether an
+// operator cancelled it.
+func (h *history) wasAccepted(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.accepted[id]
+	return ok
+}
+
+func (h *history) wasCancelled(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cancelled[id]
+}
+
 // unbounded records a call made with no deadline that hung: its caller waits forever.
 func (h *history) unbounded(a *actor, what string) {
 	h.mu.Lock()
@@ -212,12 +288,7 @@ func (h *history) wasFinished(id string) bool {
 func (h *history) acceptedRuns() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]string, 0, len(h.accepted))
-	for id := range h.accepted {
-		out = append(out, id)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(h.accepted))
 }
 
 func short(id string) string {

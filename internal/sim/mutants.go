@@ -45,6 +45,9 @@ var Mutants = map[string]func(ledger.Ledger) ledger.Ledger{
 	// another attempt took over, in that attempt's name. The conformance suite catches
 	// it; before the simulation checked who finished a run, no schedule did.
 	"unfenced-finish": func(l ledger.Ledger) ledger.Ledger { return &unfencedFinish{l} },
+	// A cancel answered as done without being written: the operator is told the run is
+	// cancelled, and it goes on to complete.
+	"lying-cancel": func(l ledger.Ledger) ledger.Ledger { return &lyingCancel{l} },
 }
 
 // UnboundedCalls names the mutant whose workers make their ledger calls and
@@ -101,6 +104,17 @@ func (b *unfencedFinish) Fail(ctx context.Context, p *ledger.FailParams) (*ledge
 		return b.Ledger.Fail(ctx, &q)
 	}
 	return r, err
+}
+
+type lyingCancel struct{ ledger.Ledger }
+
+func (b *lyingCancel) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
+	r, err := b.Ledger.Get(ctx, &ledger.GetParams{RunID: p.RunID})
+	if err != nil || r.Status != ledger.StatusQueued && r.Status != ledger.StatusRunning || p.Attempt != 0 && p.Attempt != r.Attempt {
+		return b.Ledger.Cancel(ctx, p) // the refusal is the real one
+	}
+	r.Status, r.Deadline, r.CompletedAt = ledger.StatusCancelled, time.Time{}, p.Now
+	return r, nil
 }
 
 type oldDropped struct{ ledger.Ledger }

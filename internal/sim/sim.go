@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -113,15 +114,19 @@ type simulation struct {
 	rng  *rand.Rand
 	// krng draws what the lease keepers and hung jobs brought in: which schedules have
 	// jobs that hang, and which workers pause at their calls.
-	krng    *rand.Rand
-	hangs   bool
-	clock   *clock
-	s       *sched
-	f       *faults
-	q       *simQueue
-	h       *history
-	raw     ledger.Ledger
-	ingress http.Handler
+	krng  *rand.Rand
+	hangs bool
+	// operators: the schedule has an operator, who acts on runs (operate).
+	operators bool
+	clock     *clock
+	s         *sched
+	f         *faults
+	q         *simQueue
+	h         *history
+	raw       ledger.Ledger
+	// fl is the ingress's faulty ledger, which the operator reads runs through.
+	fl      *faultLedger
+	ingress *ingress.Handler
 	workers []*worker.Worker
 	callers []*caller
 	crashed []*actor
@@ -138,6 +143,8 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	sm := &simulation{opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, 0x5eed)), krng: rand.New(rand.NewPCG(opts.Seed, 0x6b656570))}
 	// In a quarter of the schedules, jobs may hang until their context ends.
 	sm.hangs = sm.krng.IntN(4) == 0
+	// In a third, an operator acts on runs now and then.
+	sm.operators = sm.krng.IntN(3) == 0
 	sm.clock = &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	sm.s = newSched()
 	// Each schedule has its own fault intensity, from none to heavy.
@@ -162,8 +169,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	sm.lastRescue = sm.clock.Now()
 	fl := &faultLedger{
 		Ledger: l, s: sm.s, f: sm.f, clock: sm.clock, acquired: sm.h.acquired, accepted: sm.h.fencedWrite,
-		sweeping: sm.sweeping, hung: sm.hung,
+		operated: sm.h.operated, sweeping: sm.sweeping, hung: sm.hung,
 	}
+	sm.fl = fl
 	pub := &faultPublisher{s: sm.s, f: sm.f, q: sm.q, hung: sm.hung}
 	// The workers' own wrappers: the mutant unbounded-calls drops their deadlines.
 	wfl, wpub := *fl, *pub
@@ -369,6 +377,9 @@ func (sm *simulation) step(ctx context.Context, quiet bool) error {
 			}})
 		}
 	}
+	if sm.operators && !quiet {
+		cs = append(cs, choice{1, func() error { return sm.operate(ctx) }})
+	}
 	cs = append(cs, choice{3, func() error { return sm.rescue(ctx) }})
 	cs = append(cs, choice{2, func() error { return sm.sweep(ctx) }})
 	cs = append(cs, choice{4, func() error {
@@ -520,6 +531,70 @@ func (sm *simulation) deliver(ctx context.Context, i int) error {
 	return err
 }
 
+// operatorActions are the operators' actions an operator draws (ingress.Handler.Act,
+// what POST /v1/runs/{id}:action does), each with the statuses that allow it. A new
+// action is one more entry.
+var operatorActions = []struct {
+	name string
+	from []ledger.Status
+}{
+	{ingress.ActionRetry, []ledger.Status{ledger.StatusFailed}},
+	{ingress.ActionCancel, []ledger.Status{ledger.StatusQueued, ledger.StatusRunning}},
+	{ingress.ActionRelease, []ledger.Status{ledger.StatusRunning}},
+}
+
+// operate is an operator acting on a run as an actor (half the time one whose job
+// runs, as the dashboard lists running runs, else one a caller was answered 2xx for, or
+// any): it reads the run (as GET /v1/runs/{id} does), then takes an action its status
+// allows, now and then one it does not (which the ledger refuses), half the time fenced
+// by the attempt it read (refused when the run moved on meanwhile). A retry or a
+// release republishes the run.
+func (sm *simulation) operate(ctx context.Context) error {
+	runs := sm.h.heldRuns()
+	if len(runs) == 0 || sm.rng.IntN(2) == 0 {
+		runs = sm.h.acceptedRuns()
+	}
+	if len(runs) == 0 {
+		runs = []string{ledger.KeyedRunID(namespace, jobName, sm.callers[sm.rng.IntN(len(sm.callers))].key)}
+	}
+	runID := runs[sm.rng.IntN(len(runs))]
+	sm.actors++
+	sm.log("start: actor %d operator on run %s", sm.s.nextID+1, short(runID))
+	_, err := sm.s.spawn(ctx, "operator "+short(runID), func(ctx context.Context, a *actor) {
+		rctx, cancel := context.WithTimeout(ctx, time.Hour) // the ingress's LedgerTimeout, as its GET bounds it
+		r, err := sm.fl.Get(rctx, &ledger.GetParams{RunID: runID})
+		cancel()
+		if a.crashed {
+			return
+		}
+		if err != nil {
+			sm.log("operator: run %s not read: %v", short(runID), err)
+			return
+		}
+		var fit []string
+		for _, act := range operatorActions {
+			if slices.Contains(act.from, r.Status) {
+				fit = append(fit, act.name)
+			}
+		}
+		if len(fit) == 0 || sm.rng.IntN(8) == 0 {
+			fit = []string{operatorActions[sm.rng.IntN(len(operatorActions))].name}
+		}
+		action := fit[sm.rng.IntN(len(fit))]
+		p := &ledger.OperatorParams{
+			RunID: runID, Actor: "sim operator", Reason: "the simulation's operator", PickupTimeout: pickupTimeout, Retention: retention,
+		}
+		if sm.rng.IntN(2) == 0 {
+			p.Attempt = r.Attempt
+		}
+		_, code, err := sm.ingress.Act(ctx, action, p)
+		if !a.crashed {
+			sm.log("operator %s of run %s (read %s at attempt %d, fence %d): %d %v", action, short(runID), r.Status, r.Attempt, p.Attempt, code, err)
+		}
+	})
+	return err
+}
+
 func (sm *simulation) rescue(ctx context.Context) error {
 	w := sm.workers[sm.rng.IntN(len(sm.workers))]
 	sm.actors++
@@ -566,7 +641,7 @@ func (sm *simulation) hung(ctx context.Context, what string) error {
 // sweeping runs as a sweep applies, at the clock it applies at: an accepted run that is
 // finished then may be deleted by it, legitimately, once its retention is over.
 func (sm *simulation) sweeping(ctx context.Context) {
-	for _, id := range sm.h.acceptedRuns() {
+	for _, id := range sm.h.checkedRuns() {
 		if r, err := sm.raw.Get(ctx, &ledger.GetParams{RunID: id}); err == nil && r.Status.Terminal() {
 			sm.h.finished(id)
 		}
@@ -636,14 +711,22 @@ func (sm *simulation) job(ctx context.Context, j *worker.Job) error {
 	return nil
 }
 
-// finalChecks: every run a caller got a 2xx for ended completed or failed.
+// finalChecks: every run a caller got a 2xx for ended completed or failed, or cancelled
+// when an operator cancelled it; a run an operator cancelled is still cancelled.
 func (sm *simulation) finalChecks(ctx context.Context) []string {
 	var out []string
-	for _, id := range sm.h.acceptedRuns() {
+	for _, id := range sm.h.checkedRuns() {
 		r, err := sm.raw.Get(ctx, &ledger.GetParams{RunID: id})
+		byOperator := sm.h.wasCancelled(id)
 		switch {
 		case errors.Is(err, ledger.ErrNotFound) && sm.h.wasFinished(id):
 			// finished, then swept after its retention
+		case err == nil && byOperator && r.Status != ledger.StatusCancelled:
+			out = append(out, fmt.Sprintf("invariant 6: run %s was cancelled by an operator and is %s at attempt %d now", short(id), r.Status, r.Attempt))
+		case err == nil && !byOperator && r.Status == ledger.StatusCancelled:
+			out = append(out, fmt.Sprintf("invariant 6: run %s is cancelled, and no operator cancelled it", short(id)))
+		case !sm.h.wasAccepted(id):
+			// no caller was answered 2xx for it: only how it ended is checked
 		case errors.Is(err, ledger.ErrNotFound):
 			out = append(out, fmt.Sprintf("invariant 1: run %s was answered 2xx and is gone: lost", short(id)))
 		case err != nil:
