@@ -33,7 +33,10 @@
 // its keeper self-fences the job.
 //
 // In a quarter of the schedules a job may hang: it blocks until its context ends (its
-// MaxRunTime, a self-fence or a lost lease), and then returns its cause.
+// MaxRunTime, a self-fence or a lost lease), and then returns its cause. In half, jobs
+// run a worker.Batch of three items after their effects (one item at a time, in one
+// group, so that the batch's goroutines hand the actor on and never run beside each
+// other); each item's call is a scheduling point and may fail (worker.SkipItem).
 //
 // Schedules reach the retention, which is short (three hours): the clock sometimes
 // jumps by up to half of it, jobs ask for retries as late as the workers allow (the
@@ -47,8 +50,10 @@
 //
 // After each schedule the recorded history is checked (Check): every run a caller got a
 // 2xx for ends completed or failed; an effect done through worker.Effect is not redone
-// after its success was recorded, one through worker.AtMostOnce starts at most once,
-// and every downstream call of an effect carries its one key; no two attempts of a run
+// once the ledger accepted its completion, one through worker.AtMostOnce starts at most
+// once, and every downstream call of an effect carries its one key; a batch's item is
+// not done again once the ledger accepted its group's completion, carries its own key,
+// and a batch that returns reports every item done or failed; no two attempts of a run
 // hold it at once, as the job itself observes it; no run is answered "new" twice, and
 // no job runs with a payload other than the one accepted; every fenced write the ledger
 // accepts (a renewal, a completion, a release, a failure, an effect's begin or

@@ -185,6 +185,8 @@ type faultLedger struct {
 	// fail, begin effect, complete effect) with the run as it stood just before the
 	// write applied: its linearisation point, since only one actor runs at a time.
 	accepted func(op string, f ledger.Fence, before *ledger.Run)
+	// effectDone notes every effect completion the ledger accepted, as it applied.
+	effectDone func(runID, name string)
 	// operated notes every operator's action the ledger accepted (retry, cancel,
 	// operator release), with the run just before it.
 	operated func(op string, before *ledger.Run)
@@ -386,7 +388,11 @@ func (l *faultLedger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffe
 	return call(ctx, l, "complete effect", func(now time.Time) (*ledger.Effect, error) {
 		q := *p
 		q.Now = or(q.Now, now)
-		return fenced(ctx, l, "complete effect", p.Fence, func() (*ledger.Effect, error) { return l.Ledger.CompleteEffect(ctx, &q) })
+		e, err := fenced(ctx, l, "complete effect", p.Fence, func() (*ledger.Effect, error) { return l.Ledger.CompleteEffect(ctx, &q) })
+		if err == nil {
+			l.effectDone(p.RunID, p.Name)
+		}
+		return e, err
 	})
 }
 

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/worker"
 )
 
 // history records what callers were answered and what jobs observed, and checks the
@@ -164,12 +166,33 @@ func (h *history) downstream(a *actor, runID, name, key string, atMostOnce bool)
 	}
 }
 
-// effectDone records that the ledger recorded an effect's success.
-func (h *history) effectDone(a *actor, key string) {
+// effectDone records that the ledger accepted an effect's completion, as it applied
+// (whether or not its caller learnt it): from then on its downstream is never called
+// again. A batch's group done makes each of its items done.
+func (h *history) effectDone(runID, name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !a.crashed {
-		h.done[key] = true
+	h.done[ledger.EffectKey(runID, name)] = true
+	if strings.HasPrefix(name, "batch/"+batchName+"/chunk/") {
+		for _, item := range batchItems { // one group holds them all
+			h.done[worker.BatchItemKey(runID, batchName, item)] = true
+		}
+	}
+}
+
+// batchItem records a call of a batch item's function with its key: the item's own,
+// and never once its group was recorded done.
+func (h *history) batchItem(a *actor, runID, item, key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if a.crashed {
+		return
+	}
+	if want := worker.BatchItemKey(runID, batchName, item); key != want {
+		h.violate("invariant 2: batch item %s of run %s was called with key %s, not %s", item, short(runID), short(key), short(want))
+	}
+	if h.done[key] {
+		h.violate("invariant 2: batch item %s of run %s was done again after its group was recorded done", item, short(runID))
 	}
 }
 
@@ -261,6 +284,19 @@ func (h *history) wasCancelled(id string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.cancelled[id]
+}
+
+// batchReport checks what a batch that returned reports: every item done (by this
+// attempt or an earlier one) or failed, and, when it skipped none, every item called by
+// this attempt.
+func (h *history) batchReport(runID string, rep *worker.BatchReport, called int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := len(batchItems)
+	if rep.Total != n || rep.Done+rep.Failed != n || rep.Skipped != 0 && rep.Skipped != rep.Done || rep.Skipped == 0 && called != n {
+		h.violate("invariant 2: the batch of run %s reports %d items, %d done (%d by an earlier attempt), %d failed, and called %d of %d",
+			short(runID), rep.Total, rep.Done, rep.Skipped, rep.Failed, called, n)
+	}
 }
 
 // unbounded records a call made with no deadline that hung: its caller waits forever.

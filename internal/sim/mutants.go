@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,7 +26,7 @@ var Mutants = map[string]func(ledger.Ledger) ledger.Ledger{
 	// The worker claim takes over live leases.
 	"steal-leases": func(l ledger.Ledger) ledger.Ledger { return &stealing{l} },
 	// BeginEffect forgets that an earlier attempt did the effect.
-	"forget-effects": func(l ledger.Ledger) ledger.Ledger { return &forgetful{l} },
+	"forget-effects": func(l ledger.Ledger) ledger.Ledger { return &forgetful{Ledger: l} },
 	// Every ingress claim believes it created the run.
 	"two-claim-winners": func(l ledger.Ledger) ledger.Ledger { return &lyingClaim{l} },
 	// The old ExpiryOf: a record expires a retention after its last write, though its
@@ -48,6 +49,9 @@ var Mutants = map[string]func(ledger.Ledger) ledger.Ledger{
 	// A cancel answered as done without being written: the operator is told the run is
 	// cancelled, and it goes on to complete.
 	"lying-cancel": func(l ledger.Ledger) ledger.Ledger { return &lyingCancel{l} },
+	// BeginEffect forgets that a batch's group of items was done: a later attempt does
+	// every item again.
+	"forget-batch-groups": func(l ledger.Ledger) ledger.Ledger { return &forgetful{Ledger: l, prefix: "batch/"} },
 }
 
 // UnboundedCalls names the mutant whose workers make their ledger calls and
@@ -227,11 +231,16 @@ func (b *stealing) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledge
 	return res, err
 }
 
-type forgetful struct{ ledger.Ledger }
+// forgetful's BeginEffect forgets that the effects whose name starts with prefix were
+// done (every effect's when it is empty).
+type forgetful struct {
+	ledger.Ledger
+	prefix string
+}
 
 func (b *forgetful) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
 	res, err := b.Ledger.BeginEffect(ctx, p)
-	if err == nil {
+	if err == nil && strings.HasPrefix(p.Name, b.prefix) {
 		res.Done = false
 	}
 	return res, err

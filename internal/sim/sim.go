@@ -118,12 +118,14 @@ type simulation struct {
 	hangs bool
 	// operators: the schedule has an operator, who acts on runs (operate).
 	operators bool
-	clock     *clock
-	s         *sched
-	f         *faults
-	q         *simQueue
-	h         *history
-	raw       ledger.Ledger
+	// batches: the schedule's jobs run a batch of items after their effects.
+	batches bool
+	clock   *clock
+	s       *sched
+	f       *faults
+	q       *simQueue
+	h       *history
+	raw     ledger.Ledger
 	// fl is the ingress's faulty ledger, which the operator reads runs through.
 	fl      *faultLedger
 	ingress *ingress.Handler
@@ -145,6 +147,8 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	sm.hangs = sm.krng.IntN(4) == 0
 	// In a third, an operator acts on runs now and then.
 	sm.operators = sm.krng.IntN(3) == 0
+	// In half, jobs run a batch.
+	sm.batches = sm.krng.IntN(2) == 0
 	sm.clock = &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	sm.s = newSched()
 	// Each schedule has its own fault intensity, from none to heavy.
@@ -169,7 +173,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	sm.lastRescue = sm.clock.Now()
 	fl := &faultLedger{
 		Ledger: l, s: sm.s, f: sm.f, clock: sm.clock, acquired: sm.h.acquired, accepted: sm.h.fencedWrite,
-		operated: sm.h.operated, sweeping: sm.sweeping, hung: sm.hung,
+		effectDone: sm.h.effectDone, operated: sm.h.operated, sweeping: sm.sweeping, hung: sm.hung,
 	}
 	sm.fl = fl
 	pub := &faultPublisher{s: sm.s, f: sm.f, q: sm.q, hung: sm.hung}
@@ -649,8 +653,8 @@ func (sm *simulation) sweeping(ctx context.Context) {
 }
 
 // job is the simulated job: it checks what it observes, does one keyed effect and one
-// at-most-once effect, and then succeeds, fails retryably or for good, panics, or asks
-// for a retry later, as the schedule draws.
+// at-most-once effect (and, in some schedules, a batch), and then succeeds, fails
+// retryably or for good, panics, or asks for a retry later, as the schedule draws.
 func (sm *simulation) job(ctx context.Context, j *worker.Job) error {
 	a := actorFrom(ctx)
 	sm.h.jobStarted(a, j.RunID, j.Attempt, j.Payload)
@@ -659,10 +663,8 @@ func (sm *simulation) job(ctx context.Context, j *worker.Job) error {
 		name       string
 		atMostOnce bool
 	}{{"charge", false}, {"email", true}} {
-		called := false
 		fn := func(ctx context.Context, key string) error {
 			sm.h.downstream(a, j.RunID, e.name, key, e.atMostOnce)
-			called = true
 			if err := sm.s.point(ctx); err != nil { // the downstream call takes a while
 				return err
 			}
@@ -680,10 +682,12 @@ func (sm *simulation) job(ctx context.Context, j *worker.Job) error {
 		} else {
 			err = worker.Effect(ctx, e.name, fn)
 		}
-		if err == nil && called {
-			sm.h.effectDone(a, ledger.EffectKey(j.RunID, e.name))
-		}
 		if err != nil {
+			return err
+		}
+	}
+	if sm.batches {
+		if err := sm.batch(ctx, a, j); err != nil {
 			return err
 		}
 	}
@@ -708,6 +712,39 @@ func (sm *simulation) job(ctx context.Context, j *worker.Job) error {
 		}
 		return worker.RetryAfter(d, errors.New("sim: come back later"))
 	}
+	return nil
+}
+
+// The batch the jobs of some schedules run (worker.Batch), after their effects.
+const batchName = "items"
+
+var batchItems = []string{"a", "b", "c"}
+
+// batch runs the job's batch: each item's call is a scheduling point (a downstream
+// call) and may fail, which the batch records as failed (worker.SkipItem) and goes on.
+// One item at a time and one group (its default checkpoint is far more than three
+// items), so that one goroutine of the actor runs at a time, as the schedule requires:
+// the batch's own goroutines hand the actor on, never run beside each other. What it
+// reports must cover every item, and when no earlier attempt did the group, this
+// attempt called each.
+func (sm *simulation) batch(ctx context.Context, a *actor, j *worker.Job) error {
+	called := map[string]bool{}
+	rep, err := worker.Batch(ctx, batchName, batchItems, func(ctx context.Context, item, key string) error {
+		sm.h.batchItem(a, j.RunID, item, key)
+		called[item] = true
+		if err := sm.s.point(ctx); err != nil {
+			return err
+		}
+		if sm.f.rate > 0 && sm.rng.Float64() < sm.f.rate {
+			return errors.New("sim: batch item failed")
+		}
+		return nil
+	}, &worker.BatchOptions{Parallelism: 1, OnItemError: worker.SkipItem})
+	if err != nil || a.crashed {
+		return err
+	}
+	sm.log("batch of attempt %d of run %s: %d done (%d by an earlier attempt), %d failed", j.Attempt, short(j.RunID), rep.Done, rep.Skipped, rep.Failed)
+	sm.h.batchReport(j.RunID, rep, len(called))
 	return nil
 }
 

@@ -153,6 +153,7 @@ func TestMutantsAreCaught(t *testing.T) {
 		"old-messages-dropped":     "invariant 1",
 		"unfenced-finish":          "invariant 5",
 		"lying-cancel":             "invariant 6",
+		"forget-batch-groups":      "invariant 2: batch item",
 		sim.UnboundedCalls:         "bounded waits",
 		sim.IgnoresMaxRunTime:      "invariant 1",
 	}
