@@ -30,7 +30,9 @@
 // follow the schedule. A keeper's renewal is no scheduling point and draws no fault; the
 // keeper of a crashed worker does not renew, nor that of a paused one (half the
 // deliveries) while it is parked at a call: a pause past the lease is a pause past it, and
-// its keeper self-fences the job.
+// its keeper self-fences the job. Firestore judges time by its own clock, which the
+// simulation cannot move: its schedules are clockless, and leave out what only that
+// clock can end (see Backends).
 //
 // In a quarter of the schedules a job may hang: it blocks until its context ends (its
 // MaxRunTime, a self-fence or a lost lease), and then returns its cause. In half, jobs

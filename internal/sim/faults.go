@@ -132,6 +132,10 @@ type faults struct {
 	rate float64
 	// log records each fault in the schedule's trace.
 	log func(format string, args ...any)
+	// noGhostClaims turns a worker claim's faults that apply it unbeknown to its worker
+	// (it applies, then fails or hangs) into a refusal before it applies: on a clockless
+	// ledger such a claim's lease would never run out (clocklessLease).
+	noGhostClaims bool
 }
 
 func (f *faults) draw(ctx context.Context, what string) fault {
@@ -151,6 +155,9 @@ func (f *faults) draw(ctx context.Context, what string) fault {
 		d = faultHang
 	default:
 		return faultNone
+	}
+	if f.noGhostClaims && what == "acquire" && (d == faultAfter || d == faultHang) {
+		d = faultBefore
 	}
 	if f.log != nil {
 		id := 0
@@ -194,6 +201,10 @@ type faultLedger struct {
 	hung func(ctx context.Context, what string) error
 	// unbounded drops the callers' deadlines (the mutant unbounded-calls).
 	unbounded bool
+	// clockless is set for a ledger that judges time by its own clock (Firestore): no
+	// call carries a Now, and a rescue listing waits until every pickup deadline written
+	// before it (a millisecond long there) has passed on that clock.
+	clockless bool
 }
 
 // hang is a call blackholed at random: where the caller bounded it, its deadline
@@ -284,7 +295,7 @@ func fenced[T any](ctx context.Context, l *faultLedger, op string, f ledger.Fenc
 func (l *faultLedger) operator(ctx context.Context, op string, p *ledger.OperatorParams, act func(context.Context, *ledger.OperatorParams) (*ledger.Run, error)) (*ledger.Run, error) {
 	return call(ctx, l, op, func(now time.Time) (*ledger.Run, error) {
 		q := *p
-		q.Now = or(q.Now, now)
+		q.Now = l.now(q.Now, now)
 		return observed(ctx, l, p.RunID, func() (*ledger.Run, error) { return act(ctx, &q) }, func(before *ledger.Run) { l.operated(op, before) })
 	})
 }
@@ -301,17 +312,19 @@ func (l *faultLedger) OperatorRelease(ctx context.Context, p *ledger.OperatorPar
 	return l.operator(ctx, "operator release", p, l.Ledger.OperatorRelease)
 }
 
-func or(t, now time.Time) time.Time {
-	if t.IsZero() {
-		return now
+// now is the Now of a call the simulation's clock times: the caller's, or the clock's
+// reading; none on a clockless ledger, which judges time by its own clock.
+func (l *faultLedger) now(t, now time.Time) time.Time {
+	if !t.IsZero() || l.clockless {
+		return t
 	}
-	return t
+	return now
 }
 
 func (l *faultLedger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	return call(ctx, l, "claim", func(now time.Time) (*ledger.ClaimResult, error) {
 		q := *p
-		q.Now = or(q.Now, now)
+		q.Now = l.now(q.Now, now)
 		return l.Ledger.Claim(ctx, &q)
 	})
 }
@@ -319,7 +332,7 @@ func (l *faultLedger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger
 func (l *faultLedger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
 	return call(ctx, l, "expedite", func(now time.Time) (*ledger.Run, error) {
 		q := *p
-		q.Now = or(q.Now, now)
+		q.Now = l.now(q.Now, now)
 		return l.Ledger.Expedite(ctx, &q)
 	})
 }
@@ -327,7 +340,7 @@ func (l *faultLedger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*
 func (l *faultLedger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	return call(ctx, l, "acquire", func(now time.Time) (*ledger.AcquireResult, error) {
 		q := *p
-		q.Now = or(q.Now, now)
+		q.Now = l.now(q.Now, now)
 		res, err := l.Ledger.Acquire(ctx, &q)
 		if err == nil && res.Outcome == ledger.OutcomeAcquired {
 			l.acquired(res.Run)
@@ -339,7 +352,7 @@ func (l *faultLedger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*le
 func (l *faultLedger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
 	return call(ctx, l, "renew", func(now time.Time) (*ledger.Run, error) {
 		q := *p
-		q.Now = or(q.Now, now)
+		q.Now = l.now(q.Now, now)
 		r, err := fenced(ctx, l, "renew", p.Fence, func() (*ledger.Run, error) { return l.Ledger.Renew(ctx, &q) })
 		if err == nil {
 			l.acquired(r) // the lease now runs until r.Deadline
@@ -351,7 +364,7 @@ func (l *faultLedger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger
 func (l *faultLedger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	return call(ctx, l, "complete", func(now time.Time) (*ledger.Run, error) {
 		q := *p
-		q.Now = or(q.Now, now)
+		q.Now = l.now(q.Now, now)
 		return fenced(ctx, l, "complete", p.Fence, func() (*ledger.Run, error) { return l.Ledger.Complete(ctx, &q) })
 	})
 }
@@ -359,7 +372,7 @@ func (l *faultLedger) Complete(ctx context.Context, p *ledger.CompleteParams) (*
 func (l *faultLedger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
 	return call(ctx, l, "release", func(now time.Time) (*ledger.Run, error) {
 		q := *p
-		q.Now = or(q.Now, now)
+		q.Now = l.now(q.Now, now)
 		return fenced(ctx, l, "release", p.Fence, func() (*ledger.Run, error) { return l.Ledger.Release(ctx, &q) })
 	})
 }
@@ -367,7 +380,7 @@ func (l *faultLedger) Release(ctx context.Context, p *ledger.ReleaseParams) (*le
 func (l *faultLedger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
 	return call(ctx, l, "fail", func(now time.Time) (*ledger.Run, error) {
 		q := *p
-		q.Now = or(q.Now, now)
+		q.Now = l.now(q.Now, now)
 		return fenced(ctx, l, "fail", p.Fence, func() (*ledger.Run, error) { return l.Ledger.Fail(ctx, &q) })
 	})
 }
@@ -379,7 +392,7 @@ func (l *faultLedger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run
 func (l *faultLedger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
 	return call(ctx, l, "begin effect", func(now time.Time) (*ledger.BeginEffectResult, error) {
 		q := *p
-		q.Now = or(q.Now, now)
+		q.Now = l.now(q.Now, now)
 		return fenced(ctx, l, "begin effect", p.Fence, func() (*ledger.BeginEffectResult, error) { return l.Ledger.BeginEffect(ctx, &q) })
 	})
 }
@@ -387,7 +400,7 @@ func (l *faultLedger) BeginEffect(ctx context.Context, p *ledger.BeginEffectPara
 func (l *faultLedger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
 	return call(ctx, l, "complete effect", func(now time.Time) (*ledger.Effect, error) {
 		q := *p
-		q.Now = or(q.Now, now)
+		q.Now = l.now(q.Now, now)
 		e, err := fenced(ctx, l, "complete effect", p.Fence, func() (*ledger.Effect, error) { return l.Ledger.CompleteEffect(ctx, &q) })
 		if err == nil {
 			l.effectDone(p.RunID, p.Name)
@@ -403,7 +416,10 @@ func (l *faultLedger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) 
 func (l *faultLedger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
 	return call(ctx, l, "list rescue", func(now time.Time) ([]*ledger.Run, error) {
 		q := *p
-		q.Now = or(q.Now, now)
+		q.Now = l.now(q.Now, now)
+		if l.clockless {
+			time.Sleep(clocklessPickup + time.Millisecond)
+		}
 		runs, err := l.Ledger.ListRescue(ctx, &q)
 		// Runs with one deadline come in the backend's order (a map's, in memory); on
 		// the simulation's clock ties are common, and a schedule must replay its seed.
@@ -417,7 +433,7 @@ func (l *faultLedger) ListRescue(ctx context.Context, p *ledger.ListRescueParams
 func (l *faultLedger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
 	return call(ctx, l, "rescue", func(now time.Time) (*ledger.Run, error) {
 		q := *p
-		q.Now = or(q.Now, now)
+		q.Now = l.now(q.Now, now)
 		return l.Ledger.Rescue(ctx, &q)
 	})
 }
@@ -425,7 +441,7 @@ func (l *faultLedger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledg
 func (l *faultLedger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
 	return call(ctx, l, "sweep", func(now time.Time) (int, error) {
 		q := *p
-		q.Now = or(q.Now, now)
+		q.Now = l.now(q.Now, now)
 		l.sweeping(ctx)
 		return l.Ledger.Sweep(ctx, &q)
 	})
@@ -434,7 +450,7 @@ func (l *faultLedger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, er
 func (l *faultLedger) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
 	return call(ctx, l, "resolve effect", func(now time.Time) (*ledger.Run, error) {
 		q := *p
-		q.Now = or(q.Now, now)
+		q.Now = l.now(q.Now, now)
 		return l.Ledger.ResolveEffect(ctx, &q)
 	})
 }

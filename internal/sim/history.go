@@ -18,6 +18,9 @@ import (
 type history struct {
 	mu    sync.Mutex
 	clock *clock
+	// clockless: the ledger's leases never run out during a schedule (see Backends),
+	// whatever the deadlines it answers say on its own clock.
+	clockless bool
 	// sent: the payloads callers sent, by run ID.
 	sent map[string][][]byte
 	// accepted: the payload of a request answered 2xx, by run ID.
@@ -47,9 +50,9 @@ type holder struct {
 	a       *actor
 }
 
-func newHistory(c *clock) *history {
+func newHistory(c *clock, clockless bool) *history {
 	return &history{
-		clock: c, sent: map[string][][]byte{}, accepted: map[string][]byte{}, news: map[string]int{},
+		clock: c, clockless: clockless, sent: map[string][][]byte{}, accepted: map[string][]byte{}, news: map[string]int{},
 		leases: map[string]map[int64]time.Time{}, holding: map[string][]*holder{},
 		calls: map[string]int{}, done: map[string]bool{}, keys: map[string]string{}, terminal: map[string]bool{},
 		cancelled: map[string]bool{}, revoked: map[string]map[int64]bool{},
@@ -94,6 +97,9 @@ func (h *history) acquired(r *ledger.Run) {
 		h.leases[r.ID] = map[int64]time.Time{}
 	}
 	h.leases[r.ID][r.Attempt] = r.Deadline
+	if h.clockless {
+		h.leases[r.ID][r.Attempt] = h.clock.Now().Add(clocklessLease)
+	}
 }
 
 // jobStarted is what a job observes when it starts: no other attempt of its run may

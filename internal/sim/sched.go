@@ -25,9 +25,11 @@ type actor struct {
 	// paused is set for a delivery whose worker process pauses whenever the actor is
 	// parked at a call: its lease keeper does not renew meanwhile.
 	paused bool
-	// request is set for an ingress request, which started at started.
-	request bool
-	started time.Time
+	// request is set for an ingress request, which started at started; delivery for a
+	// worker's delivery.
+	request  bool
+	delivery bool
+	started  time.Time
 }
 
 type actorKey struct{}

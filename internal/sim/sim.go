@@ -32,13 +32,30 @@ import (
 // Backends the simulation runs on: memory and SQLite in-process; PostgreSQL and Redis
 // on the servers TEST_DATABASE_URL and TEST_REDIS_URL name (scripts/services.sh), in a
 // fresh schema or key prefix per schedule; Spanner on the emulator
-// SPANNER_EMULATOR_HOST names, in a fresh database per schedule. Firestore is not one:
-// it judges leases by its own clock and refuses a caller's Now, so the simulation
-// cannot drive its time.
-var Backends = []string{"memory", "sqlite", "postgres", "redis", "spanner"}
+// SPANNER_EMULATOR_HOST names, in a fresh database per schedule; Firestore on the
+// emulator FIRESTORE_EMULATOR_HOST names, under a fresh collection prefix per schedule.
+//
+// Firestore judges time by its own clock and refuses a caller's Now, so the simulation
+// cannot move its time: its schedules are clockless. Its leases are clocklessLease,
+// which no schedule outlives on either clock, and its pickup deadlines
+// clocklessPickup, so that every queued run is past its pickup deadline for the next
+// rescue round (which waits that long); and the schedules leave out what only the
+// ledger's clock can end: no delivery crashes (a crashed holder's run would stay held),
+// no worker claim applies without its worker learning it (ditto), no job asks for
+// Retry-After (a run would wait for its retry on the ledger's clock), fault rates stay
+// at or under 0.1 (so that no holder's finishing write fails for its whole
+// FinishTimeout, which would leave its run held), and records never reach their
+// retention. Lost leases, takeovers by time, the self-fence and the sweeper are the
+// other backends' (and Firestore's conformance suite's); interleavings, faults on every
+// other call, lost, duplicated, delayed and forged messages, effects, batches, the
+// operator (whose release is a takeover without time) and every check run on it.
+var Backends = []string{"memory", "sqlite", "postgres", "redis", "spanner", "firestore"}
 
 // ServerEnv names the variable that locates a server backend's test server.
-var ServerEnv = map[string]string{"postgres": "TEST_DATABASE_URL", "redis": "TEST_REDIS_URL", "spanner": "SPANNER_EMULATOR_HOST"}
+var ServerEnv = map[string]string{
+	"postgres": "TEST_DATABASE_URL", "redis": "TEST_REDIS_URL", "spanner": "SPANNER_EMULATOR_HOST",
+	"firestore": "FIRESTORE_EMULATOR_HOST",
+}
 
 // unique tells apart the schemas and prefixes of one process's schedules.
 var unique atomic.Int64
@@ -72,6 +89,10 @@ const (
 	quiesceSteps = 3000
 	jobName      = "sim"
 	namespace    = "sim"
+	// clocklessLease and clocklessPickup are the lease and the pickup timeout of a
+	// clockless ledger's schedules (see Backends).
+	clocklessLease  = 1000 * time.Hour
+	clocklessPickup = time.Millisecond
 )
 
 // Options select one schedule.
@@ -120,12 +141,16 @@ type simulation struct {
 	operators bool
 	// batches: the schedule's jobs run a batch of items after their effects.
 	batches bool
-	clock   *clock
-	s       *sched
-	f       *faults
-	q       *simQueue
-	h       *history
-	raw     ledger.Ledger
+	// clockless: the ledger judges time by its own clock (see Backends); lease and
+	// pickup are the workers' lease and everyone's pickup timeout.
+	clockless     bool
+	lease, pickup time.Duration
+	clock         *clock
+	s             *sched
+	f             *faults
+	q             *simQueue
+	h             *history
+	raw           ledger.Ledger
 	// fl is the ingress's faulty ledger, which the operator reads runs through.
 	fl      *faultLedger
 	ingress *ingress.Handler
@@ -149,12 +174,18 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	sm.operators = sm.krng.IntN(3) == 0
 	// In half, jobs run a batch.
 	sm.batches = sm.krng.IntN(2) == 0
+	sm.clockless = opts.Backend == "firestore"
+	sm.lease, sm.pickup = lease, pickupTimeout
+	// Each schedule has its own fault intensity, from none to heavy.
+	rates := []float64{0, 0.02, 0.05, 0.1, 0.2}
+	if sm.clockless {
+		sm.lease, sm.pickup, rates = clocklessLease, clocklessPickup, rates[:4]
+	}
 	sm.clock = &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	sm.s = newSched()
-	// Each schedule has its own fault intensity, from none to heavy.
-	sm.f = &faults{rng: sm.rng, rate: []float64{0, 0.02, 0.05, 0.1, 0.2}[sm.rng.IntN(5)], log: sm.log}
+	sm.f = &faults{rng: sm.rng, rate: rates[sm.rng.IntN(len(rates))], log: sm.log, noGhostClaims: sm.clockless}
 	sm.q = &simQueue{clock: sm.clock}
-	sm.h = newHistory(sm.clock)
+	sm.h = newHistory(sm.clock, sm.clockless)
 	raw, err := sm.open(ctx)
 	if err != nil {
 		return nil, err
@@ -174,6 +205,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	fl := &faultLedger{
 		Ledger: l, s: sm.s, f: sm.f, clock: sm.clock, acquired: sm.h.acquired, accepted: sm.h.fencedWrite,
 		effectDone: sm.h.effectDone, operated: sm.h.operated, sweeping: sm.sweeping, hung: sm.hung,
+		clockless: sm.clockless,
 	}
 	sm.fl = fl
 	pub := &faultPublisher{s: sm.s, f: sm.f, q: sm.q, hung: sm.hung}
@@ -183,7 +215,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	discard := slog.New(slog.DiscardHandler)
 	in, err := ingress.New(ingress.Config{
 		Ledger: fl, Publisher: pub, Namespace: namespace, Auth: auth.None{}, Jobs: []string{jobName}, Logger: discard,
-		Now: sm.clock.Now, LedgerTimeout: time.Hour, PublishTimeout: time.Hour, PickupTimeout: pickupTimeout,
+		Now: sm.clock.Now, LedgerTimeout: time.Hour, PublishTimeout: time.Hour, PickupTimeout: sm.pickup,
 		Retention: retention,
 	})
 	if err != nil {
@@ -198,7 +230,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	for range 3 {
 		w, err := worker.New(&worker.Config{
-			Ledger: &wfl, Handler: mux, Lease: lease, MaxAttempts: maxAttempts, PickupTimeout: pickupTimeout,
+			Ledger: &wfl, Handler: mux, Lease: sm.lease, MaxAttempts: maxAttempts, PickupTimeout: sm.pickup,
 			FinishTimeout: 5 * time.Second, LedgerTimeout: time.Hour, MaxRunTime: runTime,
 			Retention: retention, UnsafeRetention: true, MaxRetryAfter: retention,
 			Republish: &wpub, Logger: discard, Now: sm.clock.Now, AfterFunc: sm.clock.AfterFunc,
@@ -228,6 +260,8 @@ func (sm *simulation) open(ctx context.Context) (ledger.Ledger, error) {
 		return sqlite.Open(ctx, filepath.Join(sm.opts.Dir, "sim-"+strconv.FormatUint(sm.opts.Seed, 10)+".db"), &sqlite.Options{Clock: sm.clock.Now, RelaxedSync: true})
 	case "spanner":
 		return openSpanner(ctx, fmt.Sprintf("sim%d_%d_%d", os.Getpid(), sm.opts.Seed, unique.Add(1)))
+	case "firestore":
+		return openFirestore(ctx, fmt.Sprintf("sim_%d_%d_%d_", os.Getpid(), sm.opts.Seed, unique.Add(1)))
 	case "postgres", "redis":
 		base := os.Getenv(ServerEnv[sm.opts.Backend])
 		if base == "" {
@@ -330,8 +364,8 @@ func (sm *simulation) step(ctx context.Context, quiet bool) error {
 			sm.log("go on: %s", sm.s.name(i))
 			return sm.s.grant(i)
 		}})
-		if !quiet {
-			cs = append(cs, choice{2, func() error { sm.crash(sm.rng.IntN(n)); return nil }})
+		if crashable := sm.crashable(); !quiet && len(crashable) > 0 {
+			cs = append(cs, choice{2, func() error { sm.crash(crashable[sm.rng.IntN(len(crashable))]); return nil }})
 		}
 	}
 	var ready []*caller
@@ -445,6 +479,19 @@ func (sm *simulation) abandonRequests(d time.Duration) {
 	}
 }
 
+// crashable returns the parked actors a crash may take: any, but deliveries on a
+// clockless ledger (a crashed holder's run would stay held, see Backends).
+func (sm *simulation) crashable() []int {
+	n := sm.s.nparked()
+	out := make([]int, 0, n)
+	for i := range n {
+		if !sm.clockless || !sm.s.parkedActor(i).delivery {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
 func (sm *simulation) crash(i int) {
 	a := sm.s.crash(i)
 	sm.crashed = append(sm.crashed, a)
@@ -531,6 +578,7 @@ func (sm *simulation) deliver(ctx context.Context, i int) error {
 	if a != nil {
 		a.onCrash = func() { sm.q.back(e, sm.clock.Now().Add(ackDeadline)) }
 		a.paused = sm.krng.IntN(2) == 0
+		a.delivery = true
 	}
 	return err
 }
@@ -586,7 +634,7 @@ func (sm *simulation) operate(ctx context.Context) error {
 		}
 		action := fit[sm.rng.IntN(len(fit))]
 		p := &ledger.OperatorParams{
-			RunID: runID, Actor: "sim operator", Reason: "the simulation's operator", PickupTimeout: pickupTimeout, Retention: retention,
+			RunID: runID, Actor: "sim operator", Reason: "the simulation's operator", PickupTimeout: sm.pickup, Retention: retention,
 		}
 		if sm.rng.IntN(2) == 0 {
 			p.Attempt = r.Attempt
@@ -705,6 +753,8 @@ func (sm *simulation) job(ctx context.Context, j *worker.Job) error {
 		return errors.New("sim: retryable failure")
 	case x < 4:
 		panic("sim: the job panics")
+	case x < 5 && sm.clockless: // no Retry-After on a clockless ledger (see Backends)
+		return errors.New("sim: retryable failure")
 	case x < 5:
 		d := time.Duration(1+sm.rng.IntN(1800)) * time.Second
 		if !sm.quiet && sm.rng.IntN(2) == 0 { // as late as the worker allows (MaxRetryAfter), or later: cut to it
