@@ -1,8 +1,8 @@
 // Package sim is a simulation of the whole pipeline in one process — callers that
 // behave like Cloud Scheduler, the ingress handler, a lossy queue, several workers, the
 // rescuer, the sweeper and, in a third of the schedules, an operator who retries,
-// cancels and releases runs through the ingress's actions (ingress.Handler.Act) over one
-// ledger backend — driven by a seeded random schedule
+// cancels and releases runs and resolves a failed run's pending effect through the
+// ingress's actions (ingress.Handler.Act and Resolve) over one ledger backend — driven by a seeded random schedule
 // of interleavings and faults, and checked against the guarantees afterwards.
 //
 // Every actor (an ingress request, a worker delivery, a rescue round, an operator's
@@ -52,8 +52,9 @@
 //
 // After each schedule the recorded history is checked (Check): every run a caller got a
 // 2xx for ends completed or failed; an effect done through worker.Effect is not redone
-// once the ledger accepted its completion, one through worker.AtMostOnce starts at most
-// once, and every downstream call of an effect carries its one key; a batch's item is
+// once the ledger accepted its completion or an operator resolved it as done, one
+// through worker.AtMostOnce starts at most once (and once more after each resolution as
+// not done), no effect recorded done is resolved, and every downstream call of an effect carries its one key; a batch's item is
 // not done again once the ledger accepted its group's completion, carries its own key,
 // and a batch that returns reports every item done or failed; no two attempts of a run
 // hold it at once, as the job itself observes it; no run is answered "new" twice, and
@@ -63,7 +64,7 @@
 // repeats a finishing write of that attempt (invariant 5: the fault wrapper reads the
 // run at each such write's step, which is its linearisation point, since one actor runs
 // at a time); an operator's cancel is final (no worker claim is granted after it, and the
-// run ends cancelled), and an attempt an operator's release or cancel took the run from
+// run ends cancelled), only a failed run is retried or resolved, and an attempt an operator's release or cancel took the run from
 // is fenced (invariant 5) though its job may still run until it learns so, which is no
 // second holder (invariant 3); and no call waits unbounded.
 //

@@ -195,8 +195,10 @@ type faultLedger struct {
 	// effectDone notes every effect completion the ledger accepted, as it applied.
 	effectDone func(runID, name string)
 	// operated notes every operator's action the ledger accepted (retry, cancel,
-	// operator release), with the run just before it.
+	// operator release, resolve), with the run just before it.
 	operated func(op string, before *ledger.Run)
+	// resolved notes every resolution of an effect the ledger accepted, as it applied.
+	resolved func(runID, effect string, done bool)
 	// hung handles a call that hangs with no deadline (see hang).
 	hung func(ctx context.Context, what string) error
 	// unbounded drops the callers' deadlines (the mutant unbounded-calls).
@@ -451,7 +453,10 @@ func (l *faultLedger) ResolveEffect(ctx context.Context, p *ledger.ResolveEffect
 	return call(ctx, l, "resolve effect", func(now time.Time) (*ledger.Run, error) {
 		q := *p
 		q.Now = l.now(q.Now, now)
-		return l.Ledger.ResolveEffect(ctx, &q)
+		return observed(ctx, l, p.RunID, func() (*ledger.Run, error) { return l.Ledger.ResolveEffect(ctx, &q) }, func(before *ledger.Run) {
+			l.operated("resolve", before)
+			l.resolved(p.RunID, p.Effect, p.Done)
+		})
 	})
 }
 

@@ -41,6 +41,11 @@ type history struct {
 	// cancel took the run from, by run ID, whose jobs may go on until they learn it.
 	cancelled map[string]bool
 	revoked   map[string]map[int64]bool
+	// again: how many times an operator resolved an effect as not done, by key: an
+	// at-most-once effect may be called that many times more.
+	again map[string]int
+	// failed: runs a holder's failing write was accepted for (the operator's pick).
+	failed map[string]bool
 	// violations found while the schedule ran.
 	violations []string
 }
@@ -55,7 +60,8 @@ func newHistory(c *clock, clockless bool) *history {
 		clock: c, clockless: clockless, sent: map[string][][]byte{}, accepted: map[string][]byte{}, news: map[string]int{},
 		leases: map[string]map[int64]time.Time{}, holding: map[string][]*holder{},
 		calls: map[string]int{}, done: map[string]bool{}, keys: map[string]string{}, terminal: map[string]bool{},
-		cancelled: map[string]bool{}, revoked: map[string]map[int64]bool{},
+		cancelled: map[string]bool{}, revoked: map[string]map[int64]bool{}, again: map[string]int{},
+		failed: map[string]bool{},
 	}
 }
 
@@ -167,8 +173,9 @@ func (h *history) downstream(a *actor, runID, name, key string, atMostOnce bool)
 	if h.done[key] {
 		h.violate("invariant 2: effect %q of run %s was done again after its success was recorded", name, short(runID))
 	}
-	if atMostOnce && h.calls[key] == 2 {
-		h.violate("invariant 2: at-most-once effect %q of run %s started twice", name, short(runID))
+	if atMostOnce && h.calls[key] == 2+h.again[key] {
+		h.violate("invariant 2: at-most-once effect %q of run %s started %d times, %d of them after an operator resolved it as not done",
+			name, short(runID), h.calls[key], h.again[key])
 	}
 }
 
@@ -213,6 +220,9 @@ var repeats = map[string]ledger.Status{"complete": ledger.StatusCompleted, "fail
 func (h *history) fencedWrite(op string, f ledger.Fence, before *ledger.Run) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if op == "fail" {
+		h.failed[f.RunID] = true
+	}
 	by := before != nil && before.Attempt == f.Attempt && before.AttemptID == f.AttemptID
 	if by && before.Status == ledger.StatusRunning {
 		return
@@ -245,11 +255,32 @@ func (h *history) operated(op string, before *ledger.Run) {
 	if op == "cancel" {
 		h.cancelled[before.ID] = true
 	}
+	if (op == "retry" || op == "resolve") && before.Status != ledger.StatusFailed {
+		h.violate("invariant 6: an operator's %s was accepted on run %s while it was %s: only a failed run is retried", op, short(before.ID), before.Status)
+	}
 	if (op == "cancel" || op == "operator release") && before.Status == ledger.StatusRunning {
 		if h.revoked[before.ID] == nil {
 			h.revoked[before.ID] = map[int64]bool{}
 		}
 		h.revoked[before.ID][before.Attempt] = true
+	}
+}
+
+// resolved records an operator's resolution of an effect the ledger accepted, as it
+// applied: done, the effect is never called again (as if its completion were
+// recorded); not done, an effect never recorded done may be called once more under the
+// same key (an at-most-once one too), and is then done at most once more.
+func (h *history) resolved(runID, name string, done bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	key := ledger.EffectKey(runID, name)
+	if h.done[key] {
+		h.violate("invariant 2: effect %q of run %s was resolved as done=%v after its success was recorded", name, short(runID), done)
+	}
+	if done {
+		h.done[key] = true
+	} else {
+		h.again[key]++
 	}
 }
 
@@ -265,6 +296,13 @@ func (h *history) heldRuns() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// failedRuns returns the runs a holder failed, sorted (they may have been retried since).
+func (h *history) failedRuns() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Sorted(maps.Keys(h.failed))
 }
 
 // checkedRuns returns the runs whose end the final checks judge, sorted: those some

@@ -52,6 +52,9 @@ var Mutants = map[string]func(ledger.Ledger) ledger.Ledger{
 	// BeginEffect forgets that a batch's group of items was done: a later attempt does
 	// every item again.
 	"forget-batch-groups": func(l ledger.Ledger) ledger.Ledger { return &forgetful{Ledger: l, prefix: "batch/"} },
+	// ResolveEffect requeues the run as a retry and drops the operator's verdict: an
+	// effect resolved as done stays pending, and the next attempt does it again.
+	"resolve-only-retries": func(l ledger.Ledger) ledger.Ledger { return &resolveRetries{l} },
 }
 
 // UnboundedCalls names the mutant whose workers make their ledger calls and
@@ -119,6 +122,15 @@ func (b *lyingCancel) Cancel(ctx context.Context, p *ledger.OperatorParams) (*le
 	}
 	r.Status, r.Deadline, r.CompletedAt = ledger.StatusCancelled, time.Time{}, p.Now
 	return r, nil
+}
+
+type resolveRetries struct{ ledger.Ledger }
+
+func (b *resolveRetries) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
+	if _, err := b.Ledger.GetEffect(ctx, &ledger.GetEffectParams{RunID: p.RunID, Name: p.Effect}); err != nil {
+		return nil, err
+	}
+	return b.Ledger.Retry(ctx, &p.OperatorParams)
 }
 
 type oldDropped struct{ ledger.Ledger }

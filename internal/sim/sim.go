@@ -204,7 +204,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	sm.lastRescue = sm.clock.Now()
 	fl := &faultLedger{
 		Ledger: l, s: sm.s, f: sm.f, clock: sm.clock, acquired: sm.h.acquired, accepted: sm.h.fencedWrite,
-		effectDone: sm.h.effectDone, operated: sm.h.operated, sweeping: sm.sweeping, hung: sm.hung,
+		effectDone: sm.h.effectDone, operated: sm.h.operated, resolved: sm.h.resolved, sweeping: sm.sweeping, hung: sm.hung,
 		clockless: sm.clockless,
 	}
 	sm.fl = fl
@@ -593,11 +593,12 @@ var operatorActions = []struct {
 	{ingress.ActionRetry, []ledger.Status{ledger.StatusFailed}},
 	{ingress.ActionCancel, []ledger.Status{ledger.StatusQueued, ledger.StatusRunning}},
 	{ingress.ActionRelease, []ledger.Status{ledger.StatusRunning}},
+	{ingress.ActionResolve, []ledger.Status{ledger.StatusFailed}},
 }
 
 // operate is an operator acting on a run as an actor (half the time one whose job
-// runs, as the dashboard lists running runs, else one a caller was answered 2xx for, or
-// any): it reads the run (as GET /v1/runs/{id} does), then takes an action its status
+// runs, as the dashboard lists running runs, else one that failed, as it lists those,
+// or one a caller was answered 2xx for, or any): it reads the run (as GET /v1/runs/{id} does), then takes an action its status
 // allows, now and then one it does not (which the ledger refuses), half the time fenced
 // by the attempt it read (refused when the run moved on meanwhile). A retry or a
 // release republishes the run.
@@ -605,6 +606,9 @@ func (sm *simulation) operate(ctx context.Context) error {
 	runs := sm.h.heldRuns()
 	if len(runs) == 0 || sm.rng.IntN(2) == 0 {
 		runs = sm.h.acceptedRuns()
+		if failed := sm.h.failedRuns(); len(failed) > 0 && sm.rng.IntN(2) == 0 {
+			runs = failed // as the dashboard lists failed runs
+		}
 	}
 	if len(runs) == 0 {
 		runs = []string{ledger.KeyedRunID(namespace, jobName, sm.callers[sm.rng.IntN(len(sm.callers))].key)}
@@ -639,12 +643,48 @@ func (sm *simulation) operate(ctx context.Context) error {
 		if sm.rng.IntN(2) == 0 {
 			p.Attempt = r.Attempt
 		}
+		if action == ingress.ActionResolve {
+			sm.resolve(ctx, a, p, r)
+			return
+		}
 		_, code, err := sm.ingress.Act(ctx, action, p)
 		if !a.crashed {
 			sm.log("operator %s of run %s (read %s at attempt %d, fence %d): %d %v", action, short(runID), r.Status, r.Attempt, p.Attempt, code, err)
 		}
 	})
 	return err
+}
+
+// resolve is an operator's verdict on one of the job's effects of run r (ingress.Handler.Resolve,
+// what POST /v1/runs/{id}:resolve does): it happened, naming what it made, or it did
+// not. The operator cannot know which is true, nor does the simulation: either verdict
+// is what the run goes on by, and what the checks then hold it to (history.resolved).
+func (sm *simulation) resolve(ctx context.Context, a *actor, p *ledger.OperatorParams, r *ledger.Run) {
+	// As the run's page lists them, the operator reads the job's effects and resolves a
+	// pending one (now and then any, which the ledger refuses unless it is pending).
+	var pending []string
+	for _, e := range jobEffects {
+		rctx, cancel := context.WithTimeout(ctx, time.Hour) // the ingress's LedgerTimeout
+		fx, err := sm.fl.GetEffect(rctx, &ledger.GetEffectParams{RunID: p.RunID, Name: e.name})
+		cancel()
+		if a.crashed {
+			return
+		}
+		if err == nil && fx.Status == ledger.EffectPending {
+			pending = append(pending, e.name)
+		}
+	}
+	if len(pending) == 0 || sm.rng.IntN(8) == 0 {
+		pending = []string{jobEffects[sm.rng.IntN(len(jobEffects))].name}
+	}
+	rp := &ledger.ResolveEffectParams{OperatorParams: *p, Effect: pending[sm.rng.IntN(len(pending))], Done: sm.rng.IntN(2) == 0}
+	if rp.Done {
+		rp.Ref = "sim-execution"
+	}
+	_, err := sm.ingress.Resolve(ctx, rp)
+	if !a.crashed {
+		sm.log("operator resolve of effect %q of run %s as done=%v (read %s at attempt %d, fence %d): %v", rp.Effect, short(p.RunID), rp.Done, r.Status, r.Attempt, p.Attempt, err)
+	}
 }
 
 func (sm *simulation) rescue(ctx context.Context) error {
@@ -700,6 +740,13 @@ func (sm *simulation) sweeping(ctx context.Context) {
 	}
 }
 
+// jobEffects are the job's effects: one keyed (worker.Effect), one at most once
+// (worker.AtMostOnce).
+var jobEffects = []struct {
+	name       string
+	atMostOnce bool
+}{{"charge", false}, {"email", true}}
+
 // job is the simulated job: it checks what it observes, does one keyed effect and one
 // at-most-once effect (and, in some schedules, a batch), and then succeeds, fails
 // retryably or for good, panics, or asks for a retry later, as the schedule draws.
@@ -707,10 +754,7 @@ func (sm *simulation) job(ctx context.Context, j *worker.Job) error {
 	a := actorFrom(ctx)
 	sm.h.jobStarted(a, j.RunID, j.Attempt, j.Payload)
 	defer sm.h.jobEnded(a)
-	for _, e := range []struct {
-		name       string
-		atMostOnce bool
-	}{{"charge", false}, {"email", true}} {
+	for _, e := range jobEffects {
 		fn := func(ctx context.Context, key string) error {
 			sm.h.downstream(a, j.RunID, e.name, key, e.atMostOnce)
 			if err := sm.s.point(ctx); err != nil { // the downstream call takes a while
@@ -724,7 +768,12 @@ func (sm *simulation) job(ctx context.Context, j *worker.Job) error {
 		var err error
 		if e.atMostOnce {
 			err = worker.AtMostOnce(ctx, e.name, fn)
-			if errors.Is(err, worker.ErrEffectUncertain) {
+			switch {
+			case errors.Is(err, worker.ErrEffectUncertain) && sm.operators:
+				// Where an operator watches, the job fails the run for good instead, for
+				// the operator to say whether the effect happened (resolve).
+				err = worker.Permanent(err)
+			case errors.Is(err, worker.ErrEffectUncertain):
 				err = nil // the job goes on without it
 			}
 		} else {

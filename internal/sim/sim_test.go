@@ -154,6 +154,7 @@ func TestMutantsAreCaught(t *testing.T) {
 		"unfenced-finish":          "invariant 5",
 		"lying-cancel":             "invariant 6",
 		"forget-batch-groups":      "invariant 2: batch item",
+		"resolve-only-retries":     "invariant 2",
 		sim.UnboundedCalls:         "bounded waits",
 		sim.IgnoresMaxRunTime:      "invariant 1",
 	}
