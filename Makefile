@@ -10,14 +10,14 @@ test: ## start the services, lint, and run every test with -race (what CI runs)
 	scripts/test.sh
 
 # The workspace's modules (go.work): ./... does not reach into the nested ones.
-MODULES := ./... ./deploy/... ./loadtest/... ./examples/userworker/... ./examples/receiver/...
+MODULES := ./... ./deploy/... ./loadtest/... ./peerbench/... ./examples/userworker/... ./examples/receiver/...
 
 .PHONY: lint
 lint: ## gofmt, go vet, staticcheck
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) vet $(MODULES)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(MODULES)
-	for m in deploy loadtest examples/userworker examples/receiver; do (cd $$m && GOWORK=off $(GO) mod tidy -diff) || exit 1; done
+	for m in deploy loadtest peerbench examples/userworker examples/receiver; do (cd $$m && GOWORK=off $(GO) mod tidy -diff) || exit 1; done
 
 .PHONY: bench-floors
 bench-floors: ## runonce against its floors (bare handler, raw chains), paired in one run (BENCHMARKS.md)

@@ -43,7 +43,7 @@ if [ -n "$unformatted" ]; then
 	exit 1
 fi
 # The workspace's modules (go.work): ./... does not reach into the nested ones.
-modules=(./... ./deploy/... ./loadtest/... ./examples/userworker/... ./examples/receiver/...)
+modules=(./... ./deploy/... ./loadtest/... ./peerbench/... ./examples/userworker/... ./examples/receiver/...)
 echo "test: no merge conflict markers" >&2
 if git grep -nE '^(<<<<<<< |>>>>>>> |=======$)' -- ':!*.sum' ':!go.work.sum'; then
 	echo "unresolved merge conflict markers (above)" >&2
@@ -53,7 +53,7 @@ echo "test: go vet" >&2
 go vet "${modules[@]}"
 echo "test: staticcheck" >&2
 "$gobin/staticcheck" "${modules[@]}"
-for m in deploy loadtest examples/userworker examples/receiver; do
+for m in deploy loadtest peerbench examples/userworker examples/receiver; do
 	echo "test: go mod tidy -diff in $m" >&2
 	(cd "$m" && GOWORK=off go mod tidy -diff)
 done
@@ -68,6 +68,13 @@ export CI=${CI:-true}
 echo "test: fuzz FuzzDeriveKey (20,000 inputs)" >&2
 go test -run '^$' -fuzz FuzzDeriveKey -fuzztime 20000x ./pkg/ingress
 
+# peerbench holds benchmarks only (make bench-floors runs them, for minutes): go vet and
+# staticcheck above build it, the test run leaves it out rather than build River with
+# -race for no test.
+tested=()
+for m in "${modules[@]}"; do
+	[ "$m" = ./peerbench/... ] || tested+=("$m")
+done
 echo "test: go test ${RACE--race} $*" >&2
 # shellcheck disable=SC2086 # RACE is empty or one flag
-go test ${RACE--race} -count=1 -timeout 15m "$@" "${modules[@]}"
+go test ${RACE--race} -count=1 -timeout 15m "$@" "${tested[@]}"
