@@ -45,6 +45,14 @@ bench -bench BenchmarkMiddlewareVsBare -benchtime 2000x "$@" ./pkg/receiver/post
 bench -bench BenchmarkIngressBinaryVsBare -benchtime 2000x "$@" ./cmd/ingress/
 bench -bench BenchmarkIngressPeakRSS -benchtime 10000x "$@" ./cmd/ingress/
 bench -bench BenchmarkWorkerProcesses -benchtime 3000x "$@" ./cmd/ingress/
+# Time to start, from the ingress's 202 to the job's first line, per backend (-dev's
+# SQLite, PostgreSQL and Firestore with the Pub/Sub emulator), beside a raw
+# publish→receive on the same transport.
+bench -bench BenchmarkTimeToStart -benchtime 1000x "$@" ./cmd/ingress/
+# A peer: River's worker (its default configuration, and with its fetch cooldown at its
+# minimum) beside runonce's worker, on the same PostgreSQL (peerbench: a module of its
+# own, so that River is no dependency of runonce's).
+bench -bench BenchmarkRiverVsWorker -benchtime 2000x "$@" ./peerbench/
 # The embedded default end to end: the built binary with -dev over HTTP. It needs no
 # service, so they are stopped first: after the runs above the emulators keep using CPU
 # (the Pub/Sub emulator about a third of a core), which -dev would share; and what they

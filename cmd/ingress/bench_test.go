@@ -112,8 +112,8 @@ type devBench struct {
 }
 
 // startDevBench runs bin -dev in dir on a free loopback port with the demo job's delay 0
-// and waits for its banner.
-func startDevBench(b *testing.B, bin, dir string) *devBench {
+// and args, and waits for its banner.
+func startDevBench(b *testing.B, bin, dir string, args ...string) *devBench {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -125,7 +125,7 @@ func startDevBench(b *testing.B, bin, dir string) *devBench {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-dev", "-dev-pubsub-port", "0", "-addr", addr, "-demo-delay", "0")
+	cmd := exec.Command(bin, append([]string{"-dev", "-dev-pubsub-port", "0", "-addr", addr, "-demo-delay", "0"}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "RUNONCE_LEDGER=") // the default: the file in the working directory
 	if q := os.Getenv("BENCH_DEV_LEDGER_QUERY"); q != "" {
