@@ -124,6 +124,7 @@ type rpcCounter struct {
 	mu     sync.Mutex
 	calls  []string
 	writes ledgertest.WriteLog
+	ops    ledgertest.Ops // documents written and read, for TestCapacityOps
 }
 
 func (c *rpcCounter) add(method string, req any) {
@@ -131,6 +132,7 @@ func (c *rpcCounter) add(method string, req any) {
 	defer c.mu.Unlock()
 	c.calls = append(c.calls, method[strings.LastIndex(method, "/")+1:])
 	if commit, ok := req.(*firestorepb.CommitRequest); ok {
+		c.ops.Writes += len(commit.GetWrites())
 		for _, w := range commit.GetWrites() {
 			fields := w.GetUpdateMask().GetFieldPaths()
 			if w.GetUpdateMask() == nil {
@@ -148,6 +150,39 @@ func (c *rpcCounter) take() []string {
 	out := c.calls
 	c.calls = nil
 	return out
+}
+
+// sent counts the documents a streaming request reads: each one a BatchGetDocuments asks
+// for, and one a query.
+func (c *rpcCounter) sent(msg any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch m := msg.(type) {
+	case *firestorepb.BatchGetDocumentsRequest:
+		c.ops.Reads += len(m.GetDocuments())
+	case *firestorepb.RunQueryRequest:
+		c.ops.Reads++
+	}
+}
+
+// takeOps returns the documents written and read since the last takeOps.
+func (c *rpcCounter) takeOps() ledgertest.Ops {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ops := c.ops
+	c.ops = ledgertest.Ops{}
+	return ops
+}
+
+// countedStream hands what a streaming RPC sends to its counter.
+type countedStream struct {
+	grpc.ClientStream
+	counter *rpcCounter
+}
+
+func (s countedStream) SendMsg(m any) error {
+	s.counter.sent(m)
+	return s.ClientStream.SendMsg(m)
 }
 
 // emulatorCreds is what the client sends the emulator: the "owner" token bypasses
@@ -175,7 +210,11 @@ func countingClient(t *testing.T) (*firestore.Client, *rpcCounter) {
 		}),
 		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 			counter.add(method, nil)
-			return streamer(ctx, desc, cc, method, opts...)
+			s, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil {
+				return nil, err
+			}
+			return countedStream{ClientStream: s, counter: counter}, nil
 		}),
 	)
 	if err != nil {
@@ -320,6 +359,16 @@ func TestRoundTrips(t *testing.T) {
 		t.Fatalf("Complete of a run another process cancelled = %v, want ErrLeaseLost wrapping ErrCancelled", err)
 	}
 	check("a completion of a run written since by another process (the write refused, a read)", "Commit", "BatchGetDocuments")
+}
+
+// TestCapacityOps measures a run's operations on the ledger in documents written (each
+// write of a Commit) and read (each document a BatchGetDocuments asks for), and checks
+// them against Firestore's row of docs/capacity.md.
+func TestCapacityOps(t *testing.T) {
+	t.Parallel()
+	client, counter := countingClient(t)
+	l := openLedger(t, client, &Options{Prefix: uniquePrefix()})
+	ledgertest.CheckCapacityTable(t, "Firestore", ledgertest.MeasureRunOps(t, l, counter.takeOps))
 }
 
 // TestTransitionsWriteWhatChanges checks that a transition's write sets only the fields

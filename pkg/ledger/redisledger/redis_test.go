@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -831,4 +832,85 @@ func BenchmarkDuplicateVsNew(b *testing.B) {
 			b.ReportMetric(rates["dup"]/rates["new"], "dup/new")
 		})
 	}
+}
+
+// writeHook counts a client's round trips (a command, or a pipeline of them), each as a
+// write when the ledger's keys changed across it (snapshot, taken on another client
+// before and after, differs) and as a read otherwise.
+type writeHook struct {
+	snapshot func(ctx context.Context) string
+	mu       sync.Mutex
+	ops      ledgertest.Ops
+}
+
+func (h *writeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *writeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return h.count(ctx, func() error { return next(ctx, cmd) })
+	}
+}
+
+func (h *writeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return h.count(ctx, func() error { return next(ctx, cmds) })
+	}
+}
+
+func (h *writeHook) count(ctx context.Context, roundTrip func() error) error {
+	before := h.snapshot(ctx)
+	err := roundTrip()
+	changed := h.snapshot(ctx) != before
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if changed {
+		h.ops.Writes++
+	} else {
+		h.ops.Reads++
+	}
+	return err
+}
+
+// take returns the round trips counted since the last take.
+func (h *writeHook) take() ledgertest.Ops {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ops := h.ops
+	h.ops = ledgertest.Ops{}
+	return ops
+}
+
+// TestCapacityOps measures a run's operations on the ledger, each round trip a write
+// when it changed a key of the ledger's prefix (its value or its expiry) and a read
+// otherwise, and checks them against Redis's row of docs/capacity.md.
+func TestCapacityOps(t *testing.T) {
+	t.Parallel()
+	o, err := redis.ParseURL(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := sharedClient(t)
+	prefix := newPrefix(t, plain)
+	hook := &writeHook{snapshot: func(ctx context.Context) string {
+		keys, err := plain.Keys(ctx, prefix+"*").Result()
+		if err != nil {
+			t.Errorf("keys: %v", err)
+		}
+		slices.Sort(keys)
+		var all strings.Builder
+		for _, k := range keys {
+			dump, _ := plain.Dump(ctx, k).Result()
+			at, _ := plain.PExpireTime(ctx, k).Result()
+			fmt.Fprintf(&all, "%s=%x@%d;", k, dump, at)
+		}
+		return all.String()
+	}}
+	rdb := redis.NewClient(o)
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.AddHook(hook)
+	l, err := New(t.Context(), rdb, &Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledgertest.CheckCapacityTable(t, "Redis", ledgertest.MeasureRunOps(t, l, hook.take))
 }

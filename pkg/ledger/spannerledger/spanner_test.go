@@ -556,6 +556,7 @@ type rpcCounter struct {
 	mu     sync.Mutex
 	calls  []string
 	writes ledgertest.WriteLog
+	ops    ledgertest.Ops // rows mutated and reads (queries and key reads), for TestCapacityOps
 	// reads are the key reads made, as "table(column, …)".
 	reads []string
 }
@@ -597,7 +598,12 @@ func (c *rpcCounter) add(method string, req any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calls = append(c.calls, m)
+	switch m {
+	case "ExecuteStreamingSql", "ExecuteSql", "StreamingRead", "Read":
+		c.ops.Reads++
+	}
 	if commit, ok := req.(*spannerpb.CommitRequest); ok {
+		c.ops.Writes += len(commit.GetMutations())
 		for _, mu := range commit.GetMutations() {
 			var w *spannerpb.Mutation_Write
 			switch op := mu.GetOperation().(type) {
@@ -615,6 +621,15 @@ func (c *rpcCounter) add(method string, req any) {
 			}
 		}
 	}
+}
+
+// takeOps returns the rows mutated and the reads since the last takeOps.
+func (c *rpcCounter) takeOps() ledgertest.Ops {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ops := c.ops
+	c.ops = ledgertest.Ops{}
+	return ops
 }
 
 // take returns the calls counted since the last take.
@@ -751,6 +766,16 @@ func BenchmarkDuplicateVsNew(b *testing.B) {
 			b.ReportMetric(rates["dup-insert-first"]/rates["new"], "dup-insert-first/new")
 		})
 	}
+}
+
+// TestCapacityOps measures a run's operations on the ledger in rows mutated (each
+// mutation of a Commit) and reads (each query or read RPC), and checks them against
+// Spanner's row of docs/capacity.md.
+func TestCapacityOps(t *testing.T) {
+	t.Parallel()
+	emulator(t)
+	l, counter := countingLedger(t, newDatabase(t, false))
+	ledgertest.CheckCapacityTable(t, "Spanner", ledgertest.MeasureRunOps(t, l, counter.takeOps))
 }
 
 // TestTransitionsWriteWhatChanges checks that a transition's mutation of an existing

@@ -30,6 +30,9 @@ func LockWrites(l *Ledger) (unlock func()) {
 // Commits returns how many write transactions the ledger has run.
 func Commits(l *Ledger) int64 { return l.commits.Load() }
 
+// Reads returns how many reads the ledger has made outside a write transaction.
+func Reads(l *Ledger) int64 { return l.reads.Load() }
+
 // Queued returns how many writes wait for the write lock.
 func Queued(l *Ledger) int {
 	l.qmu.Lock()

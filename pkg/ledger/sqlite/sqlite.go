@@ -68,6 +68,9 @@ type Ledger struct {
 	// commits counts the write transactions committed (or rolled back): fewer than
 	// the writes when group commit batches them. Tests read it.
 	commits atomic.Int64
+	// reads counts the reads made outside a write transaction (a duplicate claim's, a
+	// Get's): with commits, what docs/capacity.md's tests count.
+	reads atomic.Int64
 }
 
 // txOp is one caller's write, queued for the next group commit.
@@ -412,6 +415,9 @@ func (p prepared) stmt(ctx context.Context, query string) *sql.Stmt {
 }
 
 func (p prepared) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if p.tx == nil {
+		p.l.reads.Add(1)
+	}
 	if st := p.stmt(ctx, query); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}

@@ -425,3 +425,19 @@ func TestGroupCommit(t *testing.T) {
 // items as one worker.Effect each (the raw effect write), on this backend: items/s and
 // ledger writes per item (workertest.BenchmarkBatch).
 func BenchmarkBatch(b *testing.B) { workertest.BenchmarkBatch(b, harness().Open) }
+
+// TestCapacityOps measures a run's operations on the ledger (write transactions, from the
+// ledger's count of commits; reads outside them, from its count of reads) and checks them
+// against SQLite's row of docs/capacity.md.
+func TestCapacityOps(t *testing.T) {
+	t.Parallel()
+	l := open(t, filepath.Join(t.TempDir(), "ledger.db"))
+	var commits, reads int64
+	got := ledgertest.MeasureRunOps(t, l, func() ledgertest.Ops {
+		c, r := sqlite.Commits(l), sqlite.Reads(l)
+		ops := ledgertest.Ops{Writes: int(c - commits), Reads: int(r - reads)}
+		commits, reads = c, r
+		return ops
+	})
+	ledgertest.CheckCapacityTable(t, "SQLite", got)
+}
