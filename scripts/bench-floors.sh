@@ -19,6 +19,8 @@ eval "$(RUNONCE_PG_DURABLE=1 scripts/services.sh start "$work")"
 export CI=${CI:-}
 
 bench() { go test -run '^$' -count 3 "$@"; }
+echo "bench: $(date -u '+%Y-%m-%d %H:%M UTC'), at $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (uncommitted changes)')"
+echo "bench: machine: $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
 echo "bench: load before: $(uptime)"
 bench -bench 'BenchmarkPostgresIngressVsBare|BenchmarkFirestoreIngressVsBare' -benchtime 2000x "$@" ./pkg/ingress/
 bench -bench BenchmarkDuplicateVsNew -benchtime 4000x "$@" ./pkg/ledger/postgres/
