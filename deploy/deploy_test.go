@@ -107,6 +107,8 @@ var checks = map[string]check{
 	"FirestoreSharded":      checkFirestoreSharded,
 	"TargetIAM":             checkTargetIAM,
 	"Monitoring":            checkMonitoring,
+	"IngressJobsFile":       checkIngressJobs,
+	"SchedulerViewerIAM":    checkSchedulerViewer,
 }
 
 func runCheck(t *testing.T, name string) {
@@ -863,7 +865,8 @@ var allowedRoles = map[string]string{
 	"roles/spanner.databaseUser":           "google_spanner_database_iam_member",                                   // the ledger (Spanner)
 	"roles/run.invoker":                    "google_cloud_run_v2_service_iam_member",                               // scheduler → ingress, push → worker
 	"roles/iam.serviceAccountTokenCreator": "google_service_account_iam_member",                                    // Pub/Sub agent mints the push token
-	"roles/secretmanager.secretAccessor":   "google_secret_manager_secret_iam_member",                              // worker reads the jobs file
+	"roles/secretmanager.secretAccessor":   "google_secret_manager_secret_iam_member",                              // worker reads the jobs file, ingress its own
+	"roles/cloudscheduler.viewer":          "google_project_iam_member",                                            // both read a scheduler_job's schedule (no IAM below the project; read-only)
 	"roles/workflows.invoker":              "google_project_iam_member",                                            // a workflows target (no IAM below the project; a condition narrows it)
 	"roles/run.jobsExecutorWithOverrides":  "google_cloud_run_v2_job_iam_member",                                   // a cloudrun target, on its job: run it with overrides
 	"roles/run.viewer":                     "google_cloud_run_v2_job_iam_member",                                   // a cloudrun target, on its job: get and list its executions
@@ -939,23 +942,17 @@ func targetKind(kind string) bool {
 // jobsTargets returns the Google Cloud API targets of the deployment's jobs file: name →
 // kind and resource.
 func jobsTargets(d *deployment) (map[string][2]string, error) {
-	v := d.mod.ctx.Variables["var"].GetAttr("jobs_json")
-	if v.IsNull() {
-		return nil, nil
-	}
-	if !v.IsWhollyKnown() || !v.Type().Equals(cty.String) {
-		return nil, errors.New("jobs_json is not known from the variables: cannot check the targets' grants")
-	}
-	var f struct {
-		Jobs map[string]struct{ Kind, Resource string }
-	}
-	if err := json.Unmarshal([]byte(v.AsString()), &f); err != nil {
-		return nil, fmt.Errorf("jobs_json: %v", err)
+	js, err := jobsJSON(d)
+	if err != nil {
+		return nil, fmt.Errorf("cannot check the targets' grants: %v", err)
 	}
 	out := map[string][2]string{}
-	for name, j := range f.Jobs {
-		if targetKind(j.Kind) {
-			out[name] = [2]string{j.Kind, j.Resource}
+	for name, fields := range js {
+		var kind, resource string
+		_ = json.Unmarshal(fields["kind"], &kind)
+		_ = json.Unmarshal(fields["resource"], &resource)
+		if targetKind(kind) {
+			out[name] = [2]string{kind, resource}
 		}
 	}
 	return out, nil

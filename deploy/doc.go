@@ -12,11 +12,13 @@
 //     outlive its run; the sweep deletes it after its run), and the rescue query's
 //     index exists; the worker's CPU is always allocated with at least one instance and
 //     its grace fits Cloud Run's 10 s; no account gets a role outside a short list, on
-//     anything but the resource it needs; and every RUNONCE_* variable names a real
-//     flag of the binary it is given to; every runbook alert and dashboard chart
-//     exists and reads a metric the services or the binaries really emit; every runonce
-//     command the runbook, the README and the guides in docs/ show runs without a usage
-//     error. A self-test breaks a copy of the files in a temporary directory, one way
+//     anything but the resource it needs; with a jobs file, the ingress reads one of
+//     its own holding only the jobs' names and schedule fields (never a target or
+//     header), and both binaries may read the Cloud Scheduler jobs it names; and every
+//     RUNONCE_* variable names a real flag of the binary it is given to; every runbook
+//     alert and dashboard chart exists and reads a metric the services or the binaries
+//     really emit; every runonce command the runbook, the README and the guides in
+//     docs/ show runs without a usage error. A self-test breaks a copy of the files in a temporary directory, one way
 //     per check, and expects each check to catch it.
 //   - Every block is checked against the google provider's own schema, extracted from
 //     the npm package @cdktf/provider-google (generated from it) into testdata/:

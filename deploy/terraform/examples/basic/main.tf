@@ -43,6 +43,9 @@ module "runonce" {
         timeout      = "10m"
         auth         = "oidc"
         max_attempts = 5
+        # runonce reads the tick schedule from the scheduler job below (the tick audit,
+        # the missed-tick alert); the module grants roles/cloudscheduler.viewer for it.
+        scheduler_job = "projects/${var.project_id}/locations/${var.region}/jobs/daily-report-0500"
       }
     }
   })

@@ -17,6 +17,11 @@
 #   roles/run.invoker                  push account         worker service    push delivery (delivery = "push")
 #   roles/iam.serviceAccountTokenCreator Pub/Sub agent      push account      mint the push OIDC token (delivery = "push")
 #   roles/secretmanager.secretAccessor worker               jobs secret       read the jobs file (jobs_json set)
+#   roles/secretmanager.secretAccessor ingress              ingress-jobs sec. read its jobs file: names and schedules
+#                                                                             (jobs_json set)
+#   roles/cloudscheduler.viewer        ingress, worker      scheduler_job's   read the schedule, state and retry settings
+#                                                           project           of a job's scheduler_job (Cloud Scheduler
+#                                                                             has no IAM below the project; read-only)
 #   roles/monitoring.metricWriter      ingress, worker      project           export metrics to Cloud Monitoring (no narrower
 #                                                                             resource exists; write-only)
 #   roles/cloudtrace.agent             ingress, worker      project           export spans to Cloud Trace (likewise)
@@ -95,6 +100,15 @@ resource "google_project_iam_member" "datastore_user_ingress" {
       expression = condition.value.expression
     }
   }
+}
+
+resource "google_secret_manager_secret_iam_member" "jobs_accessor_ingress" {
+  count = local.has_jobs ? 1 : 0
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.ingress_jobs[0].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.ingress.member
 }
 
 # Cloud Run IAM in front of the ingress's own OIDC check (same audience, same callers).
@@ -232,4 +246,25 @@ resource "google_cloud_run_v2_service_iam_member" "ingress_operator" {
   name     = google_cloud_run_v2_service.ingress.name
   role     = "roles/run.invoker"
   member   = endswith(each.value, ".gserviceaccount.com") ? "serviceAccount:${each.value}" : "user:${each.value}"
+}
+
+# A job with scheduler_job in the jobs file: the ingress and the worker read its Cloud
+# Scheduler job (schedule, time zone, paused or not, retry settings) with their own
+# credentials, for the tick audit and the missed-tick check. Cloud Scheduler has no IAM
+# resource below the project, so the grant is on each project the jobs file's
+# scheduler_job values name (read-only).
+resource "google_project_iam_member" "scheduler_viewer_ingress" {
+  for_each = local.scheduler_job_projects
+
+  project = each.value
+  role    = "roles/cloudscheduler.viewer"
+  member  = google_service_account.ingress.member
+}
+
+resource "google_project_iam_member" "scheduler_viewer_worker" {
+  for_each = local.scheduler_job_projects
+
+  project = each.value
+  role    = "roles/cloudscheduler.viewer"
+  member  = google_service_account.worker.member
 }

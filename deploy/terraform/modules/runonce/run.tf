@@ -4,24 +4,50 @@
 locals {
   has_jobs = nonsensitive(var.jobs_json != null)
 
-  ingress_env = {
-    RUNONCE_LEDGER    = local.ledger_url
-    RUNONCE_TOPIC     = local.topic_url
-    RUNONCE_NAMESPACE = local.namespace
-    RUNONCE_AUTH      = "oidc"
-    RUNONCE_AUDIENCE  = local.ingress_audience
-    RUNONCE_ALLOW     = join(",", local.allowed_callers)
-    RUNONCE_OPERATORS = join(",", var.operators)
-    RUNONCE_RETENTION = "${var.retention_hours}h"
-    # The ingress has no jobs file (the worker's may carry credentials, and Go handlers
-    # have none): it accepts any job name, and a worker fails the run of a job no
+  # The jobs file's fields of a job's schedule (pkg/jobs): none carries a secret, unlike
+  # an HTTP target's url and headers.
+  schedule_fields = ["schedule", "time_zone", "scheduler_job", "catch_up", "missed_after"]
+
+  # The ingress's jobs file: every job of jobs_json by name, with only its schedule's
+  # fields (a job without a target is valid). The ingress then answers 404 for a job the
+  # file does not name, and knows the schedules: the tick audit, backfill, /ui/jobs/ and
+  # the missed-tick check. Null without jobs_json.
+  ingress_jobs_json = local.has_jobs ? jsonencode({
+    jobs = {
+      for name, j in jsondecode(var.jobs_json).jobs : name => {
+        for field, v in j : field => v if contains(local.schedule_fields, field)
+      }
+    }
+  }) : null
+
+  # The projects of the jobs file's scheduler_job values (projects/P/locations/L/jobs/J),
+  # whose Cloud Scheduler jobs the ingress and the worker read (iam.tf).
+  scheduler_job_projects = local.has_jobs ? nonsensitive(toset([
+    for j in values(jsondecode(var.jobs_json).jobs) : split("/", lookup(j, "scheduler_job", ""))[1]
+    if lookup(j, "scheduler_job", "") != ""
+  ])) : toset([])
+
+  ingress_env = merge(
+    {
+      RUNONCE_LEDGER    = local.ledger_url
+      RUNONCE_TOPIC     = local.topic_url
+      RUNONCE_NAMESPACE = local.namespace
+      RUNONCE_AUTH      = "oidc"
+      RUNONCE_AUDIENCE  = local.ingress_audience
+      RUNONCE_ALLOW     = join(",", local.allowed_callers)
+      RUNONCE_OPERATORS = join(",", var.operators)
+      RUNONCE_RETENTION = "${var.retention_hours}h"
+      # Metrics to Cloud Monitoring (monitoring.tf's dashboard and alerts read them).
+      RUNONCE_METRICS_EXPORT = var.monitoring ? "gcp" : "prometheus"
+      # Spans to Cloud Trace: the request, its ledger calls and the publish.
+      RUNONCE_TRACE_EXPORT = var.tracing ? "gcp" : "none"
+    },
+    # With jobs_json, the ingress's own jobs file (local.ingress_jobs_json: names and
+    # schedules, never the worker's targets or headers). Without it (a worker image with
+    # its own Go handlers) it accepts any job name, and a worker fails the run of a job no
     # worker has a handler for once its -unhandled-after (24h) passes.
-    RUNONCE_ACCEPT_ANY_JOB = "true"
-    # Metrics to Cloud Monitoring (monitoring.tf's dashboard and alerts read them).
-    RUNONCE_METRICS_EXPORT = var.monitoring ? "gcp" : "prometheus"
-    # Spans to Cloud Trace: the request, its ledger calls and the publish.
-    RUNONCE_TRACE_EXPORT = var.tracing ? "gcp" : "none"
-  }
+    local.has_jobs ? { RUNONCE_JOBS = local.jobs_path } : { RUNONCE_ACCEPT_ANY_JOB = "true" },
+  )
 
   worker_env = merge(
     {
@@ -100,6 +126,14 @@ resource "google_cloud_run_v2_service" "ingress" {
         }
       }
 
+      dynamic "volume_mounts" {
+        for_each = local.has_jobs ? [1] : []
+        content {
+          name       = "jobs"
+          mount_path = dirname(local.jobs_path)
+        }
+      }
+
       startup_probe {
         http_get {
           path = "/healthz"
@@ -115,6 +149,23 @@ resource "google_cloud_run_v2_service" "ingress" {
         period_seconds = 10
       }
     }
+
+    dynamic "volumes" {
+      for_each = local.has_jobs ? [1] : []
+      content {
+        name = "jobs"
+        secret {
+          # Its own secret, not the worker's: the ingress's account cannot read the
+          # worker's jobs file.
+          secret = google_secret_manager_secret.ingress_jobs[0].secret_id
+          items {
+            # A pinned version: a new jobs file rolls out as a new revision.
+            version = google_secret_manager_secret_version.ingress_jobs[0].version
+            path    = basename(local.jobs_path)
+          }
+        }
+      }
+    }
   }
 
   lifecycle {
@@ -127,6 +178,7 @@ resource "google_cloud_run_v2_service" "ingress" {
   depends_on = [
     google_pubsub_topic_iam_member.runs_publisher_ingress,
     google_project_iam_member.datastore_user_ingress,
+    google_secret_manager_secret_iam_member.jobs_accessor_ingress,
   ]
 }
 
@@ -258,4 +310,26 @@ resource "google_secret_manager_secret_version" "jobs" {
 
   secret      = google_secret_manager_secret.jobs[0].id
   secret_data = var.jobs_json
+}
+
+# The ingress's jobs file (local.ingress_jobs_json): job names and schedules only. Nothing
+# in it is secret, but it is derived from the sensitive jobs_json, and a secret is how a
+# Cloud Run service mounts a file; the ingress alone reads it.
+resource "google_secret_manager_secret" "ingress_jobs" {
+  count = local.has_jobs ? 1 : 0
+
+  project   = var.project_id
+  secret_id = "${var.name}-ingress-jobs"
+  labels    = local.labels
+
+  replication {
+    auto {}
+  }
+}
+
+resource "google_secret_manager_secret_version" "ingress_jobs" {
+  count = local.has_jobs ? 1 : 0
+
+  secret      = google_secret_manager_secret.ingress_jobs[0].id
+  secret_data = local.ingress_jobs_json
 }

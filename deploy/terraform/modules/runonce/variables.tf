@@ -389,7 +389,7 @@ variable "worker_memory" {
 }
 
 variable "jobs_json" {
-  description = "The jobs file (DESIGN.md, \"The jobs file\") as a JSON string. Stored in Secret Manager (it may carry headers with credentials) and mounted into the worker as RUNONCE_JOBS. Null: no jobs file (a worker image with its own Go handlers)."
+  description = "The jobs file (docs/jobs.md) as a JSON string. Stored in Secret Manager (it may carry headers with credentials) and mounted into the worker as RUNONCE_JOBS. The ingress gets a file of its own derived from it, each job's name and schedule fields only (schedule, time_zone, scheduler_job, catch_up, missed_after), and answers 404 for a job it does not name: list a job a Go handler runs as {}. A scheduler_job grants both service accounts roles/cloudscheduler.viewer on its project. Null: no jobs file (a worker image with its own Go handlers); the ingress accepts any job name and knows no schedule."
   type        = string
   default     = null
   sensitive   = true
@@ -397,6 +397,13 @@ variable "jobs_json" {
   validation {
     condition     = var.jobs_json == null || can(jsondecode(var.jobs_json).jobs)
     error_message = "jobs_json must be a JSON object with a \"jobs\" member."
+  }
+  validation {
+    condition = var.jobs_json == null || try(alltrue([
+      for j in values(jsondecode(var.jobs_json).jobs) :
+      can(regex("^projects/[A-Za-z0-9:.-]+/locations/[A-Za-z0-9-]+/jobs/[A-Za-z0-9_-]{1,500}$", lookup(j, "scheduler_job", "projects/p/locations/l/jobs/j")))
+    ]), true)
+    error_message = "jobs_json: a job's scheduler_job must be a Cloud Scheduler job's name, projects/PROJECT/locations/LOCATION/jobs/JOB."
   }
 }
 
