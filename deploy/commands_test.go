@@ -20,6 +20,7 @@ import (
 
 	"github.com/runonce/runonce/internal/cli"
 	"github.com/runonce/runonce/internal/config"
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/ledger"
@@ -125,7 +126,7 @@ func TestDocumentedCommandsExist(t *testing.T) {
 			seen[c.args[1]] = true
 		}
 	}
-	for _, want := range []string{"list", "show", ingress.ActionRetry, ingress.ActionRelease} {
+	for _, want := range []string{"list", "show", string(api.ActionRetry), string(api.ActionRelease)} {
 		if !seen[want] {
 			t.Errorf("the runbook shows no `runonce runs %s`", want)
 		}

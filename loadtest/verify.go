@@ -8,12 +8,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/runonce/runonce/pkg/ingress"
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
 // runRecord is the ingress's answer to GET /v1/runs/{run_id}.
-type runRecord = ingress.RunJSON
+type runRecord = api.RunJSON
 
 // verification is what was found after the load.
 type verification struct {

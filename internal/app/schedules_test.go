@@ -18,6 +18,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/client"
 	"github.com/runonce/runonce/pkg/ingress"
@@ -249,7 +250,7 @@ func TestScheduleReplicasAuditBackfill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	statuses := func(a *ingress.TicksJSON) string {
+	statuses := func(a *api.TicksJSON) string {
 		var s []string
 		for _, row := range a.Ticks {
 			s = append(s, string(row.Status))
@@ -260,7 +261,7 @@ func TestScheduleReplicasAuditBackfill(t *testing.T) {
 		t.Fatalf("audit: %q (missing %d), want %q", got, audit.Missing, want)
 	}
 
-	bf, err := c.Backfill(ctx, job, &ingress.BackfillRequest{From: tick(0), To: tick(6)})
+	bf, err := c.Backfill(ctx, job, &api.BackfillRequest{From: tick(0), To: tick(6)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,13 +276,13 @@ func TestScheduleReplicasAuditBackfill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var late ingress.Response
+	var late api.Response
 	err = json.NewDecoder(resp.Body).Decode(&late)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusAccepted || !late.Duplicate || late.RunID != spec.RunID(ns, tick(4)) {
 		t.Fatalf("the late delivery of tick 4: %d %+v (%v), want 202, a duplicate of run %s", resp.StatusCode, late, err, spec.RunID(ns, tick(4)))
 	}
-	manual, err := c.RunJob(ctx, job, &ingress.RunRequest{})
+	manual, err := c.RunJob(ctx, job, &api.RunRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

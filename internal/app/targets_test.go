@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/runonce/runonce/internal/app"
-	"github.com/runonce/runonce/pkg/ingress"
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/targets/targetstest"
 )
 
@@ -51,19 +51,19 @@ func TestDevRunsGoogleCloudAPITargets(t *testing.T) {
 			t.Errorf("-dev after shutdown: %v", err)
 		}
 	}()
-	getRun := func(id string) *ingress.RunJSON {
+	getRun := func(id string) *api.RunJSON {
 		resp, err := http.Get("http://" + addr + "/v1/runs/" + id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var r ingress.RunJSON
+		var r api.RunJSON
 		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
 			t.Fatal(err)
 		}
 		return &r
 	}
-	waitRun := func(id string, ok func(*ingress.RunJSON) bool, what string) *ingress.RunJSON {
+	waitRun := func(id string, ok func(*api.RunJSON) bool, what string) *api.RunJSON {
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			r := getRun(id)
@@ -100,14 +100,14 @@ func TestDevRunsGoogleCloudAPITargets(t *testing.T) {
 		if runID == "" {
 			t.Fatal("the -dev ingress never answered")
 		}
-		r := waitRun(runID, func(r *ingress.RunJSON) bool { return r.Execution != "" }, "a recorded execution")
+		r := waitRun(runID, func(r *api.RunJSON) bool { return r.Execution != "" }, "a recorded execution")
 		if r.Status != "running" {
 			t.Fatalf("job %s: run is %s while its execution %s runs, want running", name, r.Status, r.Execution)
 		}
 		if err := fake.Finish(r.Execution, targetstest.Succeeded); err != nil {
 			t.Fatal(err)
 		}
-		waitRun(runID, func(r *ingress.RunJSON) bool { return r.Status == "completed" }, "completion")
+		waitRun(runID, func(r *api.RunJSON) bool { return r.Status == "completed" }, "completion")
 	}
 	if s := fake.Started(); len(s) != 3 {
 		t.Fatalf("started %v, want one execution per job", s)

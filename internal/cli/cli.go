@@ -20,8 +20,8 @@ import (
 	"google.golang.org/api/idtoken"
 
 	"github.com/runonce/runonce/internal/config"
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/client"
-	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
@@ -256,7 +256,7 @@ func ShortID(id string) string { return id[:min(12, len(id))] }
 
 // runKey is what identifies a run to its caller: the scheduler's job name and schedule
 // time, or the Idempotency-Key (or job_key).
-func runKey(r *ingress.RunJSON) string {
+func runKey(r *api.RunJSON) string {
 	if !r.ScheduleTime.IsZero() {
 		return r.Key + " @ " + r.ScheduleTime.UTC().Format(time.RFC3339)
 	}
@@ -380,7 +380,7 @@ func resolve(ctx context.Context, c *client.Client, id string) (string, error) {
 	return d.RunID, nil
 }
 
-func act(ctx context.Context, g *globals, id, action string, req *ingress.ActionRequest, stdout io.Writer) error {
+func act(ctx context.Context, g *globals, id string, action api.Action, req *api.ActionRequest, stdout io.Writer) error {
 	c, err := g.client(ctx)
 	if err != nil {
 		return err
@@ -400,7 +400,7 @@ func act(ctx context.Context, g *globals, id, action string, req *ingress.Action
 }
 
 // resolveEffect sends an effect's resolution (runs resolve).
-func resolveEffect(ctx context.Context, g *globals, id string, req *ingress.ResolveRequest, stdout io.Writer) error {
+func resolveEffect(ctx context.Context, g *globals, id string, req *api.ResolveRequest, stdout io.Writer) error {
 	c, err := g.client(ctx)
 	if err != nil {
 		return err
@@ -416,7 +416,7 @@ func resolveEffect(ctx context.Context, g *globals, id string, req *ingress.Reso
 		return printJSON(stdout, res)
 	}
 	switch {
-	case req.Outcome == ingress.OutcomeNotDone:
+	case req.Outcome == api.OutcomeNotDone:
 		fmt.Fprintf(stdout, "effect %s: did not happen; the next attempt does it under the same key\n", req.Effect)
 	case req.Ref != "":
 		fmt.Fprintf(stdout, "effect %s: happened (%s); the next attempt skips it\n", req.Effect, req.Ref)
@@ -429,7 +429,7 @@ func resolveEffect(ctx context.Context, g *globals, id string, req *ingress.Reso
 
 // printAction prints an action's answer: the run's status, and whether it was
 // republished.
-func printAction(stdout io.Writer, res *ingress.ActionJSON) {
+func printAction(stdout io.Writer, res *api.ActionJSON) {
 	fmt.Fprintf(stdout, "run %s is %s\n", res.RunID, res.Status)
 	if res.Republished != nil && *res.Republished {
 		fmt.Fprintln(stdout, "republished: a worker picks it up")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/client"
 	"github.com/runonce/runonce/pkg/ingress"
@@ -155,7 +156,7 @@ func TestResolveAnUncertainStartFromTheCLI(t *testing.T) {
 
 	id = s.failedRun(t, "nightly-report", "the start's answer was lost", "run")
 	r = runCLI(t, env, "runs", "resolve", "--not-done", id, "-effect", "run", "--reason", "no execution carries the key", "--json")
-	var act ingress.ActionJSON
+	var act api.ActionJSON
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &act) != nil || act.Status != ledger.StatusQueued || act.Republished == nil || !*act.Republished {
 		t.Fatalf("runs resolve --not-done --json = %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
@@ -163,7 +164,7 @@ func TestResolveAnUncertainStartFromTheCLI(t *testing.T) {
 		t.Fatalf("the next attempt's BeginEffect = done %v, previous attempt %d; want a fresh start", fx.Done, fx.PreviousAttempt)
 	}
 	r = runCLI(t, env, "runs", "show", id, "--json")
-	var d ingress.RunDetailJSON
+	var d api.RunDetailJSON
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &d) != nil {
 		t.Fatalf("runs show --json = %d\n%s", r.code, r.stdout)
 	}
@@ -211,7 +212,7 @@ func TestFindUnderstandRetryAndCancelFromTheCLI(t *testing.T) {
 		t.Fatalf("runs list -status failed -json = %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = runCLI(t, env, "runs", "list", "--status", "completed", "--json")
-	var page ingress.ListJSON
+	var page api.ListJSON
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &page) != nil || len(page.Runs) != 0 {
 		t.Fatalf("runs list --status completed --json = %d %q", r.code, r.stdout)
 	}
@@ -228,7 +229,7 @@ func TestFindUnderstandRetryAndCancelFromTheCLI(t *testing.T) {
 		t.Fatalf("runs retry %s = %d\n%s%s", id[:12], r.code, r.stdout, r.stderr)
 	}
 	r = runCLI(t, env, "runs", "cancel", "--reason", "must not go out", id, "--json")
-	var act ingress.ActionJSON
+	var act api.ActionJSON
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &act) != nil || act.Status != ledger.StatusCancelled {
 		t.Fatalf("runs cancel --json = %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
@@ -237,7 +238,7 @@ func TestFindUnderstandRetryAndCancelFromTheCLI(t *testing.T) {
 		t.Fatalf("runs release of a cancelled run = %d %q; want exit 1 naming the 409", r.code, r.stderr)
 	}
 	r = runCLI(t, env, "runs", "show", id, "--json")
-	var d ingress.RunDetailJSON
+	var d api.RunDetailJSON
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &d) != nil || d.History[len(d.History)-1].Kind != ledger.EventCancelled {
 		t.Fatalf("runs show --json = %d\n%s", r.code, r.stdout)
 	}

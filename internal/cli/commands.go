@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/runonce/runonce/internal/config"
-	"github.com/runonce/runonce/pkg/ingress"
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
@@ -82,12 +82,15 @@ hex digits or a prefix of at least ` + fmt.Sprint(ledger.MinRunIDPrefix) + ` of 
 		RunE: needsSubcommand,
 	}
 	runs.AddCommand(listCmd(g), showCmd(g))
-	for _, a := range []struct{ name, short, long string }{
-		{ingress.ActionRetry, "queue a failed run again with a fresh attempt budget",
+	for _, a := range []struct {
+		name        api.Action
+		short, long string
+	}{
+		{api.ActionRetry, "queue a failed run again with a fresh attempt budget",
 			"retry returns a failed run to queued with a fresh attempt budget and republishes it; the effects it did stay done."},
-		{ingress.ActionCancel, "cancel a queued or running run",
+		{api.ActionCancel, "cancel a queued or running run",
 			"cancel makes a queued or running run cancelled: it never runs again, and a running attempt stops at its next lease renewal."},
-		{ingress.ActionRelease, "end the lease of a running run whose worker is gone",
+		{api.ActionRelease, "end the lease of a running run whose worker is gone",
 			"release ends the lease of a running run whose worker is gone, now: the run is queued again and republished, and the old holder can no longer write."},
 	} {
 		runs.AddCommand(actionCmd(g, a.name, a.short, a.long))
@@ -141,10 +144,10 @@ attempts, its effects and its history. RUN_ID may be a prefix of at least ` + fm
 	return c
 }
 
-func actionCmd(g *globals, action, short, long string) *cobra.Command {
-	var req ingress.ActionRequest
+func actionCmd(g *globals, action api.Action, short, long string) *cobra.Command {
+	var req api.ActionRequest
 	c := &cobra.Command{
-		Use:     action + ` RUN_ID --reason "why" [flags]`,
+		Use:     string(action) + ` RUN_ID --reason "why" [flags]`,
 		Short:   short,
 		Long:    long + "\nThe reason is kept in the run's history with who acted. RUN_ID may be a prefix of at least " + fmt.Sprint(ledger.MinRunIDPrefix) + " hex digits.",
 		Example: fmt.Sprintf("  runonce runs %s 3f2a9c41d0e7 --reason \"the SMTP relay is back\"", action),
@@ -169,7 +172,7 @@ func actionCmd(g *globals, action, short, long string) *cobra.Command {
 // uncertain.
 func resolveCmd(g *globals) *cobra.Command {
 	var (
-		req           ingress.ResolveRequest
+		req           api.ResolveRequest
 		done, notDone bool
 	)
 	c := &cobra.Command{
@@ -203,9 +206,9 @@ of a failed run are the uncertain ones. RUN_ID may be a prefix of at least ` + f
 			case done && strings.TrimSpace(req.Ref) == "":
 				return usagef("runs resolve --done needs --ref: what the effect made (a start: the execution's full name, which the next attempt follows)")
 			}
-			req.Outcome = ingress.OutcomeNotDone
+			req.Outcome = api.OutcomeNotDone
 			if done {
-				req.Outcome = ingress.OutcomeDone
+				req.Outcome = api.OutcomeDone
 			}
 			return resolveEffect(c.Context(), g, id, &req, c.OutOrStdout())
 		},

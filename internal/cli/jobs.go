@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/schedule"
@@ -245,7 +246,7 @@ job's body (none for a jobs-file schedule), or --payload.`,
 func runBackfill(c *cobra.Command, g *globals, job string, f *backfillFlags) error {
 	ctx, stdout := c.Context(), c.OutOrStdout()
 	now := g.now()
-	req := &ingress.BackfillRequest{DryRun: f.dryRun}
+	req := &api.BackfillRequest{DryRun: f.dryRun}
 	var err error
 	if req.From, err = f.from.at("from", now); err != nil {
 		return err
@@ -263,7 +264,7 @@ func runBackfill(c *cobra.Command, g *globals, job string, f *backfillFlags) err
 	if err != nil {
 		return err
 	}
-	var pages []*ingress.BackfillJSON
+	var pages []*api.BackfillJSON
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	if !g.json {
 		fmt.Fprintln(tw, "TICK\tRUN ID\tOUTCOME")
@@ -328,7 +329,7 @@ the same run: retrying the command is safe.`,
 			if err != nil {
 				return err
 			}
-			res, err := cl.RunJob(c.Context(), job, &ingress.RunRequest{Key: f.key, Payload: f.payload})
+			res, err := cl.RunJob(c.Context(), job, &api.RunRequest{Key: f.key, Payload: f.payload})
 			if err != nil {
 				return err
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/runonce/runonce/internal/config"
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/jobs"
@@ -114,7 +115,7 @@ func TestAuditBackfillAndRunNowFromTheCLI(t *testing.T) {
 	if r := runAt(t, base, now, "jobs", "ticks", "every", "--from", "41m", "--json"); r.code != 0 {
 		t.Fatalf("jobs ticks --from 41m --json = %d %s", r.code, r.stderr)
 	} else {
-		var a ingress.TicksJSON
+		var a api.TicksJSON
 		if err := json.Unmarshal([]byte(r.stdout), &a); err != nil || len(a.Ticks) != 5 || a.Missing != 3 {
 			t.Fatalf("jobs ticks --json: %v %+v; want 5 ticks, 3 missing (and the current one pending)", err, a)
 		}

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/ledger"
@@ -532,7 +533,7 @@ func (sm *simulation) request(ctx context.Context, c *caller) error {
 		if a.crashed {
 			return // the answer never reached the caller; onCrash retried
 		}
-		var resp ingress.Response
+		var resp api.Response
 		_ = json.Unmarshal(rec.Body.Bytes(), &resp)
 		sm.log("request %s attempt %d: %d %s %s", c.key, c.attempt, rec.Code, resp.Status, resp.Error)
 		if rec.Code/100 == 2 {
@@ -587,13 +588,13 @@ func (sm *simulation) deliver(ctx context.Context, i int) error {
 // what POST /v1/runs/{id}:action does), each with the statuses that allow it. A new
 // action is one more entry.
 var operatorActions = []struct {
-	name string
+	name api.Action
 	from []ledger.Status
 }{
-	{ingress.ActionRetry, []ledger.Status{ledger.StatusFailed}},
-	{ingress.ActionCancel, []ledger.Status{ledger.StatusQueued, ledger.StatusRunning}},
-	{ingress.ActionRelease, []ledger.Status{ledger.StatusRunning}},
-	{ingress.ActionResolve, []ledger.Status{ledger.StatusFailed}},
+	{api.ActionRetry, []ledger.Status{ledger.StatusFailed}},
+	{api.ActionCancel, []ledger.Status{ledger.StatusQueued, ledger.StatusRunning}},
+	{api.ActionRelease, []ledger.Status{ledger.StatusRunning}},
+	{api.ActionResolve, []ledger.Status{ledger.StatusFailed}},
 }
 
 // operate is an operator acting on a run as an actor (half the time one whose job
@@ -627,14 +628,14 @@ func (sm *simulation) operate(ctx context.Context) error {
 			sm.log("operator: run %s not read: %v", short(runID), err)
 			return
 		}
-		var fit []string
+		var fit []api.Action
 		for _, act := range operatorActions {
 			if slices.Contains(act.from, r.Status) {
 				fit = append(fit, act.name)
 			}
 		}
 		if len(fit) == 0 || sm.rng.IntN(8) == 0 {
-			fit = []string{operatorActions[sm.rng.IntN(len(operatorActions))].name}
+			fit = []api.Action{operatorActions[sm.rng.IntN(len(operatorActions))].name}
 		}
 		action := fit[sm.rng.IntN(len(fit))]
 		p := &ledger.OperatorParams{
@@ -643,7 +644,7 @@ func (sm *simulation) operate(ctx context.Context) error {
 		if sm.rng.IntN(2) == 0 {
 			p.Attempt = r.Attempt
 		}
-		if action == ingress.ActionResolve {
+		if action == api.ActionResolve {
 			sm.resolve(ctx, a, p, r)
 			return
 		}

@@ -15,7 +15,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/runonce/runonce/pkg/ingress"
+	"github.com/runonce/runonce/pkg/api"
 )
 
 // TokenSource returns the bearer token of a request; nil sends none.
@@ -51,8 +51,8 @@ func (e *Error) Unwrap() error { return ErrStatus }
 
 // List returns a page of runs; q holds GET /v1/runs's query parameters (status, job,
 // namespace, since, created_after, …, page_size, page_token).
-func (c *Client) List(ctx context.Context, q url.Values) (*ingress.ListJSON, error) {
-	var out ingress.ListJSON
+func (c *Client) List(ctx context.Context, q url.Values) (*api.ListJSON, error) {
+	var out api.ListJSON
 	path := "/v1/runs"
 	if len(q) > 0 {
 		path += "?" + q.Encode()
@@ -62,8 +62,8 @@ func (c *Client) List(ctx context.Context, q url.Values) (*ingress.ListJSON, err
 
 // Get returns one run with its history and effects; full asks for its payload too
 // (operators only).
-func (c *Client) Get(ctx context.Context, runID string, full bool) (*ingress.RunDetailJSON, error) {
-	var out ingress.RunDetailJSON
+func (c *Client) Get(ctx context.Context, runID string, full bool) (*api.RunDetailJSON, error) {
+	var out api.RunDetailJSON
 	path := "/v1/runs/" + url.PathEscape(runID)
 	if full {
 		path += "?view=full"
@@ -71,32 +71,32 @@ func (c *Client) Get(ctx context.Context, runID string, full bool) (*ingress.Run
 	return &out, c.do(ctx, http.MethodGet, path, nil, &out)
 }
 
-// Act retries, cancels or releases a run (ingress.ActionRetry, …).
-func (c *Client) Act(ctx context.Context, runID, action string, req *ingress.ActionRequest) (*ingress.ActionJSON, error) {
+// Act retries, cancels or releases a run (api.ActionRetry, …).
+func (c *Client) Act(ctx context.Context, runID string, action api.Action, req *api.ActionRequest) (*api.ActionJSON, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	var out ingress.ActionJSON
-	return &out, c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+":"+action, body, &out)
+	var out api.ActionJSON
+	return &out, c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+":"+string(action), body, &out)
 }
 
 // Resolve settles an effect a failed run left uncertain (POST :resolve): it happened
-// (ingress.OutcomeDone, with the ref of what it made) or it did not
-// (ingress.OutcomeNotDone); the run is queued again and republished.
-func (c *Client) Resolve(ctx context.Context, runID string, req *ingress.ResolveRequest) (*ingress.ActionJSON, error) {
+// (api.OutcomeDone, with the ref of what it made) or it did not
+// (api.OutcomeNotDone); the run is queued again and republished.
+func (c *Client) Resolve(ctx context.Context, runID string, req *api.ResolveRequest) (*api.ActionJSON, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	var out ingress.ActionJSON
-	return &out, c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+":"+ingress.ActionResolve, body, &out)
+	var out api.ActionJSON
+	return &out, c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+":"+string(api.ActionResolve), body, &out)
 }
 
 // Ticks returns a page of a job's tick audit; q holds GET /v1/jobs/{job}/ticks's query
 // parameters (from, to, namespace, page_size, page_token).
-func (c *Client) Ticks(ctx context.Context, job string, q url.Values) (*ingress.TicksJSON, error) {
-	var out ingress.TicksJSON
+func (c *Client) Ticks(ctx context.Context, job string, q url.Values) (*api.TicksJSON, error) {
+	var out api.TicksJSON
 	path := "/v1/jobs/" + url.PathEscape(job) + "/ticks"
 	if len(q) > 0 {
 		path += "?" + q.Encode()
@@ -106,24 +106,24 @@ func (c *Client) Ticks(ctx context.Context, job string, q url.Values) (*ingress.
 
 // RunJob starts a run of a job by hand (POST /v1/jobs/{job}:run); the answer's Key is the
 // run's key, the one given or the one made for it.
-func (c *Client) RunJob(ctx context.Context, job string, req *ingress.RunRequest) (*ingress.Response, error) {
+func (c *Client) RunJob(ctx context.Context, job string, req *api.RunRequest) (*api.Response, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	var out ingress.Response
-	return &out, c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(job)+":"+ingress.JobActionRun, body, &out)
+	var out api.Response
+	return &out, c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(job)+":"+api.JobActionRun, body, &out)
 }
 
 // Backfill claims (or, with DryRun, lists) the missing ticks of one page of a window
 // (POST /v1/jobs/{job}:backfill); the answer's NextPageToken continues it.
-func (c *Client) Backfill(ctx context.Context, job string, req *ingress.BackfillRequest) (*ingress.BackfillJSON, error) {
+func (c *Client) Backfill(ctx context.Context, job string, req *api.BackfillRequest) (*api.BackfillJSON, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	var out ingress.BackfillJSON
-	return &out, c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(job)+":"+ingress.JobActionBackfill, body, &out)
+	var out api.BackfillJSON
+	return &out, c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(job)+":"+api.JobActionBackfill, body, &out)
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {

@@ -3,7 +3,6 @@ package ingress
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +23,7 @@ import (
 	"github.com/runonce/runonce/internal/logonce"
 	"github.com/runonce/runonce/internal/obs"
 	"github.com/runonce/runonce/internal/sameorigin"
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/ledger"
@@ -262,25 +262,6 @@ func (h *Handler) sameOrigin(next http.Handler) http.Handler {
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.handler.ServeHTTP(w, r) }
 
-// Response is the JSON body of an answer to POST /v1/jobs/{job}.
-type Response struct {
-	RunID     string        `json:"run_id,omitempty"`
-	Status    ledger.Status `json:"status,omitempty"`
-	Duplicate bool          `json:"duplicate,omitempty"`
-	// Key is the key of a run started by hand (POST /v1/jobs/{job}:run): the one given,
-	// or the one made for it.
-	Key string `json:"key,omitempty"`
-	// Result is a completed run's stored result (worker.SetResult), replayed to every
-	// duplicate of it, never recomputed.
-	Result json.RawMessage `json:"result,omitempty"`
-	// LastError is a failed run's final error, answered to a duplicate of it when the
-	// caller is an operator (Config.Operators): an error may carry what the job's target
-	// answered.
-	LastError string `json:"last_error,omitempty"`
-	// Error names the problem of a refused request (4xx, 5xx).
-	Error string `json:"error,omitempty"`
-}
-
 // Outcomes of POST /v1/jobs/{job}, as logged and counted.
 const (
 	OutcomeNew             = "new"
@@ -300,7 +281,7 @@ const (
 // answer is what a request came to: its status, body, outcome and what to log.
 type answer struct {
 	status  int
-	resp    Response
+	resp    api.Response
 	outcome string
 	err     error // logged, never sent
 	key     *Key
@@ -396,7 +377,7 @@ func (h *Handler) handleJob(ctx context.Context, w http.ResponseWriter, r *http.
 }
 
 func fail(status int, outcome, msg string, err error) answer {
-	return answer{status: status, outcome: outcome, resp: Response{Error: msg}, err: err}
+	return answer{status: status, outcome: outcome, resp: api.Response{Error: msg}, err: err}
 }
 
 // claim claims the run and publishes it when new (or when a duplicate's message may be
@@ -443,7 +424,7 @@ func (h *Handler) claim(ctx context.Context, key *Key, body []byte) answer {
 	}
 	run := res.Run
 	if res.PayloadMismatch {
-		return answer{status: http.StatusUnprocessableEntity, outcome: OutcomePayloadMismatch, resp: Response{
+		return answer{status: http.StatusUnprocessableEntity, outcome: OutcomePayloadMismatch, resp: api.Response{
 			RunID: run.ID, Status: run.Status,
 			Error: fmt.Sprintf("run %s exists with another payload (sha256 %s, this one %s): the same key must carry the same payload",
 				run.ID, run.PayloadHash, id.PayloadHash),
@@ -455,9 +436,9 @@ func (h *Handler) claim(ctx context.Context, key *Key, body []byte) answer {
 			eerr := h.expedite(ctx, id.RunID, attempt.String())
 			return h.unavailable(id.RunID, "Pub/Sub is unavailable; the run is claimed and will be republished: retry later", errors.Join(err, eerr))
 		}
-		return answer{status: http.StatusAccepted, outcome: OutcomeNew, resp: Response{RunID: run.ID, Status: ledger.StatusQueued}}
+		return answer{status: http.StatusAccepted, outcome: OutcomeNew, resp: api.Response{RunID: run.ID, Status: ledger.StatusQueued}}
 	}
-	a := answer{status: http.StatusAccepted, outcome: OutcomeDuplicate, resp: Response{RunID: run.ID, Status: run.Status, Duplicate: true}}
+	a := answer{status: http.StatusAccepted, outcome: OutcomeDuplicate, resp: api.Response{RunID: run.ID, Status: run.Status, Duplicate: true}}
 	if run.Status.Terminal() {
 		a.status = http.StatusOK
 		a.resp.Result = run.Result
@@ -514,7 +495,7 @@ func (h *Handler) expedite(ctx context.Context, runID, attemptID string) error {
 }
 
 func (h *Handler) unavailable(runID, msg string, err error) answer {
-	return answer{status: http.StatusServiceUnavailable, outcome: OutcomeUnavailable, resp: Response{RunID: runID, Error: msg}, err: err}
+	return answer{status: http.StatusServiceUnavailable, outcome: OutcomeUnavailable, resp: api.Response{RunID: runID, Error: msg}, err: err}
 }
 
 func (h *Handler) record(r *http.Request, a answer, d time.Duration) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/runonce/runonce/internal/obs"
 	"github.com/runonce/runonce/internal/syncbuf"
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/ledger"
@@ -725,7 +726,7 @@ func TestRunJSONFinishedAt(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 30, 6, 0, 1, 0, time.UTC)
 	for _, s := range []ledger.Status{ledger.StatusCompleted, ledger.StatusFailed, ledger.StatusCancelled} {
-		b, err := json.Marshal(ingress.NewRunJSON(&ledger.Run{ID: strings.Repeat("a", 64), Status: s, CompletedAt: at}))
+		b, err := json.Marshal(api.NewRunJSON(&ledger.Run{ID: strings.Repeat("a", 64), Status: s, CompletedAt: at}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -737,7 +738,7 @@ func TestRunJSONFinishedAt(t *testing.T) {
 			t.Errorf("a %s run: finished_at %v, completed_at %v; want finished_at 2026-11-30T06:00:01Z alone", s, got["finished_at"], got["completed_at"])
 		}
 	}
-	b, _ := json.Marshal(ingress.NewRunJSON(&ledger.Run{ID: strings.Repeat("a", 64), Status: ledger.StatusQueued}))
+	b, _ := json.Marshal(api.NewRunJSON(&ledger.Run{ID: strings.Repeat("a", 64), Status: ledger.StatusQueued}))
 	if strings.Contains(string(b), "finished_at") {
 		t.Errorf("an unfinished run has finished_at: %s", b)
 	}

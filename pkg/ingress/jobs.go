@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runonce/runonce/internal/obs"
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/ledger"
@@ -25,12 +26,6 @@ import (
 
 // The operators' job API: GET /v1/jobs/{job}/ticks (the tick audit), POST
 // /v1/jobs/{job}:run (run now) and POST /v1/jobs/{job}:backfill.
-
-// Actions on a job, as spelled after the colon.
-const (
-	JobActionRun      = "run"
-	JobActionBackfill = "backfill"
-)
 
 // Defaults of the job API.
 const (
@@ -45,108 +40,6 @@ const (
 	// (ledger.KeyedRunID), whose ID no tick's run can have.
 	ManualKeyPrefix = "manual:"
 )
-
-// TickJSON is one expected tick of GET /v1/jobs/{job}/ticks.
-type TickJSON struct {
-	// Tick is the tick's time in UTC, as X-CloudScheduler-ScheduleTime carries it.
-	Tick time.Time `json:"tick"`
-	// WallTime is its time on the schedule's zone's clock.
-	WallTime string `json:"wall_time"`
-	// DST is "first" or "second" for the two ticks of a wall time the clocks repeat.
-	DST    string          `json:"dst,omitempty"`
-	Status schedule.Status `json:"status"`
-	// RunID is the tick's run, when it has one.
-	RunID string `json:"run_id,omitempty"`
-	// LateSeconds is how long after the tick its run's first delivery arrived.
-	LateSeconds float64 `json:"late_seconds,omitempty"`
-	// TookSeconds is how long the run has run (to its end, or now while it runs).
-	TookSeconds float64 `json:"took_seconds,omitempty"`
-	// GraceSeconds is how long after the tick a run could still arrive before the tick
-	// counts as missing.
-	GraceSeconds float64 `json:"grace_seconds"`
-}
-
-// UnmatchedJSON is a run of the job that matched no expected tick, and why
-// (schedule.ReasonNoTick, ReasonKeyed, ReasonSecondRun).
-type UnmatchedJSON struct {
-	RunID        string        `json:"run_id"`
-	ScheduleTime time.Time     `json:"schedule_time,omitzero"`
-	Status       ledger.Status `json:"status"`
-	CreatedAt    time.Time     `json:"created_at"`
-	Reason       string        `json:"reason"`
-}
-
-// TicksJSON is GET /v1/jobs/{job}/ticks: a page of the job's expected ticks in [from,
-// to), oldest first, and the runs of the page's span that matched none.
-type TicksJSON struct {
-	Job          string `json:"job"`
-	Namespace    string `json:"namespace"`
-	Schedule     string `json:"schedule"`
-	TimeZone     string `json:"time_zone"`
-	SchedulerJob string `json:"scheduler_job"`
-	// Source is where runonce reads the schedule: "jobs file" or the Cloud Scheduler
-	// job's full name.
-	Source    string          `json:"source"`
-	From      time.Time       `json:"from"`
-	To        time.Time       `json:"to"`
-	Ticks     []TickJSON      `json:"ticks"`
-	Unmatched []UnmatchedJSON `json:"unmatched,omitempty"`
-	// UnmatchedTruncated: more runs were created in the span than the audit lists.
-	UnmatchedTruncated bool `json:"unmatched_truncated,omitempty"`
-	// Missing counts the page's missing ticks.
-	Missing       int    `json:"missing"`
-	NextPageToken string `json:"next_page_token,omitempty"`
-}
-
-// RunRequest is the body of POST /v1/jobs/{job}:run.
-type RunRequest struct {
-	// Key names the run (an Idempotency-Key); empty: a new one, ManualKeyPrefix and a
-	// UUIDv7. The same key again is the same run.
-	Key string `json:"key,omitempty"`
-	// Payload is the run's payload (text); empty: none.
-	Payload string `json:"payload,omitempty"`
-}
-
-// BackfillRequest is the body of POST /v1/jobs/{job}:backfill.
-type BackfillRequest struct {
-	// From and To bound the ticks, [From, To) (RFC 3339).
-	From time.Time `json:"from"`
-	To   time.Time `json:"to"`
-	// DryRun lists the ticks a backfill would claim, claiming none.
-	DryRun bool `json:"dry_run,omitempty"`
-	// Payload, when set, is what the runs carry instead of the scheduler's body (the
-	// Cloud Scheduler job's, or none for a jobs-file schedule): a late delivery of a
-	// tick with another payload than its backfilled run is refused (422).
-	Payload *string `json:"payload,omitempty"`
-	// PageToken continues a backfill: the answer's next_page_token.
-	PageToken string `json:"page_token,omitempty"`
-}
-
-// Outcomes of a backfilled tick.
-const (
-	BackfillClaimed    = "claimed"
-	BackfillWouldClaim = "would_claim"
-	// BackfillExisted: a run of the tick arrived between the audit and the claim.
-	BackfillExisted = "existed"
-)
-
-// BackfilledJSON is one tick a backfill claimed (or would).
-type BackfilledJSON struct {
-	Tick    time.Time `json:"tick"`
-	RunID   string    `json:"run_id"`
-	Outcome string    `json:"outcome"`
-}
-
-// BackfillJSON is the answer of POST /v1/jobs/{job}:backfill: the missing ticks of one
-// page of the window, and what became of each.
-type BackfillJSON struct {
-	Job    string           `json:"job"`
-	DryRun bool             `json:"dry_run,omitempty"`
-	Ticks  []BackfilledJSON `json:"ticks"`
-	// Claimed counts the runs this request created.
-	Claimed       int    `json:"claimed"`
-	NextPageToken string `json:"next_page_token,omitempty"`
-}
 
 // operator authenticates an operator of the job API, answering a refusal itself.
 func (h *Handler) operator(w http.ResponseWriter, r *http.Request, what string) (*auth.Caller, bool) {
@@ -289,18 +182,18 @@ func pageToken(token string, from, to time.Time) (time.Time, error) {
 }
 
 // Ticks audits a page of spec's ticks (ticks.Reader.Audit).
-func (h *Handler) Ticks(ctx context.Context, spec *ticks.Spec, q *TicksQuery) (*TicksJSON, error) {
+func (h *Handler) Ticks(ctx context.Context, spec *ticks.Spec, q *TicksQuery) (*api.TicksJSON, error) {
 	ns := cmp.Or(q.Namespace, h.cfg.Namespace)
 	rd := &ticks.Reader{Ledger: h.cfg.Ledger, Namespace: ns, Timeout: h.cfg.LedgerTimeout}
 	a, err := rd.Audit(ctx, &ticks.AuditParams{Spec: spec, From: q.PageFrom, To: q.To, Now: h.cfg.Now(), Limit: q.PageSize})
 	if err != nil {
 		return nil, err
 	}
-	out := &TicksJSON{Job: spec.Job, Namespace: ns, Schedule: spec.Schedule.Expr(), TimeZone: spec.Schedule.TimeZone(),
-		SchedulerJob: spec.SchedulerJob, Source: spec.Source, From: q.From, To: q.To, Ticks: make([]TickJSON, 0, len(a.Rows)),
+	out := &api.TicksJSON{Job: spec.Job, Namespace: ns, Schedule: spec.Schedule.Expr(), TimeZone: spec.Schedule.TimeZone(),
+		SchedulerJob: spec.SchedulerJob, Source: spec.Source, From: q.From, To: q.To, Ticks: make([]api.TickJSON, 0, len(a.Rows)),
 		UnmatchedTruncated: a.Truncated}
 	for _, row := range a.Rows {
-		t := TickJSON{Tick: row.Tick.Time, WallTime: row.Tick.Local.Format("2006-01-02 15:04 MST"), Status: row.Status,
+		t := api.TickJSON{Tick: row.Tick.Time, WallTime: row.Tick.Local.Format("2006-01-02 15:04 MST"), Status: string(row.Status),
 			LateSeconds: row.Late.Seconds(), TookSeconds: row.Took.Seconds(), GraceSeconds: row.Grace.Seconds()}
 		if row.Tick.DST != schedule.DSTNone {
 			t.DST = row.Tick.DST.String()
@@ -314,7 +207,7 @@ func (h *Handler) Ticks(ctx context.Context, spec *ticks.Spec, q *TicksQuery) (*
 		out.Ticks = append(out.Ticks, t)
 	}
 	for _, u := range a.Unmatched {
-		out.Unmatched = append(out.Unmatched, UnmatchedJSON{RunID: u.Run.ID, ScheduleTime: u.Run.ScheduleTime, Status: ledger.Status(u.Run.Status),
+		out.Unmatched = append(out.Unmatched, api.UnmatchedJSON{RunID: u.Run.ID, ScheduleTime: u.Run.ScheduleTime, Status: ledger.Status(u.Run.Status),
 			CreatedAt: u.Run.CreatedAt, Reason: u.Reason})
 	}
 	if !a.Next.IsZero() {
@@ -325,11 +218,11 @@ func (h *Handler) Ticks(ctx context.Context, spec *ticks.Spec, q *TicksQuery) (*
 
 // postJobAction serves POST /v1/jobs/{job}:{action}.
 func (h *Handler) postJobAction(w http.ResponseWriter, r *http.Request, job, action string) {
-	if action != JobActionRun && action != JobActionBackfill {
+	if action != api.JobActionRun && action != api.JobActionBackfill {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such action %s: POST /v1/jobs/{job}:run or :backfill", quoted(action)))
 		return
 	}
-	what := map[string]string{JobActionRun: "start a run by hand", JobActionBackfill: "backfill missed ticks"}[action]
+	what := map[string]string{api.JobActionRun: "start a run by hand", api.JobActionBackfill: "backfill missed ticks"}[action]
 	caller, ok := h.operator(w, r, what)
 	if !ok || !h.knownJob(w, job) {
 		return
@@ -348,7 +241,7 @@ func (h *Handler) postJobAction(w http.ResponseWriter, r *http.Request, job, act
 		actor = "anonymous (authentication off)"
 	}
 	log := h.log.With(slog.String("job", job), slog.String("actor", obs.Clean(actor)))
-	if action == JobActionRun {
+	if action == api.JobActionRun {
 		h.runNow(w, r, job, body, log)
 		return
 	}
@@ -367,7 +260,7 @@ func decodeJobBody(body []byte, v any) error {
 // runNow serves POST /v1/jobs/{job}:run: a run keyed by the request's key (or a new
 // manual one), never a tick's, so that no scheduled run is swallowed.
 func (h *Handler) runNow(w http.ResponseWriter, r *http.Request, job string, body []byte, log *slog.Logger) {
-	var req RunRequest
+	var req api.RunRequest
 	if err := decodeJobBody(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("the body is not JSON {\"key\": \"…\", \"payload\": \"…\"}: %v; nothing was started", err))
 		return
@@ -420,7 +313,7 @@ func (h *Handler) runNow(w http.ResponseWriter, r *http.Request, job string, bod
 // most BackfillRate a second.
 func (h *Handler) backfill(w http.ResponseWriter, r *http.Request, job string, body []byte, log *slog.Logger) {
 	ctx := r.Context()
-	var req BackfillRequest
+	var req api.BackfillRequest
 	if err := decodeJobBody(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("the body is not JSON {\"from\": RFC 3339, \"to\": RFC 3339, \"dry_run\": bool}: %v; nothing was claimed", err))
 		return
@@ -459,14 +352,14 @@ func (h *Handler) backfill(w http.ResponseWriter, r *http.Request, job string, b
 		h.ledgerError(ctx, w, "audit the ticks of "+job, "", err)
 		return
 	}
-	out := &BackfillJSON{Job: job, DryRun: req.DryRun, Ticks: []BackfilledJSON{}, NextPageToken: page.NextPageToken}
+	out := &api.BackfillJSON{Job: job, DryRun: req.DryRun, Ticks: []api.BackfilledJSON{}, NextPageToken: page.NextPageToken}
 	for _, t := range page.Ticks {
-		if t.Status != schedule.StatusMissing {
+		if t.Status != string(schedule.StatusMissing) {
 			continue
 		}
 		id := spec.RunID(h.cfg.Namespace, t.Tick)
 		if req.DryRun {
-			out.Ticks = append(out.Ticks, BackfilledJSON{Tick: t.Tick, RunID: id, Outcome: BackfillWouldClaim})
+			out.Ticks = append(out.Ticks, api.BackfilledJSON{Tick: t.Tick, RunID: id, Outcome: api.BackfillWouldClaim})
 			continue
 		}
 		if err := h.backfillRate.Wait(ctx); err != nil {
@@ -486,13 +379,13 @@ func (h *Handler) backfill(w http.ResponseWriter, r *http.Request, job string, b
 				t.Tick.Format(time.RFC3339), out.Claimed, obs.Clean(err.Error())))
 			return
 		}
-		outcome := BackfillExisted
+		outcome := api.BackfillExisted
 		if created {
-			outcome = BackfillClaimed
+			outcome = api.BackfillClaimed
 			out.Claimed++
 			log.InfoContext(ctx, "tick backfilled", slog.Time("tick", t.Tick), slog.String("run_id", id))
 		}
-		out.Ticks = append(out.Ticks, BackfilledJSON{Tick: t.Tick, RunID: id, Outcome: outcome})
+		out.Ticks = append(out.Ticks, api.BackfilledJSON{Tick: t.Tick, RunID: id, Outcome: outcome})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/jobs"
@@ -85,11 +86,11 @@ func scheduledSetup(t *testing.T, o setupOpts, file string, book *ticks.BookOpti
 }
 
 // ticksOf gets the audit of path's query and returns its JSON.
-func ticksOf(t *testing.T, b *bundle, job string, q url.Values) (int, ingress.TicksJSON, string) {
+func ticksOf(t *testing.T, b *bundle, job string, q url.Values) (int, api.TicksJSON, string) {
 	t.Helper()
 	r := b.do(t, http.MethodGet, "/v1/jobs/"+job+"/ticks?"+q.Encode(), nil, "")
 	raw, _ := json.Marshal(r.body)
-	var out ingress.TicksJSON
+	var out api.TicksJSON
 	if r.status == http.StatusOK {
 		if err := json.Unmarshal(raw, &out); err != nil {
 			t.Fatal(err)
@@ -103,7 +104,7 @@ func window(from, to time.Time) url.Values {
 	return url.Values{"from": {from.Format(time.RFC3339)}, "to": {to.Format(time.RFC3339)}}
 }
 
-func statuses(ts []ingress.TickJSON) []string {
+func statuses(ts []api.TickJSON) []string {
 	var out []string
 	for _, t := range ts {
 		out = append(out, string(t.Status))
@@ -268,12 +269,12 @@ func TestRunNow(t *testing.T) {
 }
 
 // backfill posts a backfill and returns its answer.
-func backfill(t *testing.T, b *bundle, job string, req map[string]any) (int, ingress.BackfillJSON, string) {
+func backfill(t *testing.T, b *bundle, job string, req map[string]any) (int, api.BackfillJSON, string) {
 	t.Helper()
 	body, _ := json.Marshal(req)
 	r := b.do(t, http.MethodPost, "/v1/jobs/"+job+":backfill", jsonBody, string(body))
 	raw, _ := json.Marshal(r.body)
-	var out ingress.BackfillJSON
+	var out api.BackfillJSON
 	if r.status == http.StatusOK {
 		if err := json.Unmarshal(raw, &out); err != nil {
 			t.Fatal(err)
@@ -299,13 +300,13 @@ func TestBackfill(t *testing.T) {
 			}
 			w := map[string]any{"from": at(-30), "to": at(10)}
 			status, dry, msg := backfill(t, b, "every", map[string]any{"from": at(-30), "to": at(10), "dry_run": true})
-			if status != http.StatusOK || len(dry.Ticks) != 2 || dry.Claimed != 0 || dry.Ticks[0].Outcome != ingress.BackfillWouldClaim || b.published() != 1 {
+			if status != http.StatusOK || len(dry.Ticks) != 2 || dry.Claimed != 0 || dry.Ticks[0].Outcome != api.BackfillWouldClaim || b.published() != 1 {
 				t.Fatalf("dry run = %d %+v %s, %d published; want the two missing ticks, nothing claimed", status, dry, msg, b.published())
 			}
 			status, done, msg := backfill(t, b, "every", w)
-			want := []ingress.BackfilledJSON{
-				{Tick: at(-30), RunID: ledger.ScheduledRunID(b.ns, "every", "every", at(-30)), Outcome: ingress.BackfillClaimed},
-				{Tick: at(-10), RunID: ledger.ScheduledRunID(b.ns, "every", "every", at(-10)), Outcome: ingress.BackfillClaimed},
+			want := []api.BackfilledJSON{
+				{Tick: at(-30), RunID: ledger.ScheduledRunID(b.ns, "every", "every", at(-30)), Outcome: api.BackfillClaimed},
+				{Tick: at(-10), RunID: ledger.ScheduledRunID(b.ns, "every", "every", at(-10)), Outcome: api.BackfillClaimed},
 			}
 			if diff := cmp.Diff(want, done.Ticks); status != http.StatusOK || diff != "" || done.Claimed != 2 || b.published() != 3 {
 				t.Fatalf("backfill = %d %s (-want +got):\n%s\n%d published, want 3", status, msg, diff, b.published())

@@ -3,7 +3,6 @@ package ingress
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,9 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/runonce/runonce/internal/obs"
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
@@ -27,146 +26,8 @@ import (
 // /v1/runs/{run_id}:retry, :cancel, :release and :resolve (Google's AIP-136 custom
 // methods; the full run ID).
 
-// MaxDetailPayload bounds the payload GET /v1/runs/{run_id}?view=full shows.
-const MaxDetailPayload = 64 << 10
-
 // maxActionBody bounds the JSON body of an action.
 const maxActionBody = 8 << 10
-
-// Actions on a run, as spelled after the colon.
-const (
-	ActionRetry   = "retry"
-	ActionCancel  = "cancel"
-	ActionRelease = "release"
-	// ActionResolve settles an uncertain effect of a failed run (ResolveRequest) and
-	// queues the run again.
-	ActionResolve = "resolve"
-)
-
-// The outcomes of ResolveRequest.
-const (
-	// OutcomeDone: the effect happened (a start: the execution exists, Ref names it).
-	OutcomeDone = "done"
-	// OutcomeNotDone: the effect did not happen; the next attempt does it under the
-	// same key.
-	OutcomeNotDone = "not_done"
-)
-
-// EffectJSON is the JSON form of an effect record.
-type EffectJSON struct {
-	Name    string              `json:"name"`
-	Key     string              `json:"key"`
-	Status  ledger.EffectStatus `json:"status"`
-	Attempt int64               `json:"attempt"`
-	Ref     string              `json:"ref,omitempty"`
-	Created time.Time           `json:"created_at"`
-	DoneAt  time.Time           `json:"done_at,omitzero"`
-}
-
-// PayloadJSON is a run's payload as the full view shows it: as text when it is UTF-8,
-// else in base64, cut to MaxDetailPayload bytes.
-type PayloadJSON struct {
-	Text      string `json:"text,omitempty"`
-	Base64    string `json:"base64,omitempty"`
-	Bytes     int    `json:"bytes"`
-	Truncated bool   `json:"truncated,omitempty"`
-}
-
-// RunDetailJSON is GET /v1/runs/{run_id}: the record, its history folded into attempts,
-// its effects, and (view=full, operators only) its payload.
-type RunDetailJSON struct {
-	*RunJSON
-	Attempts []ledger.AttemptSummary `json:"attempts,omitempty"`
-	History  []ledger.Event          `json:"history,omitempty"`
-	Effects  []EffectJSON            `json:"effects,omitempty"`
-	Payload  *PayloadJSON            `json:"payload,omitempty"`
-}
-
-// HideErrors leaves out the run's errors, as the answer to a caller who is not an
-// operator: its last error, the texts of its history's events that no operator wrote
-// (an attempt's error) and the attempts' errors folded from them. An operator's reason
-// stays.
-func (d *RunDetailJSON) HideErrors() {
-	d.RunJSON.HideErrors()
-	hist := make([]ledger.Event, len(d.History))
-	for i, e := range d.History {
-		if e.Text != "" && e.Actor == "" {
-			e.Text, d.ErrorsHidden = "", true
-		}
-		hist[i] = e
-	}
-	d.History, d.Attempts = hist, ledger.Attempts(hist)
-}
-
-// ListJSON is GET /v1/runs: a page of runs (never their payloads).
-type ListJSON struct {
-	Runs          []*RunJSON `json:"runs"`
-	NextPageToken string     `json:"next_page_token,omitempty"`
-}
-
-// ActionJSON is the answer of an action: the run as it now is, and whether it was
-// republished (retry and release queue it again).
-type ActionJSON struct {
-	*RunJSON
-	Republished *bool  `json:"republished,omitempty"`
-	Warning     string `json:"warning,omitempty"`
-}
-
-// AmbiguousJSON is the 409 answer of GET /v1/runs/{prefix} when more than one run's ID
-// starts with the prefix: the first ledger.MaxCandidates of them.
-type AmbiguousJSON struct {
-	Error      string   `json:"error"`
-	Candidates []string `json:"candidates"`
-	// More is true when other runs start with the prefix too.
-	More bool `json:"more,omitempty"`
-}
-
-// ActionRequest is the body of an action.
-type ActionRequest struct {
-	// Reason is why the operator acts; required, kept in the run's history.
-	Reason string `json:"reason"`
-	// Attempt, when set, makes the action happen only if the run is still at that
-	// attempt (the one the operator looked at); 409 otherwise.
-	Attempt int64 `json:"attempt,omitempty"`
-}
-
-// ResolveRequest is the body of :resolve: the operator's verdict on an effect a failed
-// run left uncertain (begun by an attempt that never marked it done: a start whose
-// answer was lost, an AtMostOnce effect cut short).
-type ResolveRequest struct {
-	// Effect is the effect's name, as GET /v1/runs/{run_id} lists it ("run", "run/2").
-	Effect string `json:"effect"`
-	// Outcome is OutcomeDone or OutcomeNotDone.
-	Outcome string `json:"outcome"`
-	// Ref, only with OutcomeDone, is what the effect made (at most ledger.MaxEffectRef
-	// bytes): for a Google Cloud API target's start, the execution's name, which the
-	// next attempt then follows.
-	Ref string `json:"ref,omitempty"`
-	// Reason and Attempt are as for the other actions.
-	Reason  string `json:"reason"`
-	Attempt int64  `json:"attempt,omitempty"`
-}
-
-// Check refuses a resolution that names no effect, an outcome other than done or
-// not_done, a ref with not_done or a ref over ledger.MaxEffectRef, no reason, or done
-// without a ref, naming the field.
-func (q *ResolveRequest) Check() error {
-	switch {
-	case strings.TrimSpace(q.Effect) == "":
-		return errors.New(`resolve needs the effect: {"effect": "run", …}; GET /v1/runs/{run_id} lists the run's effects`)
-	case q.Outcome != OutcomeDone && q.Outcome != OutcomeNotDone:
-		return fmt.Errorf(`outcome %s is not %q (it happened) or %q (it did not: do it again)`, quoted(q.Outcome), OutcomeDone, OutcomeNotDone)
-	case q.Ref != "" && q.Outcome != OutcomeDone:
-		return fmt.Errorf(`ref names what the effect made: give it only with "outcome": %q`, OutcomeDone)
-	case len(q.Ref) > ledger.MaxEffectRef:
-		return fmt.Errorf("ref is %d bytes; the limit is %d", len(q.Ref), ledger.MaxEffectRef)
-	case strings.TrimSpace(q.Reason) == "":
-		return errors.New(`resolve needs a reason: {"reason": "why"}`)
-	case q.Outcome == OutcomeDone && strings.TrimSpace(q.Ref) == "":
-		return errors.New(`resolving an effect as done needs its ref, what it made: {"ref": "…"} (a start: the execution's full name, which the next attempt follows)`)
-	}
-	return nil
-}
 
 // who authenticates a request to a read endpoint: an operator (Config.Operators) or a
 // reader (Config.Auth). It writes the 401/403 itself and returns ok false.
@@ -257,7 +118,7 @@ func (h *Handler) lookup(w http.ResponseWriter, r *http.Request) (id string, ok 
 	var amb *ledger.AmbiguousError
 	switch {
 	case errors.As(err, &amb):
-		writeJSON(w, http.StatusConflict, AmbiguousJSON{Error: amb.Error(), Candidates: amb.Candidates, More: amb.More})
+		writeJSON(w, http.StatusConflict, api.AmbiguousJSON{Error: amb.Error(), Candidates: amb.Candidates, More: amb.More})
 		return "", false
 	case err != nil:
 		h.ledgerError(ctx, w, "look up run "+in, in, err)
@@ -285,9 +146,9 @@ func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request) {
 		h.ledgerError(ctx, w, "list runs", "", err)
 		return
 	}
-	out := ListJSON{Runs: make([]*RunJSON, 0, len(res.Runs)), NextPageToken: res.Next}
+	out := api.ListJSON{Runs: make([]*api.RunJSON, 0, len(res.Runs)), NextPageToken: res.Next}
 	for _, run := range res.Runs {
-		rj := NewRunJSON(run)
+		rj := api.NewRunJSON(run)
 		if !operator {
 			rj.HideErrors()
 		}
@@ -405,12 +266,12 @@ func (h *Handler) getRunDetail(w http.ResponseWriter, r *http.Request) {
 }
 
 // Detail reads what GET /v1/runs/{run_id} shows of a run; withPayload adds its payload.
-func (h *Handler) detail(ctx context.Context, id string, withPayload bool) (*RunDetailJSON, error) {
+func (h *Handler) detail(ctx context.Context, id string, withPayload bool) (*api.RunDetailJSON, error) {
 	run, err := h.cfg.Ledger.Get(ctx, &ledger.GetParams{RunID: id})
 	if err != nil {
 		return nil, err
 	}
-	d := &RunDetailJSON{RunJSON: NewRunJSON(run), History: run.History, Attempts: ledger.Attempts(run.History)}
+	d := &api.RunDetailJSON{RunJSON: api.NewRunJSON(run), History: run.History, Attempts: ledger.Attempts(run.History)}
 	// The start a Google Cloud API target recorded under the run's effect
 	// (worker.RunEffect); a run without one shows none.
 	if d.Execution, err = ledger.FindRef(ctx, h.cfg.Ledger, id, runEffect); err != nil {
@@ -423,44 +284,21 @@ func (h *Handler) detail(ctx context.Context, id string, withPayload bool) (*Run
 		h.log.WarnContext(ctx, "get run: its effects could not be listed", "run_id", id, "error", obs.Clean(err.Error()))
 	}
 	for _, e := range effs {
-		d.Effects = append(d.Effects, EffectJSON{Name: e.Name, Key: e.Key, Status: e.Status, Attempt: e.Attempt, Ref: e.Ref, Created: e.CreatedAt, DoneAt: e.DoneAt})
+		d.Effects = append(d.Effects, api.EffectJSON{Name: e.Name, Key: e.Key, Status: e.Status, Attempt: e.Attempt, Ref: e.Ref, Created: e.CreatedAt, DoneAt: e.DoneAt})
 	}
 	if withPayload {
-		d.Payload = NewPayloadJSON(run.Payload)
+		d.Payload = api.NewPayloadJSON(run.Payload)
 	}
 	return d, nil
-}
-
-// NewPayloadJSON shows a payload, bounded to MaxDetailPayload bytes.
-func NewPayloadJSON(b []byte) *PayloadJSON {
-	p := &PayloadJSON{Bytes: len(b)}
-	if len(b) > MaxDetailPayload {
-		b, p.Truncated = b[:MaxDetailPayload], true
-	}
-	if utf8.Valid(b) || p.Truncated && utf8.Valid(trimPartialRune(b)) {
-		p.Text = string(trimPartialRune(b))
-	} else {
-		p.Base64 = base64.StdEncoding.EncodeToString(b)
-	}
-	return p
-}
-
-func trimPartialRune(b []byte) []byte {
-	for i := 0; i < utf8.UTFMax && len(b) > 0; i++ {
-		if utf8.Valid(b) {
-			return b
-		}
-		b = b[:len(b)-1]
-	}
-	return b
 }
 
 // postRun serves POST /v1/runs/{run_id}:{action}.
 func (h *Handler) postRun(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	id, action, _ := strings.Cut(r.PathValue("run_id"), ":")
-	if action != ActionRetry && action != ActionCancel && action != ActionRelease && action != ActionResolve {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such action %s: POST /v1/runs/{run_id}:retry, :cancel, :release or :resolve", quoted(action)))
+	id, name, _ := strings.Cut(r.PathValue("run_id"), ":")
+	action := api.Action(name)
+	if !action.Valid() {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such action %s: POST /v1/runs/{run_id}:retry, :cancel, :release or :resolve", quoted(name)))
 		return
 	}
 	if h.cfg.Operators == nil {
@@ -490,8 +328,8 @@ func (h *Handler) postRun(w http.ResponseWriter, r *http.Request) {
 		actor = "anonymous (authentication off)"
 	}
 	op := ledger.OperatorParams{RunID: id, Actor: actor, PickupTimeout: h.cfg.PickupTimeout, Retention: h.cfg.Retention}
-	if action == ActionResolve {
-		var req ResolveRequest
+	if action == api.ActionResolve {
+		var req api.ResolveRequest
 		if err := decodeStrict(body, &req); err != nil {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf(`the body is not JSON {"effect": "…", "outcome": "done" or "not_done", "ref": "…", "reason": "…", "attempt": N}: %v; the run is unchanged`, err))
 			return
@@ -501,7 +339,7 @@ func (h *Handler) postRun(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		op.Reason, op.Attempt = req.Reason, req.Attempt
-		out, err := h.Resolve(ctx, &ledger.ResolveEffectParams{OperatorParams: op, Effect: req.Effect, Done: req.Outcome == OutcomeDone, Ref: req.Ref})
+		out, err := h.Resolve(ctx, &ledger.ResolveEffectParams{OperatorParams: op, Effect: req.Effect, Done: req.Outcome == api.OutcomeDone, Ref: req.Ref})
 		if err != nil {
 			h.ledgerError(ctx, w, "resolve an effect of run", id, h.absentEffect(ctx, id, req.Effect, err))
 			return
@@ -509,7 +347,7 @@ func (h *Handler) postRun(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
-	var req ActionRequest
+	var req api.ActionRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("the body is not JSON {\"reason\": \"…\", \"attempt\": N}: %v", err))
 		return
@@ -521,7 +359,7 @@ func (h *Handler) postRun(w http.ResponseWriter, r *http.Request) {
 	op.Reason, op.Attempt = req.Reason, req.Attempt
 	out, status, err := h.Act(ctx, action, &op)
 	if err != nil {
-		h.ledgerError(ctx, w, action+" run", id, err)
+		h.ledgerError(ctx, w, string(action)+" run", id, err)
 		return
 	}
 	writeJSON(w, status, out)
@@ -577,7 +415,7 @@ func (h *Handler) absentEffect(ctx context.Context, runID, effect string, err er
 // Act applies an operator's action to a run and, for a retry or a release, republishes
 // it. A failed republish is not an error: the run is queued with a pickup deadline,
 // and the rescuer republishes it after that (the answer's warning says so).
-func (h *Handler) Act(ctx context.Context, action string, p *ledger.OperatorParams) (*ActionJSON, int, error) {
+func (h *Handler) Act(ctx context.Context, action api.Action, p *ledger.OperatorParams) (*api.ActionJSON, int, error) {
 	actx, cancel := context.WithTimeout(ctx, h.cfg.LedgerTimeout)
 	defer cancel()
 	var (
@@ -585,11 +423,11 @@ func (h *Handler) Act(ctx context.Context, action string, p *ledger.OperatorPara
 		err error
 	)
 	switch action {
-	case ActionRetry:
+	case api.ActionRetry:
 		run, err = h.cfg.Ledger.Retry(actx, p)
-	case ActionCancel:
+	case api.ActionCancel:
 		run, err = h.cfg.Ledger.Cancel(actx, p)
-	case ActionRelease:
+	case api.ActionRelease:
 		run, err = h.cfg.Ledger.OperatorRelease(actx, p)
 	default:
 		return nil, 0, fmt.Errorf("%w: no such action %q", ledger.ErrInvalid, action)
@@ -599,20 +437,20 @@ func (h *Handler) Act(ctx context.Context, action string, p *ledger.OperatorPara
 		log.WarnContext(ctx, "operator action refused", slog.String("error", obs.Clean(err.Error())))
 		return nil, 0, err
 	}
-	if action == ActionCancel {
+	if action == api.ActionCancel {
 		log.InfoContext(ctx, "run cancelled by an operator")
-		return &ActionJSON{RunJSON: NewRunJSON(run)}, http.StatusOK, nil
+		return &api.ActionJSON{RunJSON: api.NewRunJSON(run)}, http.StatusOK, nil
 	}
 	return h.republish(ctx, log, run), http.StatusOK, nil
 }
 
 // Resolve settles an effect a failed run left uncertain (ledger.Ledger.ResolveEffect),
 // which queues the run again, and republishes it as Act does a retried run.
-func (h *Handler) Resolve(ctx context.Context, p *ledger.ResolveEffectParams) (*ActionJSON, error) {
+func (h *Handler) Resolve(ctx context.Context, p *ledger.ResolveEffectParams) (*api.ActionJSON, error) {
 	actx, cancel := context.WithTimeout(ctx, h.cfg.LedgerTimeout)
 	defer cancel()
 	run, err := h.cfg.Ledger.ResolveEffect(actx, p)
-	log := h.actionLog(ActionResolve, &p.OperatorParams).With(slog.String("effect", obs.Clean(p.Effect)), slog.Bool("happened", p.Done))
+	log := h.actionLog(api.ActionResolve, &p.OperatorParams).With(slog.String("effect", obs.Clean(p.Effect)), slog.Bool("happened", p.Done))
 	if p.Ref != "" {
 		log = log.With(slog.String("effect_ref", obs.Clean(p.Ref)))
 	}
@@ -623,13 +461,13 @@ func (h *Handler) Resolve(ctx context.Context, p *ledger.ResolveEffectParams) (*
 	return h.republish(ctx, log, run), nil
 }
 
-func (h *Handler) actionLog(action string, p *ledger.OperatorParams) *slog.Logger {
-	return h.log.With(slog.String("action", action), slog.String("run_id", p.RunID), slog.String("actor", obs.Clean(p.Actor)), slog.String("reason", obs.Clean(p.Reason)))
+func (h *Handler) actionLog(action api.Action, p *ledger.OperatorParams) *slog.Logger {
+	return h.log.With(slog.String("action", string(action)), slog.String("run_id", p.RunID), slog.String("actor", obs.Clean(p.Actor)), slog.String("reason", obs.Clean(p.Reason)))
 }
 
 // republish publishes run, which an operator's action queued, and answers the action.
-func (h *Handler) republish(ctx context.Context, log *slog.Logger, run *ledger.Run) *ActionJSON {
-	out := &ActionJSON{RunJSON: NewRunJSON(run)}
+func (h *Handler) republish(ctx context.Context, log *slog.Logger, run *ledger.Run) *api.ActionJSON {
+	out := &api.ActionJSON{RunJSON: api.NewRunJSON(run)}
 	msg := queue.RunMessage(run)
 	msg.Traceparent = obs.Traceparent(ctx)
 	published := h.publish(ctx, msg) == nil

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/runonce/runonce/internal/obs"
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/ledger"
 )
@@ -53,16 +54,16 @@ type uiRunsPage struct {
 	Statuses    []ledger.Status
 	Sinces      []string
 	Counts      []uiCount
-	Runs        []*RunJSON
+	Runs        []*api.RunJSON
 	First, Next string
 }
 
 type uiRunPage struct {
 	uiPage
-	*RunDetailJSON
+	*api.RunDetailJSON
 	// Run is the run's record (the same as the embedded detail's).
-	Run     *RunDetailJSON
-	Actions []string
+	Run     *api.RunDetailJSON
+	Actions []api.Action
 	// Resolvable: the run is failed and the caller an operator, so each pending effect
 	// offers its resolutions.
 	Resolvable bool
@@ -70,13 +71,13 @@ type uiRunPage struct {
 
 type uiConfirmPage struct {
 	uiPage
-	Run       *RunJSON
-	Action    string
+	Run       *api.RunJSON
+	Action    api.Action
 	Explain   string
 	Button    string
 	MaxReason int
-	// Effect and Outcome are a resolution's (ActionResolve); MaxRef bounds its ref.
-	Effect  *EffectJSON
+	// Effect and Outcome are a resolution's (api.ActionResolve); MaxRef bounds its ref.
+	Effect  *api.EffectJSON
 	Outcome string
 	MaxRef  int
 }
@@ -90,7 +91,7 @@ func newUI(h *Handler) (*ui, error) {
 	funcs := template.FuncMap{
 		"short":   func(id string) string { return id[:min(12, len(id))] },
 		"clip":    func(s string, n int) string { return clipRunes(s, n) },
-		"title":   func(s string) string { return strings.ToUpper(s[:1]) + s[1:] },
+		"title":   func(a api.Action) string { return strings.ToUpper(string(a[:1])) + string(a[1:]) },
 		"when":    func(t time.Time) template.HTML { return when(t, h.cfg.Now()) },
 		"json":    indentJSON,
 		"seconds": uiSeconds,
@@ -272,7 +273,7 @@ func (u *ui) runs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, run := range res.Runs {
-		rj := NewRunJSON(run)
+		rj := api.NewRunJSON(run)
 		if !page.Operator {
 			rj.HideErrors()
 		}
@@ -325,14 +326,14 @@ func (u *ui) counts(ctx context.Context) []uiCount {
 }
 
 // actionsFor are the actions a run's status allows.
-func actionsFor(s ledger.Status) []string {
+func actionsFor(s ledger.Status) []api.Action {
 	switch s {
 	case ledger.StatusFailed:
-		return []string{ActionRetry}
+		return []api.Action{api.ActionRetry}
 	case ledger.StatusQueued:
-		return []string{ActionCancel}
+		return []api.Action{api.ActionCancel}
 	case ledger.StatusRunning:
-		return []string{ActionCancel, ActionRelease}
+		return []api.Action{api.ActionCancel, api.ActionRelease}
 	}
 	return nil
 }
@@ -364,14 +365,14 @@ func (u *ui) run(w http.ResponseWriter, r *http.Request) {
 		p.Actions = actionsFor(d.Status)
 		p.Resolvable = d.Status == ledger.StatusFailed
 	}
-	switch done := r.URL.Query().Get("done"); done {
-	case ActionRetry:
+	switch done := api.Action(r.URL.Query().Get("done")); done {
+	case api.ActionRetry:
 		p.Flash = "Retried: the run is queued again with a fresh attempt budget."
-	case ActionCancel:
+	case api.ActionCancel:
 		p.Flash = "Cancelled: the run will not run; a running attempt stops at its next renewal."
-	case ActionRelease:
+	case api.ActionRelease:
 		p.Flash = "Released: the run is queued again and republished."
-	case ActionResolve:
+	case api.ActionResolve:
 		p.Flash = "Resolved: the effect's outcome is recorded, and the run is queued again with a fresh attempt budget and republished."
 	}
 	// Only a known warning code is shown, as its fixed text: the page never shows what
@@ -416,37 +417,37 @@ var uiWarnings = map[string]string{
 	warnNotRepublished: "The run is queued but could not be republished now: the rescuer republishes it after its pickup deadline.",
 }
 
-var explanations = map[string]string{
-	ActionRetry:   "The run goes back to queued with a fresh attempt budget and is republished. Effects it already did stay done: they are not done again.",
-	ActionCancel:  "The run becomes cancelled and never runs again. If an attempt is running, it learns at its next lease renewal; nothing it writes after that lands.",
-	ActionRelease: "Use this when the worker holding the run is gone. Its lease ends now, the run is queued again and republished; the old holder can no longer write.",
-	ActionResolve: "An attempt began this effect and never recorded its end: it may or may not have happened. Say which once you know (the downstream's logs, the execution's list).",
+var explanations = map[api.Action]string{
+	api.ActionRetry:   "The run goes back to queued with a fresh attempt budget and is republished. Effects it already did stay done: they are not done again.",
+	api.ActionCancel:  "The run becomes cancelled and never runs again. If an attempt is running, it learns at its next lease renewal; nothing it writes after that lands.",
+	api.ActionRelease: "Use this when the worker holding the run is gone. Its lease ends now, the run is queued again and republished; the old holder can no longer write.",
+	api.ActionResolve: "An attempt began this effect and never recorded its end: it may or may not have happened. Say which once you know (the downstream's logs, the execution's list).",
 }
 
 // resolutions explain each outcome of a resolution, and name its button.
 var resolutions = map[string]struct{ explain, button string }{
-	OutcomeDone: {"The effect is recorded as done, with what it made if you name it: the next attempt skips it, or follows the execution you name. " +
+	api.OutcomeDone: {"The effect is recorded as done, with what it made if you name it: the next attempt skips it, or follows the execution you name. " +
 		"For a Google Cloud API target's start, give the execution's name: a start recorded done without one counts as refused, and the next attempt starts anew. " +
 		"The run is queued again with a fresh attempt budget and republished.", "It happened: record it"},
-	OutcomeNotDone: {"The effect is recorded as not begun: the next attempt does it again, under the same key. " +
+	api.OutcomeNotDone: {"The effect is recorded as not begun: the next attempt does it again, under the same key. " +
 		"The run is queued again with a fresh attempt budget and republished.", "It did not happen: do it again"},
 }
 
 // action reads the run and the action of a confirm or act request (what: "page" or
 // "action", for the 404) and checks that the caller is an operator. When not ok it has
 // answered.
-func (u *ui) action(w http.ResponseWriter, r *http.Request, what string) (page uiPage, id, action string, ok bool) {
+func (u *ui) action(w http.ResponseWriter, r *http.Request, what string) (page uiPage, id string, action api.Action, ok bool) {
 	page, ok = u.who(w, r)
 	if !ok {
 		return page, "", "", false
 	}
-	id, action = r.PathValue("run_id"), r.PathValue("action")
+	id, action = r.PathValue("run_id"), api.Action(r.PathValue("action"))
 	if _, known := explanations[action]; !known || !ledger.ValidRunID(id) {
 		u.fail(w, http.StatusNotFound, page, "no such "+what+": the actions are retry, cancel and release of a run, and resolve of its effect")
 		return page, "", "", false
 	}
 	if !page.Operator {
-		u.fail(w, http.StatusForbidden, page, "only operators (-operators) may "+action+" runs")
+		u.fail(w, http.StatusForbidden, page, "only operators (-operators) may "+string(action)+" runs")
 		return page, "", "", false
 	}
 	return page, id, action, true
@@ -465,15 +466,15 @@ func (u *ui) confirm(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, status, page, msg)
 		return
 	}
-	p := &uiConfirmPage{uiPage: page, Run: NewRunJSON(run), Action: action, Explain: explanations[action], MaxReason: ledger.MaxReason,
-		Button: strings.ToUpper(action[:1]) + action[1:] + " the run"}
-	p.Title = action + " " + id[:12]
-	if action == ActionResolve {
+	p := &uiConfirmPage{uiPage: page, Run: api.NewRunJSON(run), Action: action, Explain: explanations[action], MaxReason: ledger.MaxReason,
+		Button: strings.ToUpper(string(action[:1])) + string(action[1:]) + " the run"}
+	p.Title = string(action) + " " + id[:12]
+	if action == api.ActionResolve {
 		q := r.URL.Query()
 		p.Outcome = q.Get("outcome")
 		how, known := resolutions[p.Outcome]
 		if !known {
-			u.fail(w, http.StatusBadRequest, page, fmt.Sprintf("outcome %s is not %q or %q", quoted(p.Outcome), OutcomeDone, OutcomeNotDone))
+			u.fail(w, http.StatusBadRequest, page, fmt.Sprintf("outcome %s is not %q or %q", quoted(p.Outcome), api.OutcomeDone, api.OutcomeNotDone))
 			return
 		}
 		e, err := u.h.cfg.Ledger.GetEffect(ctx, &ledger.GetEffectParams{RunID: id, Name: q.Get("effect")})
@@ -482,7 +483,7 @@ func (u *ui) confirm(w http.ResponseWriter, r *http.Request) {
 			u.fail(w, status, page, msg)
 			return
 		}
-		p.Effect = &EffectJSON{Name: e.Name, Key: e.Key, Status: e.Status, Attempt: e.Attempt, Ref: e.Ref, Created: e.CreatedAt}
+		p.Effect = &api.EffectJSON{Name: e.Name, Key: e.Key, Status: e.Status, Attempt: e.Attempt, Ref: e.Ref, Created: e.CreatedAt}
 		p.Explain += " " + how.explain
 		p.Button, p.MaxRef = how.button, ledger.MaxEffectRef
 		p.Title = "resolve " + e.Name + " of " + id[:12]
@@ -515,16 +516,16 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 		PickupTimeout: u.h.cfg.PickupTimeout, Retention: u.h.cfg.Retention,
 	}
 	var (
-		out *ActionJSON
+		out *api.ActionJSON
 		err error
 	)
-	if action == ActionResolve {
-		req := ResolveRequest{Effect: r.PostForm.Get("effect"), Outcome: r.PostForm.Get("outcome"), Ref: strings.TrimSpace(r.PostForm.Get("ref")), Reason: reason}
+	if action == api.ActionResolve {
+		req := api.ResolveRequest{Effect: r.PostForm.Get("effect"), Outcome: r.PostForm.Get("outcome"), Ref: strings.TrimSpace(r.PostForm.Get("ref")), Reason: reason}
 		if err := req.Check(); err != nil {
 			u.fail(w, http.StatusBadRequest, page, err.Error()+"; the run is unchanged")
 			return
 		}
-		out, err = u.h.Resolve(r.Context(), &ledger.ResolveEffectParams{OperatorParams: op, Effect: req.Effect, Done: req.Outcome == OutcomeDone, Ref: req.Ref})
+		out, err = u.h.Resolve(r.Context(), &ledger.ResolveEffectParams{OperatorParams: op, Effect: req.Effect, Done: req.Outcome == api.OutcomeDone, Ref: req.Ref})
 		err = u.h.absentEffect(r.Context(), id, req.Effect, err)
 	} else {
 		out, _, err = u.h.Act(r.Context(), action, &op)
@@ -534,7 +535,7 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, status, page, msg)
 		return
 	}
-	target := "/ui/runs/" + id + "?done=" + action
+	target := "/ui/runs/" + id + "?done=" + string(action)
 	if out.Republished != nil && !*out.Republished {
 		target += "&warning=" + warnNotRepublished
 	}

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/runonce/runonce/pkg/api"
 )
 
 // The dashboard's tick audit: /ui/jobs/ lists the scheduled jobs, /ui/jobs/{job} shows a
@@ -14,7 +16,7 @@ type uiTicksPage struct {
 	// Jobs are the scheduled jobs (the index page).
 	Jobs []string
 	// Audit is a job's page of ticks.
-	Audit            *TicksJSON
+	Audit            *api.TicksJSON
 	FromText, ToText string
 	Next             string
 }

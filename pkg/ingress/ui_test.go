@@ -17,7 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 
-	"github.com/runonce/runonce/pkg/ingress"
+	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
@@ -238,8 +238,8 @@ func TestDashboardRefusesWhatItMust(t *testing.T) {
 	id := b.failRun(t, "job", "boom")
 	// postAction posts an action's form (from another site's page when origin is set)
 	// and returns the answer's status and page.
-	postAction := func(action, origin string, form url.Values) (int, string) {
-		req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/ui/runs/"+id+"/"+action, strings.NewReader(form.Encode()))
+	postAction := func(action api.Action, origin string, form url.Values) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/ui/runs/"+id+"/"+string(action), strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		if origin != "" {
 			req.Header.Set("Origin", origin)
@@ -254,7 +254,7 @@ func TestDashboardRefusesWhatItMust(t *testing.T) {
 		return resp.StatusCode, string(body)
 	}
 	post := func(origin string, form url.Values) int {
-		status, _ := postAction(ingress.ActionRetry, origin, form)
+		status, _ := postAction(api.ActionRetry, origin, form)
 		return status
 	}
 	if got := post("https://evil.example", url.Values{"reason": {"x"}}); got != http.StatusForbidden {
@@ -316,7 +316,7 @@ func TestDashboardRefusesWhatItMust(t *testing.T) {
 		{"", with("effect", "send-emial"), 404, "its effects: &#34;send-email&#34; (pending)"},
 		{"", with("attempt", "9"), 409, "not 9"},
 	} {
-		if got, body := postAction(ingress.ActionResolve, c.origin, c.form); got != c.status || !strings.Contains(body, c.want) {
+		if got, body := postAction(api.ActionResolve, c.origin, c.form); got != c.status || !strings.Contains(body, c.want) {
 			t.Errorf("a resolution's post %v from %q = %d, want %d naming %q", c.form, c.origin, got, c.status, c.want)
 		}
 	}
