@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/runonce/runonce/internal/jsonhttp"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/worker"
 )
@@ -100,7 +99,11 @@ func (s *devSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.mu.Unlock()
 		sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-		jsonhttp.Write(w, http.StatusOK, map[string]any{"calls": out})
+		// The JSON answer every runonce endpoint gives (pkg/internal/jsonhttp).
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(map[string]any{"calls": out})
 		return
 	}
 	key, runID := r.Header.Get("Idempotency-Key"), r.Header.Get("X-Runonce-Run-Id")

@@ -8,9 +8,9 @@
 // fields (github.com/chainguard-dev/clog/gcp), or text for a person at a terminal
 // (NewTextLogger); durations are strings ("30s") in both. WithTraceFields adds the span
 // ID and the sampled flag of the line's span, so the Logs Explorer links a line to its
-// trace. Values a caller supplied are passed through Clean before they are logged or
-// echoed back: control and format characters are escaped and long values cut, so no
-// caller can forge a log line or hide text in one.
+// trace. Values a caller supplied are passed through cleantext.Clean (pkg/internal)
+// before they are logged or echoed back: control and format characters are escaped and
+// long values cut, so no caller can forge a log line or hide text in one.
 //
 // Metrics carry the service's name and version (target_info) and live in a registry of
 // their own (never Prometheus's global one), so two components, or two tests, in one

@@ -10,8 +10,6 @@ import (
 
 	"github.com/chainguard-dev/clog/gcp"
 	"golang.org/x/term"
-
-	"github.com/runonce/runonce/internal/cleantext"
 )
 
 // NewLogger returns a JSON logger in Cloud Logging's format writing to w at level.
@@ -101,10 +99,3 @@ func ParseLevel(s string) (slog.Level, error) {
 	}
 	return l, nil
 }
-
-// MaxCleanLen is the longest value Clean returns before it cuts one (in bytes, before
-// escaping).
-const MaxCleanLen = cleantext.MaxLen
-
-// Clean makes a caller-supplied value safe to log or echo: see cleantext.Clean.
-func Clean(s string) string { return cleantext.Clean(s) }

@@ -90,33 +90,6 @@ func (t *Tracing) TracerProvider() trace.TracerProvider { return t.orDefault().P
 // Tracer returns a tracer named after the instrumenting package.
 func (t *Tracing) Tracer(name string) trace.Tracer { return t.orDefault().Provider.Tracer(name) }
 
-// Handler returns h with a server span per request (otelhttp), child of the caller's
-// trace context, named by the route pattern (e.g. "POST /v1/jobs/{job}"); probes and
-// /metrics get none. Without a tracer (a nil Tracing, Export.Traces "none") it returns
-// h itself: spans that record nothing cost each request about 20 µs of CPU, and
-// WithTrace under it carries the caller's trace context all the same.
-func (t *Tracing) Handler(h http.Handler) http.Handler {
-	t = t.orDefault()
-	if _, off := t.Provider.(noop.TracerProvider); off {
-		return h
-	}
-	return otelhttp.NewHandler(h, "http.server",
-		otelhttp.WithTracerProvider(t.Provider), otelhttp.WithPropagators(t.Propagator),
-		otelhttp.WithFilter(func(r *http.Request) bool { // no spans for probes and scrapes
-			switch r.URL.Path {
-			case "/healthz", "/readyz", "/metrics":
-				return false
-			}
-			return true
-		}),
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-			if r.Pattern != "" {
-				return r.Pattern
-			}
-			return r.Method
-		}))
-}
-
 // Transport returns rt with a client span per request and the request's traceparent.
 func (t *Tracing) Transport(rt http.RoundTripper) http.RoundTripper {
 	t = t.orDefault()
@@ -124,44 +97,6 @@ func (t *Tracing) Transport(rt http.RoundTripper) http.RoundTripper {
 		rt = http.DefaultTransport
 	}
 	return otelhttp.NewTransport(rt, otelhttp.WithTracerProvider(t.Provider), otelhttp.WithPropagators(t.Propagator))
-}
-
-// Extract returns ctx with the remote span context of a W3C traceparent (a message
-// attribute), or ctx unchanged without a valid one.
-func Extract(ctx context.Context, traceparent string) context.Context {
-	if traceparent == "" {
-		return ctx
-	}
-	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent})
-}
-
-// WithTrace returns h with each request's trace context (traceparent, or Cloud Run's
-// X-Cloud-Trace-Context, through Propagator) extracted into its context: as the remote
-// parent of any span started under it, and as Cloud Logging's trace field for project's
-// traces in every log line written with the request's context. No lookups happen:
-// project comes from the configuration (empty: no trace field).
-func WithTrace(project string, h http.Handler) http.Handler {
-	prop := Propagator()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := r.Context()
-		if !trace.SpanContextFromContext(ctx).IsValid() {
-			ctx = prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
-		}
-		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && project != "" {
-			ctx = gcp.WithTrace(ctx, "projects/"+project+"/traces/"+sc.TraceID().String())
-		}
-		r = r.WithContext(ctx)
-		h.ServeHTTP(w, r)
-		if r.Pattern != "" { // set by a ServeMux: name the server span after the route
-			trace.SpanFromContext(ctx).SetName(r.Pattern)
-		}
-	})
-}
-
-// ExtractTrace returns ctx with the remote span context of header's traceparent, or of
-// X-Cloud-Trace-Context when there is no valid traceparent.
-func ExtractTrace(ctx context.Context, header http.Header) context.Context {
-	return Propagator().Extract(ctx, propagation.HeaderCarrier(header))
 }
 
 // Traceparent returns the W3C traceparent of ctx's span context, or "" without one.

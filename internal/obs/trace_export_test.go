@@ -114,18 +114,3 @@ func TestTraceExportOTLP(t *testing.T) {
 		t.Fatalf("collector got service %q, spans %v", service, rs.ScopeSpans)
 	}
 }
-
-// A process that exports nothing still carries its caller's trace.
-func TestNoTracingCarriesTheTrace(t *testing.T) {
-	t.Parallel()
-	tr, err := obs.NewTracing(context.Background(), obs.Export{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := obs.Extract(context.Background(), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-	ctx, span := tr.Tracer("test").Start(ctx, "x")
-	defer span.End()
-	if got := obs.Traceparent(ctx); got != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" {
-		t.Errorf("traceparent %q", got)
-	}
-}

@@ -16,7 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/runonce/runonce/internal/cleantext"
+	"github.com/runonce/runonce/pkg/internal/cleantext"
 	"github.com/runonce/runonce/pkg/ledger"
 )
 

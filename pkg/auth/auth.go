@@ -11,7 +11,7 @@ import (
 
 	"github.com/coreos/go-oidc/v3/oidc"
 
-	"github.com/runonce/runonce/internal/jsonhttp"
+	"github.com/runonce/runonce/pkg/internal/jsonhttp"
 )
 
 // Sentinel errors, checked with errors.Is.

@@ -50,5 +50,5 @@
 // affected.
 //
 // Logs carry run_id, job, outcome and the key's source, never the payload; values the
-// caller supplied are escaped (obs.Clean).
+// caller supplied are escaped (cleantext.Clean).
 package ingress

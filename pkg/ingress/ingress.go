@@ -19,12 +19,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
-	"github.com/runonce/runonce/internal/jsonhttp"
-	"github.com/runonce/runonce/internal/logonce"
-	"github.com/runonce/runonce/internal/obs"
-	"github.com/runonce/runonce/internal/sameorigin"
 	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/auth"
+	"github.com/runonce/runonce/pkg/internal/cleantext"
+	"github.com/runonce/runonce/pkg/internal/jsonhttp"
+	"github.com/runonce/runonce/pkg/internal/logonce"
+	"github.com/runonce/runonce/pkg/internal/sameorigin"
+	"github.com/runonce/runonce/pkg/internal/tracehttp"
 	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
@@ -213,11 +214,11 @@ func New(cfg Config) (*Handler, error) {
 			return
 		}
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s: POST /v1/jobs/{job}, GET /v1/jobs/{job}/ticks, POST /v1/jobs/{job}:run|:backfill, GET /v1/runs, GET /v1/runs/{run_id}, POST /v1/runs/{run_id}:retry|:cancel|:release, /ui/, /healthz, /readyz, /metrics",
-			r.Method, obs.Clean(r.URL.Path)))
+			r.Method, cleantext.Clean(r.URL.Path)))
 	})
 	h.mux = mux
 	h.ui = u
-	h.handler = (&obs.Tracing{Provider: cfg.TracerProvider, Propagator: obs.Propagator()}).Handler(obs.WithTrace(cfg.TraceProject, h.sameOrigin(mux)))
+	h.handler = tracehttp.Handler(cfg.TracerProvider, tracehttp.WithTrace(cfg.TraceProject, h.sameOrigin(mux)))
 	return h, nil
 }
 
@@ -246,8 +247,8 @@ func (h *Handler) sameOrigin(next http.Handler) http.Handler {
 			return
 		}
 		ctx := r.Context()
-		h.log.WarnContext(ctx, "cross-origin request refused", slog.String("method", obs.Clean(r.Method)), slog.String("path", obs.Clean(r.URL.Path)),
-			slog.String("origin", obs.Clean(r.Header.Get("Origin"))), slog.String("sec_fetch_site", obs.Clean(r.Header.Get("Sec-Fetch-Site"))))
+		h.log.WarnContext(ctx, "cross-origin request refused", slog.String("method", cleantext.Clean(r.Method)), slog.String("path", cleantext.Clean(r.URL.Path)),
+			slog.String("origin", cleantext.Clean(r.Header.Get("Origin"))), slog.String("sec_fetch_site", cleantext.Clean(r.Header.Get("Sec-Fetch-Site"))))
 		switch {
 		case strings.HasPrefix(r.URL.Path, "/ui/"):
 			h.ui.fail(w, http.StatusForbidden, uiPage{}, err.Error())
@@ -430,7 +431,7 @@ func (h *Handler) claim(ctx context.Context, key *Key, body []byte) answer {
 				run.ID, run.PayloadHash, id.PayloadHash),
 		}}
 	}
-	msg := &queue.Message{Identity: id, EnqueuedAt: run.CreatedAt, Traceparent: obs.Traceparent(ctx)}
+	msg := &queue.Message{Identity: id, EnqueuedAt: run.CreatedAt, Traceparent: tracehttp.Traceparent(ctx)}
 	if res.Created {
 		if err := h.publish(ctx, msg); err != nil {
 			eerr := h.expedite(ctx, id.RunID, attempt.String())
@@ -503,7 +504,7 @@ func (h *Handler) record(r *http.Request, a answer, d time.Duration) {
 	attrs := []slog.Attr{
 		slog.String("outcome", outcome),
 		slog.Int("status", a.status),
-		slog.String("job", obs.Clean(r.PathValue("job"))),
+		slog.String("job", cleantext.Clean(r.PathValue("job"))),
 		slog.Float64("latency_ms", float64(d.Microseconds())/1000),
 	}
 	if a.resp.RunID != "" {
@@ -514,13 +515,13 @@ func (h *Handler) record(r *http.Request, a answer, d time.Duration) {
 	}
 	if a.key != nil {
 		attrs = append(attrs, slog.String("namespace", a.key.Identity.Namespace), slog.String("key_source", a.key.Source),
-			slog.String("key", obs.Clean(a.key.Identity.Key)))
+			slog.String("key", cleantext.Clean(a.key.Identity.Key)))
 		if !a.key.Identity.ScheduleTime.IsZero() {
 			attrs = append(attrs, slog.Time("schedule_time", a.key.Identity.ScheduleTime))
 		}
 	}
 	if a.caller != "" {
-		attrs = append(attrs, slog.String("caller", obs.Clean(a.caller)))
+		attrs = append(attrs, slog.String("caller", cleantext.Clean(a.caller)))
 	}
 	level := slog.LevelInfo
 	switch {
@@ -531,7 +532,7 @@ func (h *Handler) record(r *http.Request, a answer, d time.Duration) {
 		attrs = append(attrs, slog.String("error", a.resp.Error))
 	}
 	if a.err != nil {
-		attrs = append(attrs, slog.String("error", obs.Clean(a.err.Error())))
+		attrs = append(attrs, slog.String("error", cleantext.Clean(a.err.Error())))
 	}
 	h.log.LogAttrs(r.Context(), level, "job request", attrs...)
 	dupStatus := ""
@@ -544,7 +545,7 @@ func (h *Handler) record(r *http.Request, a answer, d time.Duration) {
 func methodNotAllowed(allow string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", allow)
-		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed here; use %s", obs.Clean(r.Method), allow))
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed here; use %s", cleantext.Clean(r.Method), allow))
 	}
 }
 

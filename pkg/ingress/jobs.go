@@ -15,9 +15,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/runonce/runonce/internal/obs"
 	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/auth"
+	"github.com/runonce/runonce/pkg/internal/cleantext"
 	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/schedule"
@@ -73,11 +73,11 @@ func (h *Handler) spec(w http.ResponseWriter, job string) (*ticks.Spec, bool) {
 	spec, err := h.cfg.Schedules.Spec(job)
 	switch {
 	case errors.Is(err, ticks.ErrNoSchedule):
-		writeError(w, http.StatusNotFound, obs.Clean(err.Error())+": runonce expects no ticks of it (give the job schedule or scheduler_job in this ingress's jobs file)")
+		writeError(w, http.StatusNotFound, cleantext.Clean(err.Error())+": runonce expects no ticks of it (give the job schedule or scheduler_job in this ingress's jobs file)")
 		return nil, false
 	case err != nil:
 		w.Header().Set("Retry-After", strconv.Itoa(int(h.cfg.RetryAfter/time.Second)))
-		writeError(w, http.StatusServiceUnavailable, obs.Clean(err.Error())+"; retry later")
+		writeError(w, http.StatusServiceUnavailable, cleantext.Clean(err.Error())+"; retry later")
 		return nil, false
 	}
 	return spec, true
@@ -240,7 +240,7 @@ func (h *Handler) postJobAction(w http.ResponseWriter, r *http.Request, job, act
 	if actor == "" {
 		actor = "anonymous (authentication off)"
 	}
-	log := h.log.With(slog.String("job", job), slog.String("actor", obs.Clean(actor)))
+	log := h.log.With(slog.String("job", job), slog.String("actor", cleantext.Clean(actor)))
 	if action == api.JobActionRun {
 		h.runNow(w, r, job, body, log)
 		return
@@ -295,9 +295,9 @@ func (h *Handler) runNow(w http.ResponseWriter, r *http.Request, job string, bod
 	if a.status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", strconv.Itoa(int((h.cfg.RetryAfter+time.Second-1)/time.Second)))
 	}
-	attrs := []any{slog.String("run_id", a.resp.RunID), slog.String("key", obs.Clean(key)), slog.String("outcome", a.outcome), slog.Int("status", a.status)}
+	attrs := []any{slog.String("run_id", a.resp.RunID), slog.String("key", cleantext.Clean(key)), slog.String("outcome", a.outcome), slog.Int("status", a.status)}
 	if a.err != nil {
-		attrs = append(attrs, slog.String("error", obs.Clean(a.err.Error())))
+		attrs = append(attrs, slog.String("error", cleantext.Clean(a.err.Error())))
 	}
 	switch {
 	case a.status >= 500:
@@ -368,7 +368,7 @@ func (h *Handler) backfill(w http.ResponseWriter, r *http.Request, job string, b
 		}
 		_, created, err := h.StartTick(ctx, spec, t.Tick, payload)
 		if err != nil {
-			log.WarnContext(ctx, "backfill stopped", slog.Time("tick", t.Tick), slog.Int("claimed", out.Claimed), slog.String("error", obs.Clean(err.Error())))
+			log.WarnContext(ctx, "backfill stopped", slog.Time("tick", t.Tick), slog.Int("claimed", out.Claimed), slog.String("error", cleantext.Clean(err.Error())))
 			status := http.StatusServiceUnavailable
 			if errors.Is(err, errPayloadMismatch) {
 				status = http.StatusUnprocessableEntity
@@ -376,7 +376,7 @@ func (h *Handler) backfill(w http.ResponseWriter, r *http.Request, job string, b
 				w.Header().Set("Retry-After", strconv.Itoa(int(h.cfg.RetryAfter/time.Second)))
 			}
 			writeError(w, status, fmt.Sprintf("tick %s was not claimed after %d claims by this request: %v; retry: a tick claimed already is not claimed twice",
-				t.Tick.Format(time.RFC3339), out.Claimed, obs.Clean(err.Error())))
+				t.Tick.Format(time.RFC3339), out.Claimed, cleantext.Clean(err.Error())))
 			return
 		}
 		outcome := api.BackfillExisted

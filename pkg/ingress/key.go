@@ -12,7 +12,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/runonce/runonce/internal/obs"
+	"github.com/runonce/runonce/pkg/internal/cleantext"
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
@@ -184,7 +184,7 @@ func parseIdempotencyKey(v string) (string, error) {
 	if len(v) >= 2 && v[0] == '"' {
 		s, ok := parseSFString(v)
 		if !ok {
-			return "", badKey("%s %s is not a valid quoted string", HeaderIdempotencyKey, obs.Clean(v))
+			return "", badKey("%s %s is not a valid quoted string", HeaderIdempotencyKey, cleantext.Clean(v))
 		}
 		v = s
 	}
@@ -295,5 +295,5 @@ func validNamespace(ns string) error {
 	return nil
 }
 
-// quoted returns v escaped by obs.Clean between double quotes, for error messages.
-func quoted(v string) string { return `"` + obs.Clean(v) + `"` }
+// quoted returns v escaped by cleantext.Clean between double quotes, for error messages.
+func quoted(v string) string { return `"` + cleantext.Clean(v) + `"` }

@@ -14,9 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runonce/runonce/internal/obs"
 	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/auth"
+	"github.com/runonce/runonce/pkg/internal/cleantext"
+	"github.com/runonce/runonce/pkg/internal/tracehttp"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
 )
@@ -68,17 +69,17 @@ func authError(w http.ResponseWriter, err error) {
 func (h *Handler) ledgerError(ctx context.Context, w http.ResponseWriter, what, runID string, err error) {
 	switch {
 	case errors.Is(err, ledger.ErrInvalid):
-		writeError(w, http.StatusBadRequest, obs.Clean(err.Error()))
+		writeError(w, http.StatusBadRequest, cleantext.Clean(err.Error()))
 	case errors.As(err, new(*errAbsentEffect)):
 		writeError(w, http.StatusNotFound, err.Error()+"; the run is unchanged")
 	case errors.Is(err, ledger.ErrNotFound):
 		writeError(w, http.StatusNotFound, notFound(runID))
 	case errors.Is(err, ledger.ErrWrongStatus), errors.Is(err, ledger.ErrConflict):
-		writeError(w, http.StatusConflict, obs.Clean(err.Error())+"; the run is unchanged")
+		writeError(w, http.StatusConflict, cleantext.Clean(err.Error())+"; the run is unchanged")
 	case errors.Is(err, ledger.ErrUnsupported):
-		writeError(w, http.StatusNotImplemented, obs.Clean(err.Error()))
+		writeError(w, http.StatusNotImplemented, cleantext.Clean(err.Error()))
 	default:
-		h.log.ErrorContext(ctx, what, "error", obs.Clean(err.Error()))
+		h.log.ErrorContext(ctx, what, "error", cleantext.Clean(err.Error()))
 		w.Header().Set("Retry-After", strconv.Itoa(int(h.cfg.RetryAfter/time.Second)))
 		writeError(w, http.StatusServiceUnavailable, "the ledger is unavailable ("+what+"); nothing was changed, retry later")
 	}
@@ -275,13 +276,13 @@ func (h *Handler) detail(ctx context.Context, id string, withPayload bool) (*api
 	// The start a Google Cloud API target recorded under the run's effect
 	// (worker.RunEffect); a run without one shows none.
 	if d.Execution, err = ledger.FindRef(ctx, h.cfg.Ledger, id, runEffect); err != nil {
-		h.log.WarnContext(ctx, "get run: the execution's name could not be read", "run_id", id, "error", obs.Clean(err.Error()))
+		h.log.WarnContext(ctx, "get run: the execution's name could not be read", "run_id", id, "error", cleantext.Clean(err.Error()))
 	}
 	effs, err := h.cfg.Ledger.ListEffects(ctx, &ledger.ListEffectsParams{RunID: id})
 	switch {
 	case errors.Is(err, ledger.ErrUnsupported): // this backend lists none
 	case err != nil:
-		h.log.WarnContext(ctx, "get run: its effects could not be listed", "run_id", id, "error", obs.Clean(err.Error()))
+		h.log.WarnContext(ctx, "get run: its effects could not be listed", "run_id", id, "error", cleantext.Clean(err.Error()))
 	}
 	for _, e := range effs {
 		d.Effects = append(d.Effects, api.EffectJSON{Name: e.Name, Key: e.Key, Status: e.Status, Attempt: e.Attempt, Ref: e.Ref, Created: e.CreatedAt, DoneAt: e.DoneAt})
@@ -434,7 +435,7 @@ func (h *Handler) Act(ctx context.Context, action api.Action, p *ledger.Operator
 	}
 	log := h.actionLog(action, p)
 	if err != nil {
-		log.WarnContext(ctx, "operator action refused", slog.String("error", obs.Clean(err.Error())))
+		log.WarnContext(ctx, "operator action refused", slog.String("error", cleantext.Clean(err.Error())))
 		return nil, 0, err
 	}
 	if action == api.ActionCancel {
@@ -450,26 +451,26 @@ func (h *Handler) Resolve(ctx context.Context, p *ledger.ResolveEffectParams) (*
 	actx, cancel := context.WithTimeout(ctx, h.cfg.LedgerTimeout)
 	defer cancel()
 	run, err := h.cfg.Ledger.ResolveEffect(actx, p)
-	log := h.actionLog(api.ActionResolve, &p.OperatorParams).With(slog.String("effect", obs.Clean(p.Effect)), slog.Bool("happened", p.Done))
+	log := h.actionLog(api.ActionResolve, &p.OperatorParams).With(slog.String("effect", cleantext.Clean(p.Effect)), slog.Bool("happened", p.Done))
 	if p.Ref != "" {
-		log = log.With(slog.String("effect_ref", obs.Clean(p.Ref)))
+		log = log.With(slog.String("effect_ref", cleantext.Clean(p.Ref)))
 	}
 	if err != nil {
-		log.WarnContext(ctx, "operator action refused", slog.String("error", obs.Clean(err.Error())))
+		log.WarnContext(ctx, "operator action refused", slog.String("error", cleantext.Clean(err.Error())))
 		return nil, err
 	}
 	return h.republish(ctx, log, run), nil
 }
 
 func (h *Handler) actionLog(action api.Action, p *ledger.OperatorParams) *slog.Logger {
-	return h.log.With(slog.String("action", string(action)), slog.String("run_id", p.RunID), slog.String("actor", obs.Clean(p.Actor)), slog.String("reason", obs.Clean(p.Reason)))
+	return h.log.With(slog.String("action", string(action)), slog.String("run_id", p.RunID), slog.String("actor", cleantext.Clean(p.Actor)), slog.String("reason", cleantext.Clean(p.Reason)))
 }
 
 // republish publishes run, which an operator's action queued, and answers the action.
 func (h *Handler) republish(ctx context.Context, log *slog.Logger, run *ledger.Run) *api.ActionJSON {
 	out := &api.ActionJSON{RunJSON: api.NewRunJSON(run)}
 	msg := queue.RunMessage(run)
-	msg.Traceparent = obs.Traceparent(ctx)
+	msg.Traceparent = tracehttp.Traceparent(ctx)
 	published := h.publish(ctx, msg) == nil
 	out.Republished = &published
 	if !published {

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/runonce/runonce/internal/obs"
+	"github.com/runonce/runonce/pkg/internal/cleantext"
 )
 
 const runEffect = "run"
@@ -41,5 +41,5 @@ func errText(err error) string {
 	if err == nil {
 		return ""
 	}
-	return obs.Clean(err.Error())
+	return cleantext.Clean(err.Error())
 }

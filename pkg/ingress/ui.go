@@ -15,9 +15,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runonce/runonce/internal/obs"
 	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/auth"
+	"github.com/runonce/runonce/pkg/internal/cleantext"
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
@@ -267,7 +267,7 @@ func (u *ui) runs(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		status, msg := ledgerFailure(err, "")
 		if status == http.StatusServiceUnavailable {
-			u.h.log.ErrorContext(ctx, "dashboard: list runs", "error", obs.Clean(err.Error()))
+			u.h.log.ErrorContext(ctx, "dashboard: list runs", "error", cleantext.Clean(err.Error()))
 		}
 		u.fail(w, status, page, msg)
 		return

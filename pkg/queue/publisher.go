@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/runonce/runonce/internal/gcpenv"
+	"github.com/runonce/runonce/pkg/internal/gcpenv"
 )
 
 // ErrUnavailable means Pub/Sub did not take the message (or could not be reached): the

@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/runonce/runonce/internal/jsonhttp"
-	"github.com/runonce/runonce/internal/sameorigin"
+	"github.com/runonce/runonce/pkg/internal/jsonhttp"
+	"github.com/runonce/runonce/pkg/internal/sameorigin"
 	"github.com/runonce/runonce/pkg/queue"
 )
 

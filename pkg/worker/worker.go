@@ -19,7 +19,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/runonce/runonce/internal/logonce"
+	"github.com/runonce/runonce/pkg/internal/logonce"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
 )

@@ -8,7 +8,7 @@ import (
 
 	"cloud.google.com/go/firestore"
 
-	"github.com/runonce/runonce/internal/gcpenv"
+	"github.com/runonce/runonce/pkg/internal/gcpenv"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/driver"
 )

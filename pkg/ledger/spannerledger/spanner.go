@@ -13,7 +13,7 @@ import (
 	database "cloud.google.com/go/spanner/admin/database/apiv1"
 	"google.golang.org/grpc/codes"
 
-	"github.com/runonce/runonce/internal/gcpenv"
+	"github.com/runonce/runonce/pkg/internal/gcpenv"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/driver"
 	"github.com/runonce/runonce/pkg/ledger/internal/serverclock"

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runonce/runonce/internal/gcpenv"
+	"github.com/runonce/runonce/pkg/internal/gcpenv"
 )
 
 // TestMissingEmulatorVariable: on a laptop without credentials, a spanner:// ledger that

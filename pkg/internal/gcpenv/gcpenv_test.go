@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runonce/runonce/internal/gcpenv"
+	"github.com/runonce/runonce/pkg/internal/gcpenv"
 )
 
 // TestEmulatorHint: only the missing-credentials error, with the variable unset, gets

@@ -15,8 +15,8 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/runonce/runonce/internal/cleantext"
-	"github.com/runonce/runonce/internal/jsonhttp"
+	"github.com/runonce/runonce/pkg/internal/cleantext"
+	"github.com/runonce/runonce/pkg/internal/jsonhttp"
 )
 
 // ErrCrossOrigin wraps every refusal of Check.

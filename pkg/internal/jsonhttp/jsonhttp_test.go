@@ -5,7 +5,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/runonce/runonce/internal/jsonhttp"
+	"github.com/runonce/runonce/pkg/internal/jsonhttp"
 )
 
 func TestWrite(t *testing.T) {
