@@ -26,6 +26,7 @@ import (
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/memory"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/pubsubtest"
 )
 
 // docCommand is a runonce command a document shows: its arguments after "runonce", and
@@ -166,7 +167,7 @@ func cliIngress(t *testing.T) *testIngress {
 	t.Helper()
 	ctx := context.Background()
 	led := memory.New(nil)
-	ps, err := queue.NewInProcess(ctx, "p")
+	ps, err := pubsubtest.NewInProcess(ctx, "p")
 	if err != nil {
 		t.Fatal(err)
 	}

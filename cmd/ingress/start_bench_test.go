@@ -20,6 +20,7 @@ import (
 
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/memqueue"
 )
 
 // BenchmarkTimeToStart measures the time from the ingress's 202 to the job's first line,
@@ -179,7 +180,7 @@ func floorMessage(key string) *queue.Message {
 
 // memFloor is a raw publish→receive on a queue.MemTopic in this process, -dev's transport.
 func memFloor(b *testing.B) floor {
-	topic := queue.NewMemTopic("startfloor")
+	topic := memqueue.NewTopic("startfloor")
 	b.Cleanup(func() { _ = topic.Close() })
 	if err := topic.CreateSubscription("startfloor", nil); err != nil {
 		b.Fatal(err)

@@ -25,6 +25,8 @@ import (
 	"github.com/runonce/runonce/pkg/jobs"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/memqueue"
+	"github.com/runonce/runonce/pkg/queue/pubsubtest"
 	"github.com/runonce/runonce/pkg/targets"
 	"github.com/runonce/runonce/pkg/worker"
 )
@@ -61,8 +63,9 @@ func devAddr(f *IngressFlags, addrSource, port string) string {
 }
 
 // runDev runs the embedded all-in-one: the embedded ledger, an in-process worker pool
-// with the demo jobs fed through an in-process MemTopic, an in-process Pub/Sub (pstest)
-// for the jobs of workers that join from other processes, and the ingress, with auth off.
+// with the demo jobs fed through an in-process memqueue.Topic, an in-process Pub/Sub
+// (pstest) for the jobs of workers that join from other processes, and the ingress,
+// with auth off.
 func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *slog.Logger, stdout io.Writer) error {
 	f.Addr = devAddr(f, addrSource, port)
 	ledgerURL := f.Ledger
@@ -85,7 +88,7 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 		return err
 	}
 	defer led.Close()
-	ps, err := queue.NewInProcessAt(ctx, DevProject, net.JoinHostPort("127.0.0.1", strconv.Itoa(f.DevPubSubPort)))
+	ps, err := pubsubtest.NewInProcessAt(ctx, DevProject, net.JoinHostPort("127.0.0.1", strconv.Itoa(f.DevPubSubPort)))
 	if err != nil {
 		return fmt.Errorf("%w (another -dev, or the Pub/Sub emulator, may use the port: choose another with -dev-pubsub-port, 0 for any free one)", err)
 	}
@@ -95,9 +98,9 @@ func runDev(ctx context.Context, f *IngressFlags, addrSource, port string, log *
 	}
 	psPub := queue.NewPublisher(ps.Client, DevTopic, nil)
 	defer psPub.Close()
-	// The in-process worker's runs go through a MemTopic: pstest's gRPC delivery caps a
+	// The in-process worker's runs go through a memqueue.Topic: pstest's gRPC delivery caps a
 	// worker at a few hundred runs a second, whatever the ledger.
-	mem := queue.NewMemTopic(DevTopic)
+	mem := memqueue.NewTopic(DevTopic)
 	defer mem.Close()
 
 	ln, err := net.Listen("tcp", f.Addr)

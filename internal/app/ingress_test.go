@@ -16,6 +16,7 @@ import (
 	"github.com/runonce/runonce/internal/app"
 	"github.com/runonce/runonce/internal/config"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/pubsubtest"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -59,7 +60,7 @@ func TestRefusesUnsafeConfig(t *testing.T) {
 // and the memory ledger, configured from the environment, accepting any job, and stops
 // it with its context.
 func TestServes(t *testing.T) {
-	ps, err := queue.NewInProcess(t.Context(), "p")
+	ps, err := pubsubtest.NewInProcess(t.Context(), "p")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestServes(t *testing.T) {
 }
 
 func TestWorkerRefusesUnsafeConfig(t *testing.T) {
-	ps, err := queue.NewInProcess(t.Context(), "p")
+	ps, err := pubsubtest.NewInProcess(t.Context(), "p")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestWorkerRefusesUnsafeConfig(t *testing.T) {
 // A worker that only pulls serves no push endpoint: with -auth none (natural for a
 // pull worker), POST /v1/push would let anyone who reaches the port run any job.
 func TestPullWorkerServesNoPushEndpoint(t *testing.T) {
-	ps, err := queue.NewInProcess(t.Context(), "p")
+	ps, err := pubsubtest.NewInProcess(t.Context(), "p")
 	if err != nil {
 		t.Fatal(err)
 	}

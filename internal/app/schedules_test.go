@@ -27,6 +27,7 @@ import (
 	_ "github.com/runonce/runonce/pkg/ledger/postgres"
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/pubsubtest"
 	"github.com/runonce/runonce/pkg/schedule"
 	"github.com/runonce/runonce/pkg/ticks"
 )
@@ -130,7 +131,7 @@ func TestScheduleReplicasAuditBackfill(t *testing.T) {
 	t0 := time.Now().UTC().Truncate(time.Minute)
 	tick := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Minute) }
 	clk := &testClock{t: tick(0).Add(10 * time.Second)}
-	ps, err := queue.NewInProcess(ctx, "p")
+	ps, err := pubsubtest.NewInProcess(ctx, "p")
 	if err != nil {
 		t.Fatal(err)
 	}

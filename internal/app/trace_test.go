@@ -26,6 +26,7 @@ import (
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/memory"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/pubsubtest"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -41,7 +42,7 @@ func TestOneRunOneTrace(t *testing.T) {
 	defer cancel()
 	const project = "trace-project"
 
-	ps, err := queue.NewInProcess(ctx, project)
+	ps, err := pubsubtest.NewInProcess(ctx, project)
 	if err != nil {
 		t.Fatal(err)
 	}

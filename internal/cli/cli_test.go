@@ -23,6 +23,7 @@ import (
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/pubsubtest"
 )
 
 // server is an ingress on a SQLite ledger and an in-process Pub/Sub.
@@ -40,7 +41,7 @@ func newServer(t *testing.T) *server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { led.Close() })
-	ps, err := queue.NewInProcess(ctx, "p")
+	ps, err := pubsubtest.NewInProcess(ctx, "p")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/pubsubtest"
 	"github.com/runonce/runonce/pkg/ticks"
 )
 
@@ -33,7 +34,7 @@ func scheduledServer(t *testing.T) (url string, now func() time.Time, slot time.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { led.Close() })
-	ps, err := queue.NewInProcess(ctx, "p")
+	ps, err := pubsubtest.NewInProcess(ctx, "p")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	_ "github.com/runonce/runonce/pkg/ledger/postgres"
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/pubsubtest"
 )
 
 // backends are the ledgers every ingress test runs against.
@@ -118,7 +119,7 @@ func (f *flakyPublisher) Ping(ctx context.Context) error {
 
 type bundle struct {
 	led   *countingLedger
-	ps    *queue.InProcess // nil against the emulator
+	ps    *pubsubtest.InProcess // nil against the emulator
 	pub   *flakyPublisher
 	h     *ingress.Handler
 	srv   *httptest.Server
@@ -182,7 +183,7 @@ func setup(tb testing.TB, o setupOpts) *bundle {
 		}
 		pub = queue.NewPublisher(c, b.topic, nil)
 	} else {
-		ps, err := queue.NewInProcess(ctx, "runonce-test", o.psOpts...)
+		ps, err := pubsubtest.NewInProcess(ctx, "runonce-test", o.psOpts...)
 		if err != nil {
 			tb.Fatal(err)
 		}

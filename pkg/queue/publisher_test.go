@@ -20,6 +20,7 @@ import (
 	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/pubsubtest"
 )
 
 func message(key string) *queue.Message {
@@ -33,9 +34,9 @@ func message(key string) *queue.Message {
 	}
 }
 
-func inProcess(t testing.TB, opts ...pstest.ServerReactorOption) *queue.InProcess {
+func inProcess(t testing.TB, opts ...pstest.ServerReactorOption) *pubsubtest.InProcess {
 	t.Helper()
-	ps, err := queue.NewInProcess(context.Background(), "proj", opts...)
+	ps, err := pubsubtest.NewInProcess(context.Background(), "proj", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,15 +42,28 @@ type SubscriberOptions struct {
 	Client ClientOptions
 }
 
+// WithDefaults returns o with each zero setting replaced by its documented default:
+// the one place they are applied, for a Subscriber and for another transport
+// (memqueue) alike.
+func (o SubscriberOptions) WithDefaults() SubscriberOptions {
+	o.Concurrency = cmp.Or(o.Concurrency, 8)
+	o.Streams = cmp.Or(o.Streams, 4)
+	o.MaxExtension = cmp.Or(o.MaxExtension, 60*time.Minute)
+	o.MaxDurationPerAckExtension = cmp.Or(o.MaxDurationPerAckExtension, 60*time.Second)
+	o.ShutdownTimeout = cmp.Or(o.ShutdownTimeout, 10*time.Second)
+	return o
+}
+
 func (o SubscriberOptions) settings() pubsub.ReceiveSettings {
+	o = o.WithDefaults()
 	return pubsub.ReceiveSettings{
-		MaxOutstandingMessages:     cmp.Or(o.Concurrency, 8),
-		NumGoroutines:              cmp.Or(o.Streams, 4),
-		MaxExtension:               cmp.Or(o.MaxExtension, 60*time.Minute),
-		MaxDurationPerAckExtension: cmp.Or(o.MaxDurationPerAckExtension, 60*time.Second),
+		MaxOutstandingMessages:     o.Concurrency,
+		NumGoroutines:              o.Streams,
+		MaxExtension:               o.MaxExtension,
+		MaxDurationPerAckExtension: o.MaxDurationPerAckExtension,
 		ShutdownOptions: &pubsub.ShutdownOptions{
 			Behavior: pubsub.ShutdownBehaviorNackImmediately,
-			Timeout:  cmp.Or(o.ShutdownTimeout, 10*time.Second),
+			Timeout:  o.ShutdownTimeout,
 		},
 	}
 }

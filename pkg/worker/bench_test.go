@@ -20,6 +20,7 @@ import (
 	"github.com/runonce/runonce/pkg/ledger/memory"
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/pubsubtest"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -74,7 +75,7 @@ func (c *countingLedger) Release(ctx context.Context, p *ledger.ReleaseParams) (
 func BenchmarkNoopJobs(b *testing.B) {
 	stacks := map[string]func(b *testing.B) (ledger.Ledger, *pubsub.Client){
 		"memory+pstest": func(b *testing.B) (ledger.Ledger, *pubsub.Client) {
-			ps, err := queue.NewInProcess(b.Context(), "bench")
+			ps, err := pubsubtest.NewInProcess(b.Context(), "bench")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -87,7 +88,7 @@ func BenchmarkNoopJobs(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { l.Close() })
-			ps, err := queue.NewInProcess(b.Context(), "bench")
+			ps, err := pubsubtest.NewInProcess(b.Context(), "bench")
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/memory"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/pubsubtest"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -25,7 +26,7 @@ import (
 // signal.NotifyContext(ctx, syscall.SIGTERM); here they are in-process.
 func ExampleWorker_Run() {
 	ctx, stop := context.WithCancel(context.Background())
-	ps, err := queue.NewInProcess(ctx, "my-project")
+	ps, err := pubsubtest.NewInProcess(ctx, "my-project")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/pubsubtest"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -221,7 +222,7 @@ func newCluster(t *testing.T, lease, grace time.Duration) *cluster {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("PUBSUB_EMULATOR_HOST is unset in CI: the test command starts the Pub/Sub emulator")
 		}
-		ps, err := queue.NewInProcess(ctx, c.spec.Project)
+		ps, err := pubsubtest.NewInProcess(ctx, c.spec.Project)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/memory"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/pubsubtest"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -113,7 +114,7 @@ func TestPolicyOfAHandlerThatIsNotAMux(t *testing.T) {
 // message retention (0: Pub/Sub's default) and the publisher of its topic.
 func inProcessSub(t *testing.T, retention time.Duration) (*queue.Subscriber, *queue.Publisher) {
 	t.Helper()
-	ps, err := queue.NewInProcess(t.Context(), "proj")
+	ps, err := pubsubtest.NewInProcess(t.Context(), "proj")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/memory"
-	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/pubsubtest"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -196,7 +196,7 @@ func TestPulledRunOfAJobNoWorkerRunsEndsFailed(t *testing.T) {
 }
 
 // waitAcked waits until the in-process Pub/Sub has no unacked message of the run.
-func waitAcked(t *testing.T, ps *queue.InProcess, runID string, within time.Duration) {
+func waitAcked(t *testing.T, ps *pubsubtest.InProcess, runID string, within time.Duration) {
 	t.Helper()
 	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
 		pending := 0

@@ -26,6 +26,7 @@ import (
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/memory"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/pubsubtest"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -35,7 +36,7 @@ type bundle struct {
 	mux    *worker.Mux
 	w      *worker.Worker
 	cfg    worker.Config
-	ps     *queue.InProcess
+	ps     *pubsubtest.InProcess
 	pub    *queue.Publisher
 	sub    *queue.Subscriber
 }
@@ -86,7 +87,7 @@ func (b *bundle) pushServer(authn func(http.Handler) http.Handler) string {
 // withQueue adds an in-process Pub/Sub with a topic and a pull subscription.
 func (b *bundle) withQueue() *bundle {
 	ctx := b.t.Context()
-	ps, err := queue.NewInProcess(ctx, "proj")
+	ps, err := pubsubtest.NewInProcess(ctx, "proj")
 	if err != nil {
 		b.t.Fatal(err)
 	}

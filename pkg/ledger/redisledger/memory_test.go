@@ -22,6 +22,7 @@ import (
 	"github.com/runonce/runonce/pkg/ingress"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/memqueue"
 	"github.com/runonce/runonce/pkg/worker"
 )
 
@@ -185,7 +186,7 @@ func TestOutOfMemoryLosesNothing(t *testing.T) {
 	}
 	defer l.Close()
 
-	topic := queue.NewMemTopic("oom")
+	topic := memqueue.NewTopic("oom")
 	t.Cleanup(func() { _ = topic.Close() })
 	h, err := ingress.New(ingress.Config{Ledger: l, Publisher: topic.Publisher(), Namespace: "oom", Jobs: []string{"report"},
 		Auth: auth.None{}, Logger: slog.New(slog.DiscardHandler)})

@@ -1,4 +1,8 @@
-package queue
+// Package pubsubtest runs an in-process Pub/Sub server (the client library's pstest
+// fake) with a client connected to it: the queue of the embedded mode (-dev) and of the
+// fast tests. It is a package of its own so that what links pkg/queue (the worker, the
+// ingress) does not link the fake; only a program that runs it imports it.
+package pubsubtest
 
 import (
 	"context"
@@ -6,14 +10,14 @@ import (
 	"fmt"
 
 	"cloud.google.com/go/pubsub/v2"
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/runonce/runonce/pkg/queue"
 )
 
 // InProcess is an in-process Pub/Sub server (the client library's pstest fake) with a
@@ -45,9 +49,9 @@ func NewInProcessAt(ctx context.Context, project, addr string, opts ...pstest.Se
 	}
 	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("queue: connect to in-process Pub/Sub at %s: %w", srv.Addr, err), srv.Close())
+		return nil, errors.Join(fmt.Errorf("pubsubtest: connect to in-process Pub/Sub at %s: %w", srv.Addr, err), srv.Close())
 	}
-	c, err := NewClient(ctx, project, &ClientOptions{Options: []option.ClientOption{option.WithGRPCConn(conn)}})
+	c, err := queue.NewClient(ctx, project, &queue.ClientOptions{Options: []option.ClientOption{option.WithGRPCConn(conn)}})
 	if err != nil {
 		return nil, errors.Join(err, conn.Close(), srv.Close())
 	}
@@ -58,7 +62,7 @@ func NewInProcessAt(ctx context.Context, project, addr string, opts ...pstest.Se
 func newServerAt(addr string, opts []pstest.ServerReactorOption) (srv *pstest.Server, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			srv, err = nil, fmt.Errorf("queue: in-process Pub/Sub on %s: %v", addr, r)
+			srv, err = nil, fmt.Errorf("pubsubtest: in-process Pub/Sub on %s: %v", addr, r)
 		}
 	}()
 	return pstest.NewServerWithAddress(addr, opts...), nil
@@ -72,7 +76,7 @@ func (p *InProcess) Addr() string { return p.Server.Addr }
 func (p *InProcess) ConnOption() option.ClientOption { return option.WithGRPCConn(p.conn) }
 
 // URL returns pubsub://PROJECT/name for a topic or subscription ID of this server.
-func (p *InProcess) URL(id string) string { return Scheme + "://" + p.project + "/" + id }
+func (p *InProcess) URL(id string) string { return queue.Scheme + "://" + p.project + "/" + id }
 
 // Close closes the client and stops the server.
 func (p *InProcess) Close() error {
@@ -87,32 +91,4 @@ func (p *InProcess) Close() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// EnsureTopic creates topicID in the client's project unless it exists, and returns
-// its full name. It works against Pub/Sub, the emulator and InProcess alike.
-func EnsureTopic(ctx context.Context, c *pubsub.Client, topicID string) (string, error) {
-	name := fmt.Sprintf("projects/%s/topics/%s", c.Project(), topicID)
-	_, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: name})
-	if err != nil && status.Code(err) != codes.AlreadyExists {
-		return "", fmt.Errorf("queue: create topic %s: %w", name, err)
-	}
-	return name, nil
-}
-
-// EnsureSubscription creates subID on topicID unless it exists, and returns its full
-// name. sub, when non-nil, is the template (ack deadline, retry policy, dead letter
-// policy, push config…); its Name and Topic are set here.
-func EnsureSubscription(ctx context.Context, c *pubsub.Client, topicID, subID string, sub *pubsubpb.Subscription) (string, error) {
-	req := &pubsubpb.Subscription{}
-	if sub != nil {
-		req = proto.Clone(sub).(*pubsubpb.Subscription)
-	}
-	req.Name = fmt.Sprintf("projects/%s/subscriptions/%s", c.Project(), subID)
-	req.Topic = fmt.Sprintf("projects/%s/topics/%s", c.Project(), topicID)
-	_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, req)
-	if err != nil && status.Code(err) != codes.AlreadyExists {
-		return "", fmt.Errorf("queue: create subscription %s on %s: %w", req.Name, req.Topic, err)
-	}
-	return req.Name, nil
 }

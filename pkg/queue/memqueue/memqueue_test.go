@@ -1,4 +1,4 @@
-package queue_test
+package memqueue_test
 
 import (
 	"context"
@@ -10,14 +10,28 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
+	"github.com/runonce/runonce/pkg/queue/memqueue"
 )
 
 // memQueue returns a topic with the subscription "sub" (options o) and a subscriber of
 // it configured by so.
-func memQueue(t *testing.T, o *queue.MemSubscriptionOptions, so *queue.SubscriberOptions) (*queue.MemTopic, *queue.MemPublisher, *queue.MemSubscriber) {
+// message is a run's message for key (as pkg/queue's tests build it).
+func message(key string) *queue.Message {
+	payload := []byte(`{"n":1}`)
+	return &queue.Message{
+		Identity: ledger.Identity{
+			RunID: ledger.KeyedRunID("ns", "job", key), Namespace: "ns", Job: "job", Key: key,
+			PayloadHash: ledger.PayloadHash(payload), Payload: payload,
+		},
+		EnqueuedAt: time.Now().UTC().Truncate(time.Microsecond),
+	}
+}
+
+func memQueue(t *testing.T, o *memqueue.SubscriptionOptions, so *queue.SubscriberOptions) (*memqueue.Topic, *memqueue.Publisher, *memqueue.Subscriber) {
 	t.Helper()
-	topic := queue.NewMemTopic("runs")
+	topic := memqueue.NewTopic("runs")
 	if err := topic.CreateSubscription("sub", o); err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +78,7 @@ func (d *deliveries) total() int {
 
 // receive runs sub.Receive with f until the returned stop is called; stop returns
 // Receive's error.
-func receive(t *testing.T, sub *queue.MemSubscriber, f func(context.Context, *queue.Delivery)) (stop func() error) {
+func receive(t *testing.T, sub *memqueue.Subscriber, f func(context.Context, *queue.Delivery)) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	finished := make(chan struct{})
@@ -164,7 +178,7 @@ func TestMemNackRedelivers(t *testing.T) {
 		t.Run(fmt.Sprint("MinBackoff", backoff), func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				_, pub, sub := memQueue(t, &queue.MemSubscriptionOptions{MinBackoff: backoff}, nil)
+				_, pub, sub := memQueue(t, &memqueue.SubscriptionOptions{MinBackoff: backoff}, nil)
 				var got deliveries
 				receive(t, sub, func(ctx context.Context, r *queue.Delivery) {
 					if got.add(r) < 3 {
@@ -390,7 +404,7 @@ func TestMemClose(t *testing.T) {
 			t.Fatalf("Ping of an open topic: %v", err)
 		}
 		topic.Close()
-		if err := <-done; !errors.Is(err, queue.ErrMemClosed) {
+		if err := <-done; !errors.Is(err, memqueue.ErrClosed) {
 			t.Fatalf("Receive after Close: %v, want ErrMemClosed", err)
 		}
 		_, err := pub.Publish(t.Context(), message("late"))
@@ -411,7 +425,7 @@ func TestMemClose(t *testing.T) {
 func TestMemRetention(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		_, pub, sub := memQueue(t, &queue.MemSubscriptionOptions{Retention: time.Hour}, nil)
+		_, pub, sub := memQueue(t, &memqueue.SubscriptionOptions{Retention: time.Hour}, nil)
 		if d, err := sub.Retention(t.Context()); err != nil || d != time.Hour {
 			t.Fatalf("Retention = %s, %v; want 1h", d, err)
 		}
@@ -437,13 +451,13 @@ func TestMemRetention(t *testing.T) {
 func TestMemFilterAndRoute(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		mine, others := queue.NewMemTopic("mine"), queue.NewMemTopic("others")
-		for _, topic := range []*queue.MemTopic{mine, others} {
+		mine, others := memqueue.NewTopic("mine"), memqueue.NewTopic("others")
+		for _, topic := range []*memqueue.Topic{mine, others} {
 			if err := topic.CreateSubscription("all", nil); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := mine.CreateSubscription("k1", &queue.MemSubscriptionOptions{Filter: func(a map[string]string) bool { return a[queue.AttrKey] == "k1" }}); err != nil {
+		if err := mine.CreateSubscription("k1", &memqueue.SubscriptionOptions{Filter: func(a map[string]string) bool { return a[queue.AttrKey] == "k1" }}); err != nil {
 			t.Fatal(err)
 		}
 		if err := mine.CreateSubscription("all", nil); err == nil {
@@ -458,7 +472,7 @@ func TestMemFilterAndRoute(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		keys := func(topic *queue.MemTopic, id string) map[string]bool {
+		keys := func(topic *memqueue.Topic, id string) map[string]bool {
 			sub, err := topic.Subscriber(id, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -477,7 +491,7 @@ func TestMemFilterAndRoute(t *testing.T) {
 			return got
 		}
 		for _, c := range []struct {
-			topic *queue.MemTopic
+			topic *memqueue.Topic
 			sub   string
 			want  string
 		}{{mine, "all", "map[k1:true k2:true]"}, {mine, "k1", "map[k1:true]"}, {others, "all", "map[k3:true]"}} {

@@ -1,26 +1,33 @@
-package queue
+// Package memqueue is the in-process transport between the embedded mode's (-dev)
+// ingress and its own worker: a topic with pull subscriptions and Pub/Sub's delivery
+// contract, without a network. Its Publisher is a queue.RunPublisher and its
+// Subscriber yields the same *queue.Delivery as a Pub/Sub Subscriber, so that the
+// ingress and the worker have one code path. It is a package of its own so that only
+// a program that runs it links it.
+package memqueue
 
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/runonce/runonce/pkg/queue"
 )
 
-// MemScheme names the in-process transport's topics and subscriptions in logs:
+// Scheme names the in-process transport's topics and subscriptions in logs:
 // mem://TOPIC and mem://TOPIC/SUBSCRIPTION.
-const MemScheme = "mem"
+const Scheme = "mem"
 
-// ErrMemClosed means the in-process topic was closed: nothing is published to it and
+// ErrClosed means the in-process topic was closed: nothing is published to it and
 // its subscribers stop receiving. It wraps ErrUnavailable.
-var ErrMemClosed = fmt.Errorf("%w: in-process topic closed", ErrUnavailable)
+var ErrClosed = fmt.Errorf("%w: in-process topic closed", queue.ErrUnavailable)
 
-// MemTopic is an in-process topic with pull subscriptions: the embedded mode's
+// Topic is an in-process topic with pull subscriptions: the embedded mode's
 // transport between its ingress and its own worker, with Pub/Sub's delivery contract
 // and none of its network. Its Publisher is a RunPublisher and its Subscriber receives
 // the same *Delivery as a Pub/Sub Subscriber, so that the ingress and the worker keep
@@ -37,7 +44,7 @@ var ErrMemClosed = fmt.Errorf("%w: in-process topic closed", ErrUnavailable)
 //
 // Messages live as long as the process: unlike Pub/Sub, the topic is lost on exit (the
 // embedded mode republishes the ledger's queued runs when it starts).
-type MemTopic struct {
+type Topic struct {
 	name string
 	mu   sync.Mutex
 	subs map[string]*memSubscription
@@ -45,9 +52,9 @@ type MemTopic struct {
 	done chan struct{}
 }
 
-// MemSubscriptionOptions configure a subscription of a MemTopic. Zero values mean the
+// SubscriptionOptions configure a subscription of a Topic. Zero values mean the
 // documented defaults.
-type MemSubscriptionOptions struct {
+type SubscriptionOptions struct {
 	// Filter, when set, keeps the messages whose attributes it accepts (Pub/Sub's
 	// subscription filter); the others are not stored in this subscription.
 	Filter func(attrs map[string]string) bool
@@ -59,19 +66,19 @@ type MemSubscriptionOptions struct {
 	Retention time.Duration
 }
 
-// NewMemTopic returns an empty in-process topic named name.
-func NewMemTopic(name string) *MemTopic {
-	return &MemTopic{name: name, subs: map[string]*memSubscription{}, done: make(chan struct{})}
+// NewTopic returns an empty in-process topic named name.
+func NewTopic(name string) *Topic {
+	return &Topic{name: name, subs: map[string]*memSubscription{}, done: make(chan struct{})}
 }
 
 // Name returns mem://TOPIC.
-func (t *MemTopic) Name() string { return MemScheme + "://" + t.name }
+func (t *Topic) Name() string { return Scheme + "://" + t.name }
 
 // CreateSubscription adds the subscription id, which receives the messages published
 // from now on. An id that exists is an error.
-func (t *MemTopic) CreateSubscription(id string, o *MemSubscriptionOptions) error {
+func (t *Topic) CreateSubscription(id string, o *SubscriptionOptions) error {
 	if o == nil {
-		o = &MemSubscriptionOptions{}
+		o = &SubscriptionOptions{}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -84,38 +91,38 @@ func (t *MemTopic) CreateSubscription(id string, o *MemSubscriptionOptions) erro
 		wake:      make(chan struct{}, 1),
 	}
 	if t.subs[id].retention == 0 {
-		t.subs[id].retention = DefaultSubscriptionRetention
+		t.subs[id].retention = queue.DefaultSubscriptionRetention
 	}
 	return nil
 }
 
 // Publisher returns a publisher to t. Its Publish returns once the message is stored in
-// every subscription, or ErrMemClosed.
-func (t *MemTopic) Publisher() *MemPublisher { return &MemPublisher{t} }
+// every subscription, or ErrClosed.
+func (t *Topic) Publisher() *Publisher { return &Publisher{t} }
 
 // Subscriber returns a subscriber of the subscription id, configured by o as a Pub/Sub
 // one is: Concurrency, MaxExtension and ShutdownTimeout apply (a Receive's options
 // override them); Streams, MaxDurationPerAckExtension and Client mean nothing in
 // process.
-func (t *MemTopic) Subscriber(id string, o *SubscriberOptions) (*MemSubscriber, error) {
+func (t *Topic) Subscriber(id string, o *queue.SubscriberOptions) (*Subscriber, error) {
 	if o == nil {
-		o = &SubscriberOptions{}
+		o = &queue.SubscriberOptions{}
 	}
 	t.mu.Lock()
 	s, ok := t.subs[id]
 	t.mu.Unlock()
 	if !ok {
-		return nil, fmt.Errorf("queue: subscription %s/%s does not exist (MemTopic.CreateSubscription)", t.Name(), id)
+		return nil, fmt.Errorf("queue: subscription %s/%s does not exist (Topic.CreateSubscription)", t.Name(), id)
 	}
-	set := o.settings()
-	return &MemSubscriber{
-		sub: s, concurrency: set.MaxOutstandingMessages, maxExtension: set.MaxExtension, shutdown: set.ShutdownOptions.Timeout,
+	set := o.WithDefaults()
+	return &Subscriber{
+		sub: s, concurrency: set.Concurrency, maxExtension: set.MaxExtension, shutdown: set.ShutdownTimeout,
 	}, nil
 }
 
-// Close closes the topic: later publishes fail with ErrMemClosed, and every Receive of
+// Close closes the topic: later publishes fail with ErrClosed, and every Receive of
 // its subscriptions stops as when its context is done. The messages are dropped.
-func (t *MemTopic) Close() error {
+func (t *Topic) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	select {
@@ -126,7 +133,7 @@ func (t *MemTopic) Close() error {
 	return nil
 }
 
-func (t *MemTopic) closed() bool {
+func (t *Topic) closed() bool {
 	select {
 	case <-t.done:
 		return true
@@ -136,16 +143,16 @@ func (t *MemTopic) closed() bool {
 }
 
 // publish stores m in every subscription its filter accepts.
-func (t *MemTopic) publish(ctx context.Context, m *Message) (string, error) {
+func (t *Topic) publish(ctx context.Context, m *queue.Message) (string, error) {
 	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("%w: publish run %s to %s: %w", ErrUnavailable, m.Identity.RunID, t.Name(), err)
+		return "", fmt.Errorf("%w: publish run %s to %s: %w", queue.ErrUnavailable, m.Identity.RunID, t.Name(), err)
 	}
 	attrs := m.Attributes()
 	data := slices.Clone(m.Data())
 	t.mu.Lock()
 	if t.closed() {
 		t.mu.Unlock()
-		return "", fmt.Errorf("publish run %s to %s: %w", m.Identity.RunID, t.Name(), ErrMemClosed)
+		return "", fmt.Errorf("publish run %s to %s: %w", m.Identity.RunID, t.Name(), ErrClosed)
 	}
 	t.next++
 	id := strconv.FormatUint(t.next, 10)
@@ -164,21 +171,21 @@ func (t *MemTopic) publish(ctx context.Context, m *Message) (string, error) {
 	return id, nil
 }
 
-// MemPublisher publishes to a MemTopic; it is a RunPublisher.
-type MemPublisher struct{ t *MemTopic }
+// Publisher publishes to a Topic; it is a RunPublisher.
+type Publisher struct{ t *Topic }
 
-var _ RunPublisher = (*MemPublisher)(nil)
+var _ queue.RunPublisher = (*Publisher)(nil)
 
 // Publish stores m in every subscription of the topic that accepts it and returns its
-// message ID; after Close it fails with ErrMemClosed.
-func (p *MemPublisher) Publish(ctx context.Context, m *Message) (string, error) {
+// message ID; after Close it fails with ErrClosed.
+func (p *Publisher) Publish(ctx context.Context, m *queue.Message) (string, error) {
 	return p.t.publish(ctx, m)
 }
 
-// Ping fails with ErrMemClosed once the topic is closed.
-func (p *MemPublisher) Ping(context.Context) error {
+// Ping fails with ErrClosed once the topic is closed.
+func (p *Publisher) Ping(context.Context) error {
 	if p.t.closed() {
-		return ErrMemClosed
+		return ErrClosed
 	}
 	return nil
 }
@@ -206,9 +213,9 @@ type memLease struct {
 
 // memSubscription holds a subscription's messages.
 type memSubscription struct {
-	topic     *MemTopic
+	topic     *Topic
 	name      string
-	opts      MemSubscriptionOptions
+	opts      SubscriptionOptions
 	retention time.Duration
 	wake      chan struct{} // signalled when ready may have a message
 	mu        sync.Mutex
@@ -231,7 +238,7 @@ func (s *memSubscription) signal() {
 
 // take returns the next deliverable message's delivery, leased to r until maxExtension
 // has passed, or nil when there is none. Messages past the retention are dropped.
-func (s *memSubscription) take(r *memReceive, maxExtension time.Duration) (*memLease, *Delivery) {
+func (s *memSubscription) take(r *memReceive, maxExtension time.Duration) (*memLease, *queue.Delivery) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.ready) > 0 {
@@ -256,7 +263,7 @@ func (s *memSubscription) take(r *memReceive, maxExtension time.Duration) (*memL
 		// attrs and data are never changed, only dropped from m once it is acked: the
 		// caller decodes them outside the lock.
 		l.attrs, l.data = m.attrs, m.data
-		return l, &Delivery{ID: m.id, PublishTime: m.published, DeliveryAttempt: m.attempts}
+		return l, &queue.Delivery{ID: m.id, PublishTime: m.published, DeliveryAttempt: m.attempts}
 	}
 	return nil, nil
 }
@@ -302,9 +309,9 @@ func (s *memSubscription) requeue(m *memMessage) {
 	s.signal()
 }
 
-// MemSubscriber receives from one subscription of a MemTopic: the worker's Subscriber,
+// Subscriber receives from one subscription of a Topic: the worker's Subscriber,
 // as a Pub/Sub Subscriber is.
-type MemSubscriber struct {
+type Subscriber struct {
 	sub          *memSubscription
 	concurrency  int
 	maxExtension time.Duration
@@ -320,17 +327,17 @@ type memReceive struct {
 func (r *memReceive) release() { <-r.slots }
 
 // Name returns mem://TOPIC/SUBSCRIPTION.
-func (ms *MemSubscriber) Name() string { return ms.sub.name }
+func (ms *Subscriber) Name() string { return ms.sub.name }
 
 // Receive calls f for each delivery until ctx is done (or the topic is closed, an error
-// wrapping ErrMemClosed), at most Concurrency at once; then it stops taking deliveries,
+// wrapping ErrClosed), at most Concurrency at once; then it stops taking deliveries,
 // nacks its outstanding ones at once, waits for running callbacks at most
 // ShutdownTimeout and returns. The context f gets ends when Receive's does. o, when
 // non-nil, overrides the subscriber's settings for this call. Several Receives may pull
 // one subscription at once; each message goes to one of them at a time.
-func (ms *MemSubscriber) Receive(ctx context.Context, o *ReceiveOptions, f func(context.Context, *Delivery)) error {
+func (ms *Subscriber) Receive(ctx context.Context, o *queue.ReceiveOptions, f func(context.Context, *queue.Delivery)) error {
 	if o == nil {
-		o = &ReceiveOptions{}
+		o = &queue.ReceiveOptions{}
 	}
 	concurrency := cmp.Or(o.Concurrency, ms.concurrency)
 	maxExtension := cmp.Or(o.MaxExtension, ms.maxExtension)
@@ -347,11 +354,11 @@ pull:
 		case <-stop:
 			break pull
 		case <-s.topic.done:
-			err = ErrMemClosed
+			err = ErrClosed
 			break pull
 		}
 		var l *memLease
-		var rec *Delivery
+		var rec *queue.Delivery
 		for l == nil {
 			if l, rec = s.take(r, maxExtension); l != nil {
 				break
@@ -363,11 +370,11 @@ pull:
 				break pull
 			case <-s.topic.done:
 				<-r.slots
-				err = ErrMemClosed
+				err = ErrClosed
 				break pull
 			}
 		}
-		rec.Message, rec.Err = Decode(l.attrs, slices.Clone(l.data)) // a copy per delivery, as from Pub/Sub
+		rec.Message, rec.Err = queue.Decode(l.attrs, slices.Clone(l.data)) // a copy per delivery, as from Pub/Sub
 		rec.WithAcker(func() { s.settle(l, true, 0) }, func() { s.settle(l, false, s.opts.MinBackoff) })
 		wg.Go(func() { f(ctx, rec) })
 	}
@@ -393,37 +400,14 @@ pull:
 }
 
 // Retention returns the subscription's message retention.
-func (ms *MemSubscriber) Retention(context.Context) (time.Duration, error) {
+func (ms *Subscriber) Retention(context.Context) (time.Duration, error) {
 	return ms.sub.retention, nil
 }
 
-// Ping fails with ErrMemClosed once the topic is closed.
-func (ms *MemSubscriber) Ping(context.Context) error {
+// Ping fails with ErrClosed once the topic is closed.
+func (ms *Subscriber) Ping(context.Context) error {
 	if ms.sub.topic.closed() {
-		return fmt.Errorf("subscription %s: %w", ms.sub.name, ErrMemClosed)
+		return fmt.Errorf("subscription %s: %w", ms.sub.name, ErrClosed)
 	}
 	return nil
-}
-
-// Route returns a RunPublisher that publishes a message to to when match accepts it and
-// to others otherwise: the embedded mode sends its own worker's jobs in process and the
-// others to the Pub/Sub a worker in another process joins. Ping checks both.
-func Route(match func(*Message) bool, to, others RunPublisher) RunPublisher {
-	return route{match, to, others}
-}
-
-type route struct {
-	match      func(*Message) bool
-	to, others RunPublisher
-}
-
-func (r route) Publish(ctx context.Context, m *Message) (string, error) {
-	if r.match(m) {
-		return r.to.Publish(ctx, m)
-	}
-	return r.others.Publish(ctx, m)
-}
-
-func (r route) Ping(ctx context.Context) error {
-	return errors.Join(r.to.Ping(ctx), r.others.Ping(ctx))
 }
