@@ -21,7 +21,7 @@ import (
 	_ "modernc.org/sqlite" // database/sql driver "sqlite", to count completed runs
 
 	"github.com/runonce/runonce/internal/app"
-	"github.com/runonce/runonce/internal/benchloop"
+	"github.com/runonce/runonce/pkg/benchloop"
 )
 
 // BenchmarkDevEndToEnd is the embedded default end to end, as a user runs it: the

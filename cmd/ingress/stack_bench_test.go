@@ -23,7 +23,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/runonce/runonce/internal/benchloop"
+	"github.com/runonce/runonce/internal/benchbase"
+	"github.com/runonce/runonce/pkg/benchloop"
 	"github.com/runonce/runonce/pkg/queue"
 )
 
@@ -282,7 +283,7 @@ func BenchmarkWorkerProcesses(b *testing.B) {
 
 // BenchmarkIngressBinaryVsBare is the PostgreSQL ingress floor over the built binary:
 // rounds of 32 closed-loop HTTP clients in the benchmark's process, each request a fresh
-// key, alternate between the bare handler in this process (benchloop.BarePostgres: the
+// key, alternate between the bare handler in this process (benchbase.BarePostgres: the
 // raw insert into a one-index table over a pool of 32, and a publish waited for) and
 // cmd/ingress in a process of its own over a PostgreSQL ledger (the plain URL, so the
 // default pool) and the Pub/Sub emulator; and duplicates of one queued run through it.
@@ -299,8 +300,8 @@ func BenchmarkIngressBinaryVsBare(b *testing.B) {
 	q := u.Query()
 	q.Set("pool_max_conns", "32")
 	u.RawQuery = q.Encode()
-	bare := benchloop.BarePostgres(b, u.String(), benchProject)
-	post, fresh := benchloop.Poster(b, "/v1/jobs/noop", `{"n":1}`)
+	bare := benchbase.BarePostgres(b, u.String(), benchProject)
+	post, fresh := benchbase.Poster(b, "/v1/jobs/noop", `{"n":1}`)
 	binary := "http://" + ing.addr
 	hot := fresh() + "-hot"
 	if err := post(binary, hot); err != nil {

@@ -10,7 +10,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/runonce/runonce/internal/benchloop"
+	"github.com/runonce/runonce/internal/benchbase"
+	"github.com/runonce/runonce/pkg/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
 )
@@ -42,7 +43,7 @@ func benchIngress(b *testing.B, bn *bundle, kind string, conc int) {
 	ctx := context.Background()
 	prefix := uuid.NewString()
 	// A duplicate of a completed run answers 200, of a live one 202.
-	postTo, _ := benchloop.Poster(b, "/v1/jobs/bench", payload, http.StatusAccepted, http.StatusOK)
+	postTo, _ := benchbase.Poster(b, "/v1/jobs/bench", payload, http.StatusAccepted, http.StatusOK)
 	post := func(key string) error { return postTo(bn.srv.URL, key) }
 	var op func(i int) error
 	switch kind {

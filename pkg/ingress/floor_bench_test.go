@@ -11,7 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/runonce/runonce/internal/benchloop"
+	"github.com/runonce/runonce/internal/benchbase"
+	"github.com/runonce/runonce/pkg/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
@@ -65,8 +66,8 @@ func BenchmarkPostgresIngressVsBare(b *testing.B) {
 		return bn
 	}
 	def, four := runonce(), runonce("pool_max_conns", "4")
-	bare := benchloop.BarePostgres(b, withParams("pool_max_conns", "32"), "runonce-test")
-	post, fresh := benchloop.Poster(b, "/v1/jobs/bench", payload)
+	bare := benchbase.BarePostgres(b, withParams("pool_max_conns", "32"), "runonce-test")
+	post, fresh := benchbase.Poster(b, "/v1/jobs/bench", payload)
 	hot := fresh() + "-hot"
 	if err := post(def.srv.URL, hot); err != nil {
 		b.Fatal(err)
@@ -122,8 +123,8 @@ func BenchmarkFirestoreIngressVsBare(b *testing.B) {
 		tb.Cleanup(func() { l.Close() })
 		return l
 	}})
-	bare := benchloop.BareFirestore(b, "runonce-test", prefix+"bare")
-	post, fresh := benchloop.Poster(b, "/v1/jobs/bench", payload)
+	bare := benchbase.BareFirestore(b, "runonce-test", prefix+"bare")
+	post, fresh := benchbase.Poster(b, "/v1/jobs/bench", payload)
 	hot := fresh() + "-hot"
 	if err := post(bn.srv.URL, hot); err != nil {
 		b.Fatal(err)

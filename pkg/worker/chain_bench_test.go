@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/runonce/runonce/internal/benchloop"
+	"github.com/runonce/runonce/internal/benchbase"
 	"github.com/runonce/runonce/pkg/ledger"
 	_ "github.com/runonce/runonce/pkg/ledger/postgres"
 )
@@ -68,18 +68,18 @@ func BenchmarkPostgresNoopJobsVsChain(b *testing.B) {
 				_, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
 				pool.Close()
 			})
-			rawSQL, err := benchloop.RawChain(ctx, pool, schema)
+			rawSQL, err := benchbase.RawChain(ctx, pool, schema)
 			if err != nil {
 				b.Fatal(err)
 			}
 			// The same chain on the ledger's own tables (its runs table's indexes, the
 			// history it keeps): the floor of these two statements on that schema.
-			schemaSQL := benchloop.SchemaChain(schema, true)
+			schemaSQL := benchbase.SchemaChain(schema, true)
 
 			h := newChainBench(b, "bench", l, conc, "chain", "schema", "worker", "claimed")
 			// chain runs claim and complete per message on name's side.
 			claimNanos := map[string]*atomic.Int64{"chain": new(atomic.Int64), "schema": new(atomic.Int64)}
-			chain := func(name string, c benchloop.Chain, done *atomic.Int64) {
+			chain := func(name string, c benchbase.Chain, done *atomic.Int64) {
 				h.chain(name, func(ctx context.Context, key string) error {
 					attempt := uuid.NewString()
 					t0 := time.Now()

@@ -10,7 +10,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/google/uuid"
 
-	"github.com/runonce/runonce/internal/benchloop"
+	"github.com/runonce/runonce/pkg/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/queue"
 	"github.com/runonce/runonce/pkg/worker"

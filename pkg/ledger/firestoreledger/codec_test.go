@@ -71,7 +71,7 @@ func TestNewRunDocument(t *testing.T) {
 
 // BenchmarkNewRunDocument measures what the client's conversion of a new run's document
 // costs (a WriteBatch's Create: the conversion to protos, no RPC) against the bare floor's
-// two-field document (internal/benchloop.BareFirestore's), in the same run: the part of
+// two-field document (internal/benchbase.BareFirestore's), in the same run: the part of
 // a claim's CPU that the run document's shape decides.
 func BenchmarkNewRunDocument(b *testing.B) {
 	client := sharedClient(b)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/runonce/runonce/internal/benchloop"
+	"github.com/runonce/runonce/pkg/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 )
 

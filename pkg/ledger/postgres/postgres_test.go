@@ -24,7 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/runonce/runonce/internal/benchloop"
+	"github.com/runonce/runonce/pkg/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/ledgertest"
 	"github.com/runonce/runonce/pkg/worker/workertest"

@@ -8,7 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/runonce/runonce/internal/benchloop"
+	"github.com/runonce/runonce/internal/benchbase"
+	"github.com/runonce/runonce/pkg/benchloop"
 )
 
 // BenchmarkSchemaFloor alternates rounds, at 8 and 32 goroutines, of the raw chain's two
@@ -45,10 +46,10 @@ func BenchmarkSchemaFloor(b *testing.B) {
 			dropSecondaryIndexes(b, bare, "runs")
 			withoutStartedEvent(b, bare)
 			chain := rawChain(b, l)
-			schema := benchloop.SchemaChain(l.Schema(), true)
-			noHistory := benchloop.SchemaChain(l.Schema(), false)
-			pk := benchloop.SchemaChain(pkOnly.Schema(), false)
-			fewerSchema := benchloop.SchemaChain(fewer.Schema(), true)
+			schema := benchbase.SchemaChain(l.Schema(), true)
+			noHistory := benchbase.SchemaChain(l.Schema(), false)
+			pk := benchbase.SchemaChain(pkOnly.Schema(), false)
+			fewerSchema := benchbase.SchemaChain(fewer.Schema(), true)
 			warm(b, l.pool, chain.Claim, chain.Complete, schema.Claim, schema.Complete, noHistory.Claim, noHistory.Complete,
 				l.q.acquireQueued, l.q.complete)
 			warm(b, pkOnly.pool, pk.Claim, pk.Complete, pkOnly.q.acquireQueued, pkOnly.q.complete)
@@ -82,9 +83,9 @@ func BenchmarkSchemaFloor(b *testing.B) {
 }
 
 // rawChain creates the raw chain's table in l's schema and returns its statements.
-func rawChain(tb testing.TB, l *Ledger) benchloop.Chain {
+func rawChain(tb testing.TB, l *Ledger) benchbase.Chain {
 	tb.Helper()
-	c, err := benchloop.RawChain(tb.Context(), l.pool, l.Schema())
+	c, err := benchbase.RawChain(tb.Context(), l.pool, l.Schema())
 	if err != nil {
 		tb.Fatal(err)
 	}

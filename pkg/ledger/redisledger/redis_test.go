@@ -24,8 +24,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/runonce/runonce/internal/benchloop"
 	"github.com/runonce/runonce/internal/syncbuf"
+	"github.com/runonce/runonce/pkg/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/ledgertest"
 	"github.com/runonce/runonce/pkg/worker/workertest"

@@ -27,7 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/runonce/runonce/internal/benchloop"
+	"github.com/runonce/runonce/pkg/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/ledgertest"
 	"github.com/runonce/runonce/pkg/worker/workertest"

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runonce/runonce/internal/benchloop"
+	"github.com/runonce/runonce/pkg/benchloop"
 	"github.com/runonce/runonce/pkg/receiver"
 )
 

@@ -1,4 +1,4 @@
-package benchloop
+package benchbase
 
 import (
 	"bytes"
