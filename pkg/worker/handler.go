@@ -67,8 +67,8 @@ type Router interface {
 	Jobs() []string
 }
 
-// Mux routes jobs to handlers by job name. Registering a name twice, or a nil handler,
-// panics. A Mux is a Router: a delivery of a job with no handler is not an attempt, and
+// Mux routes jobs to handlers by job name. The zero value is an empty mux, ready to
+// use, as NewMux's is. Registering a name twice, or a nil handler, panics. A Mux is a Router: a delivery of a job with no handler is not an attempt, and
 // waits for a worker that has one (a newer worker, in a rolling deploy), at most
 // Config.UnhandledAfter.
 type Mux struct {
@@ -116,6 +116,9 @@ func (m *Mux) HandleWith(name string, h Handler, o *HandleOptions) {
 	defer m.mu.Unlock()
 	if _, dup := m.handlers[name]; dup {
 		panic("worker: job " + name + " registered twice")
+	}
+	if m.handlers == nil {
+		m.handlers = map[string]route{}
 	}
 	m.handlers[name] = route{h: h, maxAttempts: o.MaxAttempts, maxRunTime: o.MaxRunTime}
 }
