@@ -177,7 +177,7 @@ func cliIngress(t *testing.T) *testIngress {
 	}
 	pub := queue.NewPublisher(ps.Client, "runs", nil)
 	t.Cleanup(func() { pub.Close() })
-	h, err := ingress.New(ingress.Config{Ledger: led, Publisher: pub, Auth: auth.None{}, Operators: auth.None{}, AcceptAnyJob: true, Logger: slog.New(slog.DiscardHandler)})
+	h, err := ingress.New(&ingress.Config{Ledger: led, Publisher: pub, Auth: auth.None{}, Operators: auth.None{}, AcceptAnyJob: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

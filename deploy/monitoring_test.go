@@ -138,7 +138,7 @@ func emittedMetrics() (map[string]bool, error) {
 	instrumentsOnce.Do(func() {
 		m := &recordingMeter{names: map[string]bool{}}
 		led := memory.New(nil)
-		if _, err := ingress.New(ingress.Config{Ledger: led, Publisher: unusedPublisher{}, Auth: auth.None{}, AcceptAnyJob: true, Meter: m}); err != nil {
+		if _, err := ingress.New(&ingress.Config{Ledger: led, Publisher: unusedPublisher{}, Auth: auth.None{}, AcceptAnyJob: true, Meter: m}); err != nil {
 			instrumentsErr = err
 			return
 		}

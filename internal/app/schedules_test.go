@@ -169,7 +169,7 @@ func TestScheduleReplicasAuditBackfill(t *testing.T) {
 	var replicas []*replica
 	for i := range 3 {
 		book := newBook()
-		h, err := ingress.New(ingress.Config{Ledger: leds[i], Publisher: pub, Namespace: ns, Auth: auth.None{}, Operators: auth.None{},
+		h, err := ingress.New(&ingress.Config{Ledger: leds[i], Publisher: pub, Namespace: ns, Auth: auth.None{}, Operators: auth.None{},
 			Jobs: jobs.Names(js), Schedules: book, Now: clk.Now, Logger: log})
 		if err != nil {
 			t.Fatal(err)

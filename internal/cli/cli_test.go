@@ -51,7 +51,7 @@ func newServer(t *testing.T) *server {
 	}
 	pub := queue.NewPublisher(ps.Client, "runs", nil)
 	t.Cleanup(func() { pub.Close() })
-	h, err := ingress.New(ingress.Config{Ledger: led, Publisher: pub, Namespace: "ns", Auth: auth.None{}, Operators: auth.None{}, AcceptAnyJob: true,
+	h, err := ingress.New(&ingress.Config{Ledger: led, Publisher: pub, Namespace: "ns", Auth: auth.None{}, Operators: auth.None{}, AcceptAnyJob: true,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

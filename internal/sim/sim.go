@@ -214,7 +214,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	wfl, wpub := *fl, *pub
 	wfl.unbounded, wpub.unbounded = opts.Mutant == UnboundedCalls, opts.Mutant == UnboundedCalls
 	discard := slog.New(slog.DiscardHandler)
-	in, err := ingress.New(ingress.Config{
+	in, err := ingress.New(&ingress.Config{
 		Ledger: fl, Publisher: pub, Namespace: namespace, Auth: auth.None{}, Jobs: []string{jobName}, Logger: discard,
 		Now: sm.clock.Now, LedgerTimeout: time.Hour, PublishTimeout: time.Hour, PickupTimeout: sm.pickup,
 		Retention: retention,

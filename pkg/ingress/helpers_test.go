@@ -207,7 +207,7 @@ func setup(tb testing.TB, o setupOpts) *bundle {
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}
-	h, err := ingress.New(cfg)
+	h, err := ingress.New(&cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

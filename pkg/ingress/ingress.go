@@ -128,8 +128,14 @@ type Handler struct {
 	backfillRate *rate.Limiter
 }
 
-// New returns the ingress handler for cfg.
-func New(cfg Config) (*Handler, error) {
+// New returns the ingress handler for config, which it copies: Ledger, Publisher and
+// Auth are required, and each zero field takes the default its comment documents,
+// applied here. Like worker.New, it takes a pointer.
+func New(config *Config) (*Handler, error) {
+	if config == nil {
+		return nil, errors.New("ingress: nil Config: Ledger, Publisher and Auth are required")
+	}
+	cfg := *config
 	if cfg.Ledger == nil {
 		return nil, errors.New("ingress: Config.Ledger is required")
 	}

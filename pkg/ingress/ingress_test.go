@@ -761,7 +761,7 @@ func TestUnknownJobsAreRefusedUnlessAnyIsAccepted(t *testing.T) {
 		{"jobs and AcceptAnyJob", ingress.Config{Jobs: []string{"a"}, AcceptAnyJob: true}, "both set"},
 	} {
 		c.cfg.Ledger, c.cfg.Publisher, c.cfg.Auth = led, pub, auth.None{}
-		if _, err := ingress.New(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := ingress.New(&c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: New = %v, want an error saying %q", c.name, err, c.want)
 		}
 	}

@@ -114,7 +114,8 @@ type Options struct {
 	// ProblemBase is the URL of the page describing the receiver's problem types.
 	// Default DefaultProblemBase.
 	ProblemBase string
-	// Logger receives the receiver's logs. Default: discarded.
+	// Logger receives the receiver's logs. Defaults to slog.Default(), as the worker's
+	// and the ingress's do; slog.New(slog.DiscardHandler) silences them.
 	Logger *slog.Logger
 }
 
@@ -157,7 +158,7 @@ func New(store Store, opts *Options) (*Receiver, error) {
 		o.Tenant = func(*http.Request) string { return "" }
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+		o.Logger = slog.Default()
 	}
 	switch {
 	case o.Lease < 0, o.MaxHandlerTime < 0, o.Retention < 0, o.MaxRequestBody < 0, o.MaxResponseBody < 0, o.StoreTimeout < 0:

@@ -200,12 +200,12 @@ func (t *Target) HandleJob(ctx context.Context, j *worker.Job) error {
 	return t.follow(ctx, j, st.Ref)
 }
 
-// logger is the job's logger, or a discarding one outside a job.
+// logger is the job's logger, or slog.Default() outside a job.
 func (t *Target) logger(ctx context.Context) *slog.Logger {
 	if log := worker.Logger(ctx); log != nil {
 		return log
 	}
-	return slog.New(slog.DiscardHandler)
+	return slog.Default()
 }
 
 // lookUp looks for the execution an earlier attempt's start made (p.Prior began it and

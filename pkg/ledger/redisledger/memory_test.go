@@ -188,7 +188,7 @@ func TestOutOfMemoryLosesNothing(t *testing.T) {
 
 	topic := memqueue.NewTopic("oom")
 	t.Cleanup(func() { _ = topic.Close() })
-	h, err := ingress.New(ingress.Config{Ledger: l, Publisher: topic.Publisher(), Namespace: "oom", Jobs: []string{"report"},
+	h, err := ingress.New(&ingress.Config{Ledger: l, Publisher: topic.Publisher(), Namespace: "oom", Jobs: []string{"report"},
 		Auth: auth.None{}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
