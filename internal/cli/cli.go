@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -212,20 +211,19 @@ type listFlags struct {
 }
 
 func list(ctx context.Context, g *globals, f *listFlags, stdout, stderr io.Writer) error {
-	q := url.Values{}
-	for k, v := range map[string]string{"status": f.status, "job": f.job, "namespace": f.namespace, "since": f.since, "page_token": f.pageToken} {
-		if v != "" {
-			q.Set(k, v)
+	o := &client.ListOptions{Status: ledger.Status(f.status), Job: f.job, Namespace: f.namespace, PageSize: f.pageSize, PageToken: f.pageToken}
+	if f.since != "" {
+		d, err := time.ParseDuration(f.since)
+		if err != nil || d <= 0 {
+			return usagef("--since %q: not a positive Go duration (24h, 90m)", f.since)
 		}
-	}
-	if f.pageSize != 0 {
-		q.Set("page_size", strconv.Itoa(f.pageSize))
+		o.Since = d
 	}
 	c, err := g.client(ctx)
 	if err != nil {
 		return err
 	}
-	res, err := c.List(ctx, q)
+	res, err := c.List(ctx, o)
 	if err != nil {
 		return err
 	}

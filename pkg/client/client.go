@@ -13,9 +13,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/runonce/runonce/pkg/api"
+	"github.com/runonce/runonce/pkg/ledger"
 )
 
 // TokenSource returns the bearer token of a request; nil sends none.
@@ -49,12 +52,57 @@ var ErrStatus = errors.New("client: the ingress refused the request")
 // Unwrap makes errors.Is(err, ErrStatus) true.
 func (e *Error) Unwrap() error { return ErrStatus }
 
-// List returns a page of runs; q holds GET /v1/runs's query parameters (status, job,
-// namespace, since, created_after, …, page_size, page_token).
-func (c *Client) List(ctx context.Context, q url.Values) (*api.ListJSON, error) {
+// ListOptions filter and page GET /v1/runs. Zero fields filter nothing; filter by
+// creation (Since, CreatedAfter, CreatedBefore) or by update (UpdatedAfter,
+// UpdatedBefore), not both. The ingress checks them and answers 400 naming the
+// problem.
+type ListOptions struct {
+	// Status lists the runs in this status only.
+	Status ledger.Status
+	// Job and Namespace list the runs of this job, of this namespace.
+	Job, Namespace string
+	// Since lists the runs created within it (before now, by the ingress's clock).
+	Since time.Duration
+	// CreatedAfter, CreatedBefore, UpdatedAfter and UpdatedBefore bound the runs'
+	// creation or last update.
+	CreatedAfter, CreatedBefore, UpdatedAfter, UpdatedBefore time.Time
+	// PageSize is the most runs a page holds: 1 to ledger.MaxPageSize; zero, the
+	// ingress's default (50).
+	PageSize int
+	// PageToken continues a listing: the previous page's NextPageToken.
+	PageToken string
+}
+
+// Values returns o as GET /v1/runs's query parameters.
+func (o *ListOptions) Values() url.Values {
+	q := url.Values{}
+	if o == nil {
+		return q
+	}
+	for k, v := range map[string]string{"status": string(o.Status), "job": o.Job, "namespace": o.Namespace, "page_token": o.PageToken} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if o.Since != 0 {
+		q.Set("since", o.Since.String())
+	}
+	for k, t := range map[string]time.Time{"created_after": o.CreatedAfter, "created_before": o.CreatedBefore, "updated_after": o.UpdatedAfter, "updated_before": o.UpdatedBefore} {
+		if !t.IsZero() {
+			q.Set(k, t.Format(time.RFC3339Nano))
+		}
+	}
+	if o.PageSize != 0 {
+		q.Set("page_size", strconv.Itoa(o.PageSize))
+	}
+	return q
+}
+
+// List returns a page of runs, newest first; o nil lists the first page of all.
+func (c *Client) List(ctx context.Context, o *ListOptions) (*api.ListJSON, error) {
 	var out api.ListJSON
 	path := "/v1/runs"
-	if len(q) > 0 {
+	if q := o.Values(); len(q) > 0 {
 		path += "?" + q.Encode()
 	}
 	return &out, c.do(ctx, http.MethodGet, path, nil, &out)
@@ -73,6 +121,9 @@ func (c *Client) Get(ctx context.Context, runID string, full bool) (*api.RunDeta
 
 // Act retries, cancels or releases a run (api.ActionRetry, …).
 func (c *Client) Act(ctx context.Context, runID string, action api.Action, req *api.ActionRequest) (*api.ActionJSON, error) {
+	if !action.Valid() {
+		return nil, fmt.Errorf("client: no such action %q: api.ActionRetry, api.ActionCancel or api.ActionRelease; run %s is unchanged", action, runID)
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
