@@ -219,7 +219,7 @@ func New(config *Config) (*Handler, error) {
 			http.Redirect(w, r, "/ui/", http.StatusFound)
 			return
 		}
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s: POST /v1/jobs/{job}, GET /v1/jobs/{job}/ticks, POST /v1/jobs/{job}:run|:backfill, GET /v1/runs, GET /v1/runs/{run_id}, POST /v1/runs/{run_id}:retry|:cancel|:release, /ui/, /healthz, /readyz, /metrics",
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s: POST /v1/jobs/{job}, GET /v1/jobs/{job}/ticks, POST /v1/jobs/{job}:run|:backfill, GET /v1/runs, GET /v1/runs/{run_id}, POST /v1/runs/{run_id}:retry|:cancel|:release|:resolve, /ui/, /healthz, /readyz, /metrics",
 			r.Method, cleantext.Clean(r.URL.Path)))
 	})
 	h.mux = mux
