@@ -18,6 +18,7 @@
 //	GET /healthz            the process is up
 //	GET /readyz             the ledger and the topic answer
 //	GET /metrics            Prometheus
+//	GET /v1/openapi.yaml    the API's OpenAPI 3.1 description (OpenAPI)
 //
 // # Guarantees
 //

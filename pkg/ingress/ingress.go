@@ -117,7 +117,7 @@ type Handler struct {
 	jobs    map[string]bool
 	known   string // the accepted jobs, listed for a 404
 	log     *slog.Logger
-	mux     *http.ServeMux
+	mux     *routeMux
 	ui      *ui
 	handler http.Handler
 	m       instruments
@@ -191,7 +191,7 @@ func New(config *Config) (*Handler, error) {
 		return nil, err
 	}
 	h.m = m
-	mux := http.NewServeMux()
+	mux := &routeMux{ServeMux: http.NewServeMux()}
 	mux.HandleFunc("POST /v1/jobs/{job}", h.postJob)
 	mux.HandleFunc("/v1/jobs/{job}", methodNotAllowed(http.MethodPost))
 	mux.HandleFunc("GET /v1/jobs/{job}/ticks", h.getTicks)
@@ -210,6 +210,7 @@ func New(config *Config) (*Handler, error) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", h.readyz)
+	mux.HandleFunc("GET "+OpenAPIPath, serveOpenAPI)
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
 	}
@@ -219,7 +220,7 @@ func New(config *Config) (*Handler, error) {
 			http.Redirect(w, r, "/ui/", http.StatusFound)
 			return
 		}
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s: POST /v1/jobs/{job}, GET /v1/jobs/{job}/ticks, POST /v1/jobs/{job}:run|:backfill, GET /v1/runs, GET /v1/runs/{run_id}, POST /v1/runs/{run_id}:retry|:cancel|:release|:resolve, /ui/, /healthz, /readyz, /metrics",
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s: POST /v1/jobs/{job}, GET /v1/jobs/{job}/ticks, POST /v1/jobs/{job}:run|:backfill, GET /v1/runs, GET /v1/runs/{run_id}, POST /v1/runs/{run_id}:retry|:cancel|:release|:resolve, /ui/, /healthz, /readyz, /metrics, "+OpenAPIPath+" (the API's OpenAPI description)",
 			r.Method, cleantext.Clean(r.URL.Path)))
 	})
 	h.mux = mux

@@ -116,7 +116,7 @@ func newUI(h *Handler) (*ui, error) {
 	return u, nil
 }
 
-func (u *ui) routes(mux *http.ServeMux) {
+func (u *ui) routes(mux *routeMux) {
 	static, _ := fs.Sub(uiFiles, "ui/static")
 	mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusMovedPermanently) })
