@@ -38,7 +38,15 @@
 // MaxRunTime, a self-fence or a lost lease), and then returns its cause. In half, jobs
 // run a worker.Batch of three items after their effects (one item at a time, in one
 // group, so that the batch's goroutines hand the actor on and never run beside each
-// other); each item's call is a scheduling point and may fail (worker.SkipItem).
+// other); each item's call is a scheduling point and may fail (worker.SkipItem). In a
+// quarter (not on a clockless ledger), jobs then start an execution through a Google
+// Cloud API target (targets.Target, Workflows or Cloud Run, through its official client,
+// worker.StartEffect) served by targetstest.Fake (targets.go): each API call is a
+// scheduling point, and at the schedule's own rate for them the fake refuses a start or
+// fails it ambiguously before it takes effect, applies it and loses its answer, fails a
+// look-up, or holds a call (before it takes effect or before it answers) until the
+// schedule lets its caller go on; a call held when its caller crashes stays on the wire,
+// and the schedule may land it later. An operator resolves a failed run's start as well.
 //
 // Schedules reach the retention, which is short (three hours): the clock sometimes
 // jumps by up to half of it, jobs ask for retries as late as the workers allow (the
@@ -66,9 +74,13 @@
 // at a time); an operator's cancel is final (no worker claim is granted after it, and the
 // run ends cancelled), only a failed run is retried or resolved, and an attempt an operator's release or cancel took the run from
 // is fenced (invariant 5) though its job may still run until it learns so, which is no
-// second holder (invariant 3); and no call waits unbounded.
+// second holder (invariant 3); a run's start leaves at most one execution running, one
+// more per resolution of it as not done, and on Workflows one more per start whose actor
+// crashed before it listed the executions, as docs/targets.md promises (invariant 7);
+// and no call waits unbounded.
 //
 // Mutants (mutants.go) reintroduce holes that were closed, as broken ledgers, as a
-// switch of the workers' wrappers, or as a worker option (ignores-max-run-time); TestMutantsAreCaught checks that the schedules CI
+// switch of the workers' wrappers or of the fake's faults (lost-answer-refused), or as a
+// worker option (ignores-max-run-time); TestMutantsAreCaught checks that the schedules CI
 // runs catch each.
 package sim

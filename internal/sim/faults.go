@@ -139,19 +139,24 @@ type faults struct {
 }
 
 func (f *faults) draw(ctx context.Context, what string) fault {
-	if f.rate == 0 {
+	return f.drawAt(ctx, what, f.rate)
+}
+
+// drawAt draws a fault for a call at rate instead of the schedule's (zero: none).
+func (f *faults) drawAt(ctx context.Context, what string, rate float64) fault {
+	if rate == 0 {
 		return faultNone
 	}
 	x := f.rng.Float64()
 	var d fault
 	switch {
-	case x < f.rate:
+	case x < rate:
 		d = faultBefore
-	case x < 2*f.rate:
+	case x < 2*rate:
 		d = faultAfter
-	case x < 3*f.rate:
+	case x < 3*rate:
 		d = faultSlow
-	case x < 3*f.rate+f.rate/4:
+	case x < 3*rate+rate/4:
 		d = faultHang
 	default:
 		return faultNone

@@ -44,6 +44,9 @@ type history struct {
 	// again: how many times an operator resolved an effect as not done, by key: an
 	// at-most-once effect may be called that many times more.
 	again map[string]int
+	// startsAgain: how many times an operator resolved a run's start as not done, by run
+	// ID: the run may start one more execution each time.
+	startsAgain map[string]int
 	// failed: runs a holder's failing write was accepted for (the operator's pick).
 	failed map[string]bool
 	// violations found while the schedule ran.
@@ -61,7 +64,7 @@ func newHistory(c *clock, clockless bool) *history {
 		leases: map[string]map[int64]time.Time{}, holding: map[string][]*holder{},
 		calls: map[string]int{}, done: map[string]bool{}, keys: map[string]string{}, terminal: map[string]bool{},
 		cancelled: map[string]bool{}, revoked: map[string]map[int64]bool{}, again: map[string]int{},
-		failed: map[string]bool{},
+		failed: map[string]bool{}, startsAgain: map[string]int{},
 	}
 }
 
@@ -281,7 +284,18 @@ func (h *history) resolved(runID, name string, done bool) {
 		h.done[key] = true
 	} else {
 		h.again[key]++
+		if isStart(name) {
+			h.startsAgain[runID]++
+		}
 	}
+}
+
+// startsNotDone returns how many times an operator resolved run runID's start as not
+// done.
+func (h *history) startsNotDone(runID string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.startsAgain[runID]
 }
 
 // heldRuns returns the runs some job is running, sorted.

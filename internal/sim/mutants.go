@@ -74,7 +74,7 @@ const forever = 100 * 365 * 24 * time.Hour
 
 // MutantNames returns the names of every mutant, sorted.
 func MutantNames() []string {
-	names := []string{UnboundedCalls, IgnoresMaxRunTime}
+	names := []string{UnboundedCalls, IgnoresMaxRunTime, LostAnswerRefused}
 	for name := range Mutants {
 		names = append(names, name)
 	}

@@ -45,8 +45,9 @@ import (
 // no worker claim applies without its worker learning it (ditto), no job asks for
 // Retry-After (a run would wait for its retry on the ledger's clock), fault rates stay
 // at or under 0.1 (so that no holder's finishing write fails for its whole
-// FinishTimeout, which would leave its run held), and records never reach their
-// retention. Lost leases, takeovers by time, the self-fence and the sweeper are the
+// FinishTimeout, which would leave its run held), records never reach their retention,
+// and no job starts an execution through a target (a start's backoff is a
+// Retry-After). Lost leases, takeovers by time, the self-fence and the sweeper are the
 // other backends' (and Firestore's conformance suite's); interleavings, faults on every
 // other call, lost, duplicated, delayed and forged messages, effects, batches, the
 // operator (whose release is a takeover without time) and every check run on it.
@@ -142,6 +143,9 @@ type simulation struct {
 	operators bool
 	// batches: the schedule's jobs run a batch of items after their effects.
 	batches bool
+	// targets, when set, is the Google Cloud API target the schedule's jobs start an
+	// execution through after their effects (worker.StartEffect).
+	targets *simTargets
 	// clockless: the ledger judges time by its own clock (see Backends); lease and
 	// pickup are the workers' lease and everyone's pickup timeout.
 	clockless     bool
@@ -194,7 +198,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	defer raw.Close()
 	sm.raw = raw
 	var l ledger.Ledger = raw
-	if opts.Mutant != "" && opts.Mutant != UnboundedCalls && opts.Mutant != IgnoresMaxRunTime {
+	if opts.Mutant != "" && opts.Mutant != UnboundedCalls && opts.Mutant != IgnoresMaxRunTime && opts.Mutant != LostAnswerRefused {
 		m, ok := Mutants[opts.Mutant]
 		if !ok {
 			return nil, fmt.Errorf("sim: no mutant %q", opts.Mutant)
@@ -223,6 +227,17 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 	sm.ingress = in
+	// In a quarter, jobs start an execution through a target (not on a clockless ledger:
+	// a start's backoff is a Retry-After, see Backends).
+	if kind, rate, ok := drawTargets(opts.Seed); ok && !sm.clockless {
+		quiet := func() bool { return sm.quiet }
+		sm.targets, err = newTargets(ctx, kind, rate, sm.s, sm.f, quiet, sm.log, opts.Mutant == LostAnswerRefused)
+		if err != nil {
+			return nil, err
+		}
+		defer sm.targets.close()
+		sm.log("target: jobs start a %s execution through the fake, faults at %.2f a call", kind, rate)
+	}
 	mux := worker.NewMux()
 	mux.HandleFunc(jobName, sm.job)
 	runTime := maxRunTime
@@ -250,6 +265,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	res := &Result{Trace: sm.trace, Actors: sm.actors}
 	res.Violations = append(res.Violations, sm.h.violations...)
 	res.Violations = append(res.Violations, sm.finalChecks(ctx)...)
+	if sm.targets != nil {
+		res.Violations = append(res.Violations, sm.targets.check(sm.h.startsNotDone)...)
+	}
 	return res, nil
 }
 
@@ -419,6 +437,11 @@ func (sm *simulation) step(ctx context.Context, quiet bool) error {
 	if sm.operators && !quiet {
 		cs = append(cs, choice{1, func() error { return sm.operate(ctx) }})
 	}
+	if sm.targets != nil {
+		if n := sm.targets.norphans(); n > 0 { // a call a crashed worker sent lands late
+			cs = append(cs, choice{2, func() error { sm.targets.land(sm.rng.IntN(n)); return nil }})
+		}
+	}
 	cs = append(cs, choice{3, func() error { return sm.rescue(ctx) }})
 	cs = append(cs, choice{2, func() error { return sm.sweep(ctx) }})
 	cs = append(cs, choice{4, func() error {
@@ -497,6 +520,9 @@ func (sm *simulation) crash(i int) {
 	a := sm.s.crash(i)
 	sm.crashed = append(sm.crashed, a)
 	sm.h.jobEnded(a)
+	if sm.targets != nil {
+		sm.targets.crashed(a)
+	}
 	sm.log("crash: actor %d (%s) crashed", a.id, a.name)
 	if a.onCrash != nil {
 		a.onCrash()
@@ -663,20 +689,26 @@ func (sm *simulation) operate(ctx context.Context) error {
 func (sm *simulation) resolve(ctx context.Context, a *actor, p *ledger.OperatorParams, r *ledger.Run) {
 	// As the run's page lists them, the operator reads the job's effects and resolves a
 	// pending one (now and then any, which the ledger refuses unless it is pending).
-	var pending []string
+	var names, pending []string
 	for _, e := range jobEffects {
+		names = append(names, e.name)
+	}
+	if sm.targets != nil {
+		names = append(names, startNames...)
+	}
+	for _, name := range names {
 		rctx, cancel := context.WithTimeout(ctx, time.Hour) // the ingress's LedgerTimeout
-		fx, err := sm.fl.GetEffect(rctx, &ledger.GetEffectParams{RunID: p.RunID, Name: e.name})
+		fx, err := sm.fl.GetEffect(rctx, &ledger.GetEffectParams{RunID: p.RunID, Name: name})
 		cancel()
 		if a.crashed {
 			return
 		}
 		if err == nil && fx.Status == ledger.EffectPending {
-			pending = append(pending, e.name)
+			pending = append(pending, name)
 		}
 	}
 	if len(pending) == 0 || sm.rng.IntN(8) == 0 {
-		pending = []string{jobEffects[sm.rng.IntN(len(jobEffects))].name}
+		pending = []string{names[sm.rng.IntN(len(names))]}
 	}
 	rp := &ledger.ResolveEffectParams{OperatorParams: *p, Effect: pending[sm.rng.IntN(len(pending))], Done: sm.rng.IntN(2) == 0}
 	if rp.Done {
@@ -781,6 +813,11 @@ func (sm *simulation) job(ctx context.Context, j *worker.Job) error {
 			err = worker.Effect(ctx, e.name, fn)
 		}
 		if err != nil {
+			return err
+		}
+	}
+	if sm.targets != nil {
+		if err := sm.targets.start(ctx, a, j); err != nil {
 			return err
 		}
 	}
