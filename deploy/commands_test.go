@@ -160,13 +160,13 @@ func TestDocumentedCommandsExist(t *testing.T) {
 // authentication off and everyone an operator.
 type testIngress struct {
 	url string
-	led ledger.Ledger
+	led *ledger.Ledger
 }
 
 func cliIngress(t *testing.T) *testIngress {
 	t.Helper()
 	ctx := context.Background()
-	led := memory.New(nil)
+	led := ledger.New(memory.New(nil), nil)
 	ps, err := pubsubtest.NewInProcess(ctx, "p")
 	if err != nil {
 		t.Fatal(err)

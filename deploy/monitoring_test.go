@@ -137,7 +137,7 @@ var (
 func emittedMetrics() (map[string]bool, error) {
 	instrumentsOnce.Do(func() {
 		m := &recordingMeter{names: map[string]bool{}}
-		led := memory.New(nil)
+		led := ledger.New(memory.New(nil), nil)
 		if _, err := ingress.New(&ingress.Config{Ledger: led, Publisher: unusedPublisher{}, Auth: auth.None{}, AcceptAnyJob: true, Meter: m}); err != nil {
 			instrumentsErr = err
 			return

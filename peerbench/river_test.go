@@ -85,7 +85,7 @@ type peers struct {
 	conc   int
 	schema string
 	pool   *pgxpool.Pool // River's: 32 connections, as runonce's default pool
-	ledger ledger.Ledger
+	ledger ledger.Driver
 }
 
 const project = "peerbench"
@@ -124,7 +124,7 @@ func newPeers(b *testing.B, dsn string, conc int) *peers {
 	q.Del("search_path")
 	q.Set("schema", schema)
 	u.RawQuery = q.Encode()
-	l, err := ledger.Open(ctx, u.String())
+	l, err := ledger.OpenDriver(ctx, u.String())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -208,12 +208,12 @@ func (p *peers) river(name, queueName string, cooldown time.Duration) side {
 
 // completions counts the runs a ledger completes.
 type completions struct {
-	ledger.Ledger
+	ledger.Driver
 	n atomic.Int64
 }
 
 func (c *completions) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	r, err := c.Ledger.Complete(ctx, p)
+	r, err := c.Driver.Complete(ctx, p)
 	if err == nil {
 		c.n.Add(1)
 	}
@@ -238,8 +238,8 @@ func (p *peers) worker(name string) side {
 	}
 	mux := worker.NewMux()
 	mux.HandleFunc("noop", func(context.Context, *worker.Job) error { return nil })
-	cl := &completions{Ledger: p.ledger}
-	w, err := worker.New(&worker.Config{Ledger: cl, Handler: mux, Subscriber: queue.NewSubscriber(c, topic, nil),
+	cl := &completions{Driver: p.ledger}
+	w, err := worker.New(&worker.Config{Ledger: ledger.New(cl, nil), Handler: mux, Subscriber: queue.NewSubscriber(c, topic, nil),
 		Concurrency: p.conc, Grace: time.Second, Logger: slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		p.b.Fatal(err)

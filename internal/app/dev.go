@@ -253,7 +253,7 @@ func jobFilter(names []string, in bool) string {
 // claimed while no worker ran) lost its message with it. A duplicate message is
 // harmless (the worker's claim deduplicates it); without this the run would wait for
 // the rescuer, after its pickup deadline. It returns how many it republished.
-func republishQueued(ctx context.Context, led ledger.Ledger, pub queue.RunPublisher, namespace string, retention time.Duration) (int, error) {
+func republishQueued(ctx context.Context, led *ledger.Ledger, pub queue.RunPublisher, namespace string, retention time.Duration) (int, error) {
 	// Every queued run's deadline lies within the retention: list them all (no write).
 	runs, err := led.ListRescue(ctx, &ledger.ListRescueParams{Limit: 1000, Now: time.Now().Add(retention)})
 	if err != nil {

@@ -178,7 +178,7 @@ func RunIngress(ctx context.Context, args []string, env config.Env, stdout, stde
 
 // newIngress builds the ingress handler for the jobs jobNames, or any job when it is
 // nil; tracing (nil: none) spans each request, its ledger calls and its publish.
-func newIngress(f *IngressFlags, led ledger.Ledger, pub queue.RunPublisher, authn, operators auth.Authenticator, jobNames []string, book *ticks.Book, project string, metrics *obs.Metrics, tracing *obs.Tracing, log *slog.Logger) (*ingress.Handler, error) {
+func newIngress(f *IngressFlags, led *ledger.Ledger, pub queue.RunPublisher, authn, operators auth.Authenticator, jobNames []string, book *ticks.Book, project string, metrics *obs.Metrics, tracing *obs.Tracing, log *slog.Logger) (*ingress.Handler, error) {
 	topic := f.Topic
 	if _, id, err := queue.ParseURL(f.Topic); err == nil {
 		topic = id

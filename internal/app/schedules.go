@@ -79,7 +79,7 @@ type tickLoops struct {
 type tickConfig struct {
 	// Book is the jobs file's schedules; nil: none (the loops do nothing).
 	Book   *ticks.Book
-	Ledger ledger.Ledger
+	Ledger *ledger.Ledger
 	// Namespace is the namespace whose ticks are checked.
 	Namespace string
 	// Meter records ticks.MetricMissed.

@@ -76,16 +76,16 @@ func missedCounter() (*sdkmetric.MeterProvider, func(t *testing.T) int64) {
 
 // schedLedgers opens one ledger per replica: each its own connection to PostgreSQL
 // (TEST_DATABASE_URL), or else one SQLite file shared.
-func schedLedgers(t *testing.T, n int) []ledger.Ledger {
+func schedLedgers(t *testing.T, n int) []*ledger.Ledger {
 	t.Helper()
 	dsn := os.Getenv("TEST_DATABASE_URL")
 	if dsn == "" && os.Getenv("CI") == "true" {
 		t.Fatal("TEST_DATABASE_URL is not set under CI=true: start the services (scripts/services.sh)")
 	}
-	var shared ledger.Ledger
-	out := make([]ledger.Ledger, n)
+	var shared *ledger.Ledger
+	out := make([]*ledger.Ledger, n)
 	for i := range out {
-		var l ledger.Ledger
+		var l *ledger.Ledger
 		var err error
 		switch {
 		case dsn != "":
@@ -94,7 +94,8 @@ func schedLedgers(t *testing.T, n int) []ledger.Ledger {
 			out[i] = shared
 			continue
 		default:
-			l, err = sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runonce.db"), nil)
+			d, derr := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runonce.db"), nil)
+			l, err = ledger.New(d, nil), derr
 			shared = l
 		}
 		if err != nil {

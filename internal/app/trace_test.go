@@ -55,7 +55,7 @@ func TestOneRunOneTrace(t *testing.T) {
 	}
 	pub := queue.NewPublisher(ps.Client, "runs", nil)
 	defer pub.Close()
-	led := memory.New(nil)
+	led := ledger.New(memory.New(nil), nil)
 
 	var mu sync.Mutex
 	var targetCalls []http.Header

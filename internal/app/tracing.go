@@ -48,16 +48,16 @@ func (p *tracedPublisher) Publish(ctx context.Context, m *queue.Message) (string
 	return id, err
 }
 
-// tracedLedger wraps every ledger call but Ping and Close in a client span,
-// "ledger.METHOD", with the run it is about.
+// tracedLedger wraps every call of a ledger's driver but Ping and Close in a client
+// span, "ledger.METHOD", with the run it is about.
 type tracedLedger struct {
-	ledger.Ledger
+	ledger.Driver
 	tracer trace.Tracer
 }
 
-// traceLedger returns l with a span per call (l itself when tracing records nothing).
-func traceLedger(l ledger.Ledger, t *obs.Tracing) ledger.Ledger {
-	return &tracedLedger{Ledger: l, tracer: t.Tracer(tracerName)}
+// traceLedger returns l with a span per call.
+func traceLedger(l *ledger.Ledger, t *obs.Tracing) *ledger.Ledger {
+	return ledger.New(&tracedLedger{Driver: l.Driver(), tracer: t.Tracer(tracerName)}, nil)
 }
 
 func (l *tracedLedger) start(ctx context.Context, method, runID string) (context.Context, trace.Span) {
@@ -70,21 +70,21 @@ func (l *tracedLedger) start(ctx context.Context, method, runID string) (context
 
 func (l *tracedLedger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	ctx, span := l.start(ctx, "Claim", p.Identity.RunID)
-	r, err := l.Ledger.Claim(ctx, p)
+	r, err := l.Driver.Claim(ctx, p)
 	end(span, err)
 	return r, err
 }
 
 func (l *tracedLedger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
 	ctx, span := l.start(ctx, "Expedite", p.RunID)
-	r, err := l.Ledger.Expedite(ctx, p)
+	r, err := l.Driver.Expedite(ctx, p)
 	end(span, err)
 	return r, err
 }
 
 func (l *tracedLedger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	ctx, span := l.start(ctx, "Acquire", p.Identity.RunID)
-	r, err := l.Ledger.Acquire(ctx, p)
+	r, err := l.Driver.Acquire(ctx, p)
 	if err == nil {
 		span.SetAttributes(attribute.String("runonce.acquire", fmt.Sprint(r.Outcome)))
 	}
@@ -94,84 +94,84 @@ func (l *tracedLedger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*l
 
 func (l *tracedLedger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
 	ctx, span := l.start(ctx, "Renew", p.Fence.RunID)
-	r, err := l.Ledger.Renew(ctx, p)
+	r, err := l.Driver.Renew(ctx, p)
 	end(span, err)
 	return r, err
 }
 
 func (l *tracedLedger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	ctx, span := l.start(ctx, "Complete", p.Fence.RunID)
-	r, err := l.Ledger.Complete(ctx, p)
+	r, err := l.Driver.Complete(ctx, p)
 	end(span, err)
 	return r, err
 }
 
 func (l *tracedLedger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
 	ctx, span := l.start(ctx, "Release", p.Fence.RunID)
-	r, err := l.Ledger.Release(ctx, p)
+	r, err := l.Driver.Release(ctx, p)
 	end(span, err)
 	return r, err
 }
 
 func (l *tracedLedger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
 	ctx, span := l.start(ctx, "Fail", p.Fence.RunID)
-	r, err := l.Ledger.Fail(ctx, p)
+	r, err := l.Driver.Fail(ctx, p)
 	end(span, err)
 	return r, err
 }
 
 func (l *tracedLedger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
 	ctx, span := l.start(ctx, "Get", p.RunID)
-	r, err := l.Ledger.Get(ctx, p)
+	r, err := l.Driver.Get(ctx, p)
 	end(span, err)
 	return r, err
 }
 
 func (l *tracedLedger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
 	ctx, span := l.start(ctx, "BeginEffect", p.Fence.RunID)
-	r, err := l.Ledger.BeginEffect(ctx, p)
+	r, err := l.Driver.BeginEffect(ctx, p)
 	end(span, err)
 	return r, err
 }
 
 func (l *tracedLedger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
 	ctx, span := l.start(ctx, "CompleteEffect", p.Fence.RunID)
-	r, err := l.Ledger.CompleteEffect(ctx, p)
+	r, err := l.Driver.CompleteEffect(ctx, p)
 	end(span, err)
 	return r, err
 }
 
 func (l *tracedLedger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
 	ctx, span := l.start(ctx, "GetEffect", p.RunID)
-	r, err := l.Ledger.GetEffect(ctx, p)
+	r, err := l.Driver.GetEffect(ctx, p)
 	end(span, err)
 	return r, err
 }
 
 func (l *tracedLedger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
 	ctx, span := l.start(ctx, "ListRescue", "")
-	r, err := l.Ledger.ListRescue(ctx, p)
+	r, err := l.Driver.ListRescue(ctx, p)
 	end(span, err)
 	return r, err
 }
 
 func (l *tracedLedger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
 	ctx, span := l.start(ctx, "Rescue", p.RunID)
-	r, err := l.Ledger.Rescue(ctx, p)
+	r, err := l.Driver.Rescue(ctx, p)
 	end(span, err)
 	return r, err
 }
 
 func (l *tracedLedger) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
 	ctx, span := l.start(ctx, "ResolveEffect", p.RunID)
-	r, err := l.Ledger.ResolveEffect(ctx, p)
+	r, err := l.Driver.ResolveEffect(ctx, p)
 	end(span, err)
 	return r, err
 }
 
 func (l *tracedLedger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
 	ctx, span := l.start(ctx, "Sweep", "")
-	n, err := l.Ledger.Sweep(ctx, p)
+	n, err := l.Driver.Sweep(ctx, p)
 	end(span, err)
 	return n, err
 }

@@ -212,7 +212,7 @@ func RunWorker(ctx context.Context, args []string, env config.Env, _, stderr io.
 // WorkerSetup is what ServeWorker runs: the parsed flags and the parts built from them.
 type WorkerSetup struct {
 	Flags   WorkerFlags
-	Ledger  ledger.Ledger
+	Ledger  *ledger.Ledger
 	Handler worker.Handler
 	// Auth authenticates push deliveries (with Flags.Push).
 	Auth auth.Authenticator

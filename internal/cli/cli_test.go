@@ -29,17 +29,18 @@ import (
 // server is an ingress on a SQLite ledger and an in-process Pub/Sub.
 type server struct {
 	url   string
-	led   ledger.Ledger
+	led   *ledger.Ledger
 	authz atomic.Value // the last Authorization header
 }
 
 func newServer(t *testing.T) *server {
 	t.Helper()
 	ctx := context.Background()
-	led, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "runonce.db"), nil)
+	drv, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "runonce.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	led := ledger.New(drv, nil)
 	t.Cleanup(func() { led.Close() })
 	ps, err := pubsubtest.NewInProcess(ctx, "p")
 	if err != nil {

@@ -55,7 +55,7 @@ func scheduledServer(t *testing.T) (url string, now func() time.Time, slot time.
 	slot = time.Now().UTC().Truncate(10 * time.Minute)
 	offset := time.Until(slot.Add(time.Minute))
 	now = func() time.Time { return time.Now().Add(offset) }
-	h, err := ingress.New(&ingress.Config{Ledger: led, Publisher: pub, Namespace: "ns", Auth: auth.None{}, Operators: auth.None{},
+	h, err := ingress.New(&ingress.Config{Ledger: ledger.New(led, nil), Publisher: pub, Namespace: "ns", Auth: auth.None{}, Operators: auth.None{},
 		Jobs: jobs.Names(js), Schedules: book, Now: now, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

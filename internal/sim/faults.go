@@ -185,7 +185,7 @@ func (f *faults) afterError(what string) error {
 // faultLedger wraps the ledger under test: every call is a scheduling point, may fail,
 // and runs at the simulation's clock.
 type faultLedger struct {
-	ledger.Ledger
+	ledger.Driver
 	s     *sched
 	f     *faults
 	clock *clock
@@ -283,7 +283,7 @@ func keeperCall[T any](ctx context.Context, l *faultLedger, what string, fn func
 // state the write applies to (nil: absent). note gets it when the ledger accepted the
 // write.
 func observed[T any](ctx context.Context, l *faultLedger, runID string, write func() (T, error), note func(before *ledger.Run)) (T, error) {
-	before, err := l.Ledger.Get(context.WithoutCancel(ctx), &ledger.GetParams{RunID: runID})
+	before, err := l.Driver.Get(context.WithoutCancel(ctx), &ledger.GetParams{RunID: runID})
 	known := err == nil || errors.Is(err, ledger.ErrNotFound)
 	v, err := write()
 	if err == nil && known {
@@ -308,15 +308,15 @@ func (l *faultLedger) operator(ctx context.Context, op string, p *ledger.Operato
 }
 
 func (l *faultLedger) Retry(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
-	return l.operator(ctx, "retry", p, l.Ledger.Retry)
+	return l.operator(ctx, "retry", p, l.Driver.Retry)
 }
 
 func (l *faultLedger) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
-	return l.operator(ctx, "cancel", p, l.Ledger.Cancel)
+	return l.operator(ctx, "cancel", p, l.Driver.Cancel)
 }
 
 func (l *faultLedger) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
-	return l.operator(ctx, "operator release", p, l.Ledger.OperatorRelease)
+	return l.operator(ctx, "operator release", p, l.Driver.OperatorRelease)
 }
 
 // now is the Now of a call the simulation's clock times: the caller's, or the clock's
@@ -332,7 +332,7 @@ func (l *faultLedger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger
 	return call(ctx, l, "claim", func(now time.Time) (*ledger.ClaimResult, error) {
 		q := *p
 		q.Now = l.now(q.Now, now)
-		return l.Ledger.Claim(ctx, &q)
+		return l.Driver.Claim(ctx, &q)
 	})
 }
 
@@ -340,7 +340,7 @@ func (l *faultLedger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*
 	return call(ctx, l, "expedite", func(now time.Time) (*ledger.Run, error) {
 		q := *p
 		q.Now = l.now(q.Now, now)
-		return l.Ledger.Expedite(ctx, &q)
+		return l.Driver.Expedite(ctx, &q)
 	})
 }
 
@@ -348,7 +348,7 @@ func (l *faultLedger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*le
 	return call(ctx, l, "acquire", func(now time.Time) (*ledger.AcquireResult, error) {
 		q := *p
 		q.Now = l.now(q.Now, now)
-		res, err := l.Ledger.Acquire(ctx, &q)
+		res, err := l.Driver.Acquire(ctx, &q)
 		if err == nil && res.Outcome == ledger.OutcomeAcquired {
 			l.acquired(res.Run)
 		}
@@ -360,7 +360,7 @@ func (l *faultLedger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger
 	return call(ctx, l, "renew", func(now time.Time) (*ledger.Run, error) {
 		q := *p
 		q.Now = l.now(q.Now, now)
-		r, err := fenced(ctx, l, "renew", p.Fence, func() (*ledger.Run, error) { return l.Ledger.Renew(ctx, &q) })
+		r, err := fenced(ctx, l, "renew", p.Fence, func() (*ledger.Run, error) { return l.Driver.Renew(ctx, &q) })
 		if err == nil {
 			l.acquired(r) // the lease now runs until r.Deadline
 		}
@@ -372,7 +372,7 @@ func (l *faultLedger) Complete(ctx context.Context, p *ledger.CompleteParams) (*
 	return call(ctx, l, "complete", func(now time.Time) (*ledger.Run, error) {
 		q := *p
 		q.Now = l.now(q.Now, now)
-		return fenced(ctx, l, "complete", p.Fence, func() (*ledger.Run, error) { return l.Ledger.Complete(ctx, &q) })
+		return fenced(ctx, l, "complete", p.Fence, func() (*ledger.Run, error) { return l.Driver.Complete(ctx, &q) })
 	})
 }
 
@@ -380,7 +380,7 @@ func (l *faultLedger) Release(ctx context.Context, p *ledger.ReleaseParams) (*le
 	return call(ctx, l, "release", func(now time.Time) (*ledger.Run, error) {
 		q := *p
 		q.Now = l.now(q.Now, now)
-		return fenced(ctx, l, "release", p.Fence, func() (*ledger.Run, error) { return l.Ledger.Release(ctx, &q) })
+		return fenced(ctx, l, "release", p.Fence, func() (*ledger.Run, error) { return l.Driver.Release(ctx, &q) })
 	})
 }
 
@@ -388,19 +388,19 @@ func (l *faultLedger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.R
 	return call(ctx, l, "fail", func(now time.Time) (*ledger.Run, error) {
 		q := *p
 		q.Now = l.now(q.Now, now)
-		return fenced(ctx, l, "fail", p.Fence, func() (*ledger.Run, error) { return l.Ledger.Fail(ctx, &q) })
+		return fenced(ctx, l, "fail", p.Fence, func() (*ledger.Run, error) { return l.Driver.Fail(ctx, &q) })
 	})
 }
 
 func (l *faultLedger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
-	return call(ctx, l, "get", func(time.Time) (*ledger.Run, error) { return l.Ledger.Get(ctx, p) })
+	return call(ctx, l, "get", func(time.Time) (*ledger.Run, error) { return l.Driver.Get(ctx, p) })
 }
 
 func (l *faultLedger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
 	return call(ctx, l, "begin effect", func(now time.Time) (*ledger.BeginEffectResult, error) {
 		q := *p
 		q.Now = l.now(q.Now, now)
-		return fenced(ctx, l, "begin effect", p.Fence, func() (*ledger.BeginEffectResult, error) { return l.Ledger.BeginEffect(ctx, &q) })
+		return fenced(ctx, l, "begin effect", p.Fence, func() (*ledger.BeginEffectResult, error) { return l.Driver.BeginEffect(ctx, &q) })
 	})
 }
 
@@ -408,7 +408,7 @@ func (l *faultLedger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffe
 	return call(ctx, l, "complete effect", func(now time.Time) (*ledger.Effect, error) {
 		q := *p
 		q.Now = l.now(q.Now, now)
-		e, err := fenced(ctx, l, "complete effect", p.Fence, func() (*ledger.Effect, error) { return l.Ledger.CompleteEffect(ctx, &q) })
+		e, err := fenced(ctx, l, "complete effect", p.Fence, func() (*ledger.Effect, error) { return l.Driver.CompleteEffect(ctx, &q) })
 		if err == nil {
 			l.effectDone(p.RunID, p.Name)
 		}
@@ -417,7 +417,7 @@ func (l *faultLedger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffe
 }
 
 func (l *faultLedger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
-	return call(ctx, l, "get effect", func(time.Time) (*ledger.Effect, error) { return l.Ledger.GetEffect(ctx, p) })
+	return call(ctx, l, "get effect", func(time.Time) (*ledger.Effect, error) { return l.Driver.GetEffect(ctx, p) })
 }
 
 func (l *faultLedger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
@@ -427,7 +427,7 @@ func (l *faultLedger) ListRescue(ctx context.Context, p *ledger.ListRescueParams
 		if l.clockless {
 			time.Sleep(clocklessPickup + time.Millisecond)
 		}
-		runs, err := l.Ledger.ListRescue(ctx, &q)
+		runs, err := l.Driver.ListRescue(ctx, &q)
 		// Runs with one deadline come in the backend's order (a map's, in memory); on
 		// the simulation's clock ties are common, and a schedule must replay its seed.
 		slices.SortStableFunc(runs, func(a, b *ledger.Run) int {
@@ -441,7 +441,7 @@ func (l *faultLedger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledg
 	return call(ctx, l, "rescue", func(now time.Time) (*ledger.Run, error) {
 		q := *p
 		q.Now = l.now(q.Now, now)
-		return l.Ledger.Rescue(ctx, &q)
+		return l.Driver.Rescue(ctx, &q)
 	})
 }
 
@@ -450,7 +450,7 @@ func (l *faultLedger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, er
 		q := *p
 		q.Now = l.now(q.Now, now)
 		l.sweeping(ctx)
-		return l.Ledger.Sweep(ctx, &q)
+		return l.Driver.Sweep(ctx, &q)
 	})
 }
 
@@ -458,7 +458,7 @@ func (l *faultLedger) ResolveEffect(ctx context.Context, p *ledger.ResolveEffect
 	return call(ctx, l, "resolve effect", func(now time.Time) (*ledger.Run, error) {
 		q := *p
 		q.Now = l.now(q.Now, now)
-		return observed(ctx, l, p.RunID, func() (*ledger.Run, error) { return l.Ledger.ResolveEffect(ctx, &q) }, func(before *ledger.Run) {
+		return observed(ctx, l, p.RunID, func() (*ledger.Run, error) { return l.Driver.ResolveEffect(ctx, &q) }, func(before *ledger.Run) {
 			l.operated("resolve", before)
 			l.resolved(p.RunID, p.Effect, p.Done)
 		})

@@ -25,7 +25,7 @@ var firestoreClient struct {
 
 // openFirestore opens a ledger on the Firestore emulator whose collections carry
 // prefix, and whose documents are deleted when it is closed.
-func openFirestore(ctx context.Context, prefix string) (ledger.Ledger, error) {
+func openFirestore(ctx context.Context, prefix string) (ledger.Driver, error) {
 	if os.Getenv(ServerEnv["firestore"]) == "" {
 		return nil, fmt.Errorf("sim: backend firestore needs %s (scripts/services.sh starts the emulator)", ServerEnv["firestore"])
 	}
@@ -40,7 +40,7 @@ func openFirestore(ctx context.Context, prefix string) (ledger.Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &droppedOnClose{Ledger: l, drop: func() error {
+	return &droppedOnClose{Driver: l, drop: func() error {
 		ctx := context.WithoutCancel(ctx)
 		var errs []error
 		for _, name := range []string{firestoreledger.RunsCollection, firestoreledger.EffectsCollection} {

@@ -16,45 +16,45 @@ import (
 
 // Mutants are deliberately broken ledgers, each a copy of a hole the simulation must
 // find: TestMutantsAreCaught checks that it does within the CI budget.
-var Mutants = map[string]func(ledger.Ledger) ledger.Ledger{
+var Mutants = map[string]func(ledger.Driver) ledger.Driver{
 	// The ingress's old Unclaim: a claim whose publish failed (or whose claim call
 	// failed after it landed) is deleted, though a concurrent duplicate may already
 	// have been answered 2xx for it (issue 12).
-	"unclaim": func(l ledger.Ledger) ledger.Ledger { d := newDeleting(l); d.unclaim = true; return d },
+	"unclaim": func(l ledger.Driver) ledger.Driver { d := newDeleting(l); d.unclaim = true; return d },
 	// The worker claim checks no payload: a stale or forged message runs (issue 12).
-	"any-payload": func(l ledger.Ledger) ledger.Ledger { return &anyPayload{l} },
+	"any-payload": func(l ledger.Driver) ledger.Driver { return &anyPayload{l} },
 	// The worker claim takes over live leases.
-	"steal-leases": func(l ledger.Ledger) ledger.Ledger { return &stealing{l} },
+	"steal-leases": func(l ledger.Driver) ledger.Driver { return &stealing{l} },
 	// BeginEffect forgets that an earlier attempt did the effect.
-	"forget-effects": func(l ledger.Ledger) ledger.Ledger { return &forgetful{Ledger: l} },
+	"forget-effects": func(l ledger.Driver) ledger.Driver { return &forgetful{Driver: l} },
 	// Every ingress claim believes it created the run.
-	"two-claim-winners": func(l ledger.Ledger) ledger.Ledger { return &lyingClaim{l} },
+	"two-claim-winners": func(l ledger.Driver) ledger.Driver { return &lyingClaim{l} },
 	// The old ExpiryOf: a record expires a retention after its last write, though its
 	// not-before (a late Retry-After) or its deadline is still ahead, and the sweeper
 	// deletes a run that is waiting for its retry (issue 12).
-	"expiry-ignores-deadlines": func(l ledger.Ledger) ledger.Ledger { return &expiring{newDeleting(l)} },
+	"expiry-ignores-deadlines": func(l ledger.Driver) ledger.Driver { return &expiring{newDeleting(l)} },
 	// The old sweep: an effect goes when its own ExpireAt passes, though its run still
 	// lives, and a later attempt does it again (issue 12).
-	"sweeps-live-effects": func(l ledger.Ledger) ledger.Ledger { return newEffectSweeper(l) },
+	"sweeps-live-effects": func(l ledger.Driver) ledger.Driver { return newEffectSweeper(l) },
 	// The worker's old age check: a message older than the retention is dropped even
 	// when its run exists, so a run that lives past the retention (a late retry, a
 	// rescued run, whose messages carry its creation time) is never run again (issue
 	// 12). The claim with MustExist answers as if the run were absent.
-	"old-messages-dropped": func(l ledger.Ledger) ledger.Ledger { return &oldDropped{l} },
+	"old-messages-dropped": func(l ledger.Driver) ledger.Driver { return &oldDropped{l} },
 	// A finishing write without its fence, as Redis's finish script that skips it (issue
 	// 40): a stale attempt whose complete or fail is refused completes or fails the run
 	// another attempt took over, in that attempt's name. The conformance suite catches
 	// it; before the simulation checked who finished a run, no schedule did.
-	"unfenced-finish": func(l ledger.Ledger) ledger.Ledger { return &unfencedFinish{l} },
+	"unfenced-finish": func(l ledger.Driver) ledger.Driver { return &unfencedFinish{l} },
 	// A cancel answered as done without being written: the operator is told the run is
 	// cancelled, and it goes on to complete.
-	"lying-cancel": func(l ledger.Ledger) ledger.Ledger { return &lyingCancel{l} },
+	"lying-cancel": func(l ledger.Driver) ledger.Driver { return &lyingCancel{l} },
 	// BeginEffect forgets that a batch's group of items was done: a later attempt does
 	// every item again.
-	"forget-batch-groups": func(l ledger.Ledger) ledger.Ledger { return &forgetful{Ledger: l, prefix: "batch/"} },
+	"forget-batch-groups": func(l ledger.Driver) ledger.Driver { return &forgetful{Driver: l, prefix: "batch/"} },
 	// ResolveEffect requeues the run as a retry and drops the operator's verdict: an
 	// effect resolved as done stays pending, and the next attempt does it again.
-	"resolve-only-retries": func(l ledger.Ledger) ledger.Ledger { return &resolveRetries{l} },
+	"resolve-only-retries": func(l ledger.Driver) ledger.Driver { return &resolveRetries{l} },
 }
 
 // UnboundedCalls names the mutant whose workers make their ledger calls and
@@ -82,11 +82,11 @@ func MutantNames() []string {
 	return names
 }
 
-type unfencedFinish struct{ ledger.Ledger }
+type unfencedFinish struct{ ledger.Driver }
 
 // holder returns the fence of the attempt holding f's run, or ok false when none does.
 func (b *unfencedFinish) holder(ctx context.Context, f ledger.Fence) (ledger.Fence, bool) {
-	r, err := b.Ledger.Get(ctx, &ledger.GetParams{RunID: f.RunID})
+	r, err := b.Driver.Get(ctx, &ledger.GetParams{RunID: f.RunID})
 	if err != nil || r.Status != ledger.StatusRunning {
 		return f, false
 	}
@@ -94,52 +94,52 @@ func (b *unfencedFinish) holder(ctx context.Context, f ledger.Fence) (ledger.Fen
 }
 
 func (b *unfencedFinish) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	r, err := b.Ledger.Complete(ctx, p)
+	r, err := b.Driver.Complete(ctx, p)
 	if f, ok := b.holder(ctx, p.Fence); errors.Is(err, ledger.ErrLeaseLost) && ok {
 		q := *p
 		q.Fence = f
-		return b.Ledger.Complete(ctx, &q)
+		return b.Driver.Complete(ctx, &q)
 	}
 	return r, err
 }
 
 func (b *unfencedFinish) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	r, err := b.Ledger.Fail(ctx, p)
+	r, err := b.Driver.Fail(ctx, p)
 	if f, ok := b.holder(ctx, p.Fence); errors.Is(err, ledger.ErrLeaseLost) && ok {
 		q := *p
 		q.Fence = f
-		return b.Ledger.Fail(ctx, &q)
+		return b.Driver.Fail(ctx, &q)
 	}
 	return r, err
 }
 
-type lyingCancel struct{ ledger.Ledger }
+type lyingCancel struct{ ledger.Driver }
 
 func (b *lyingCancel) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
-	r, err := b.Ledger.Get(ctx, &ledger.GetParams{RunID: p.RunID})
+	r, err := b.Driver.Get(ctx, &ledger.GetParams{RunID: p.RunID})
 	if err != nil || r.Status != ledger.StatusQueued && r.Status != ledger.StatusRunning || p.Attempt != 0 && p.Attempt != r.Attempt {
-		return b.Ledger.Cancel(ctx, p) // the refusal is the real one
+		return b.Driver.Cancel(ctx, p) // the refusal is the real one
 	}
 	r.Status, r.Deadline, r.CompletedAt = ledger.StatusCancelled, time.Time{}, p.Now
 	return r, nil
 }
 
-type resolveRetries struct{ ledger.Ledger }
+type resolveRetries struct{ ledger.Driver }
 
 func (b *resolveRetries) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
-	if _, err := b.Ledger.GetEffect(ctx, &ledger.GetEffectParams{RunID: p.RunID, Name: p.Effect}); err != nil {
+	if _, err := b.Driver.GetEffect(ctx, &ledger.GetEffectParams{RunID: p.RunID, Name: p.Effect}); err != nil {
 		return nil, err
 	}
-	return b.Ledger.Retry(ctx, &p.OperatorParams)
+	return b.Driver.Retry(ctx, &p.OperatorParams)
 }
 
-type oldDropped struct{ ledger.Ledger }
+type oldDropped struct{ ledger.Driver }
 
 func (b *oldDropped) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	if p.MustExist {
 		return nil, fmt.Errorf("%w: sim: run %s treated as absent: its message is older than the retention", ledger.ErrNotFound, p.RunID)
 	}
-	return b.Ledger.Acquire(ctx, p)
+	return b.Driver.Acquire(ctx, p)
 }
 
 // expiring deletes (as deleting does) every run whose last write is a retention ago
@@ -156,7 +156,7 @@ func (e *expiring) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error
 	slices.Sort(ids)
 	n := 0
 	for _, id := range ids {
-		r, err := e.Ledger.Get(ctx, &ledger.GetParams{RunID: e.to(id)})
+		r, err := e.Driver.Get(ctx, &ledger.GetParams{RunID: e.to(id)})
 		if err != nil {
 			continue
 		}
@@ -168,21 +168,21 @@ func (e *expiring) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error
 			n++
 		}
 	}
-	m, err := e.Ledger.Sweep(ctx, p)
+	m, err := e.Driver.Sweep(ctx, p)
 	return n + m, err
 }
 
 // effectSweeper forgets, as a sweep applies, every effect past its own ExpireAt, live
 // run or not: a later BeginEffect finds it new.
 type effectSweeper struct {
-	ledger.Ledger
+	ledger.Driver
 	mu    sync.Mutex
 	seen  map[[2]string]bool
 	swept map[[2]string]bool
 }
 
-func newEffectSweeper(l ledger.Ledger) *effectSweeper {
-	return &effectSweeper{Ledger: l, seen: map[[2]string]bool{}, swept: map[[2]string]bool{}}
+func newEffectSweeper(l ledger.Driver) *effectSweeper {
+	return &effectSweeper{Driver: l, seen: map[[2]string]bool{}, swept: map[[2]string]bool{}}
 }
 
 func (s *effectSweeper) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
@@ -194,7 +194,7 @@ func (s *effectSweeper) Sweep(ctx context.Context, p *ledger.SweepParams) (int, 
 	s.mu.Unlock()
 	n := 0
 	for _, k := range keys {
-		e, err := s.Ledger.GetEffect(ctx, &ledger.GetEffectParams{RunID: k[0], Name: k[1]})
+		e, err := s.Driver.GetEffect(ctx, &ledger.GetEffectParams{RunID: k[0], Name: k[1]})
 		if err == nil && e.ExpireAt.Before(p.Now) {
 			s.mu.Lock()
 			s.swept[k] = true
@@ -202,13 +202,13 @@ func (s *effectSweeper) Sweep(ctx context.Context, p *ledger.SweepParams) (int, 
 			n++
 		}
 	}
-	m, err := s.Ledger.Sweep(ctx, p)
+	m, err := s.Driver.Sweep(ctx, p)
 	return n + m, err
 }
 
 func (s *effectSweeper) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
 	k := [2]string{p.RunID, p.Name}
-	res, err := s.Ledger.BeginEffect(ctx, p)
+	res, err := s.Driver.BeginEffect(ctx, p)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seen[k] = true
@@ -221,24 +221,24 @@ func (s *effectSweeper) BeginEffect(ctx context.Context, p *ledger.BeginEffectPa
 	}}, nil
 }
 
-type anyPayload struct{ ledger.Ledger }
+type anyPayload struct{ ledger.Driver }
 
 func (b *anyPayload) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	q := *p
-	if r, err := b.Ledger.Get(ctx, &ledger.GetParams{RunID: p.RunID}); err == nil {
+	if r, err := b.Driver.Get(ctx, &ledger.GetParams{RunID: p.RunID}); err == nil {
 		q.PayloadHash = r.PayloadHash
 	}
-	return b.Ledger.Acquire(ctx, &q)
+	return b.Driver.Acquire(ctx, &q)
 }
 
-type stealing struct{ ledger.Ledger }
+type stealing struct{ ledger.Driver }
 
 func (b *stealing) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	res, err := b.Ledger.Acquire(ctx, p)
+	res, err := b.Driver.Acquire(ctx, p)
 	if err == nil && res.Outcome == ledger.OutcomeHeld && res.Run.Status == ledger.StatusRunning {
 		q := *p
 		q.Now = res.Until.Add(time.Millisecond)
-		return b.Ledger.Acquire(ctx, &q)
+		return b.Driver.Acquire(ctx, &q)
 	}
 	return res, err
 }
@@ -246,22 +246,22 @@ func (b *stealing) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledge
 // forgetful's BeginEffect forgets that the effects whose name starts with prefix were
 // done (every effect's when it is empty).
 type forgetful struct {
-	ledger.Ledger
+	ledger.Driver
 	prefix string
 }
 
 func (b *forgetful) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
-	res, err := b.Ledger.BeginEffect(ctx, p)
+	res, err := b.Driver.BeginEffect(ctx, p)
 	if err == nil && strings.HasPrefix(p.Name, b.prefix) {
 		res.Done = false
 	}
 	return res, err
 }
 
-type lyingClaim struct{ ledger.Ledger }
+type lyingClaim struct{ ledger.Driver }
 
 func (b *lyingClaim) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	res, err := b.Ledger.Claim(ctx, p)
+	res, err := b.Driver.Claim(ctx, p)
 	if err == nil {
 		res.Created = true
 	}
@@ -272,7 +272,7 @@ func (b *lyingClaim) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.
 // record is left behind in the ledger under it, and the run ID is mapped to a fresh
 // one: to every caller the run is gone, and a later claim creates it anew.
 type deleting struct {
-	ledger.Ledger
+	ledger.Driver
 	// unclaim makes Expedite delete the run.
 	unclaim bool
 	mu      sync.Mutex
@@ -281,8 +281,8 @@ type deleting struct {
 	known   map[string]bool   // every run ID called with
 }
 
-func newDeleting(l ledger.Ledger) *deleting {
-	return &deleting{Ledger: l, gen: map[string]int{}, back: map[string]string{}, known: map[string]bool{}}
+func newDeleting(l ledger.Driver) *deleting {
+	return &deleting{Driver: l, gen: map[string]int{}, back: map[string]string{}, known: map[string]bool{}}
 }
 
 func (d *deleting) to(id string) string {
@@ -336,7 +336,7 @@ func (d *deleting) fence(f ledger.Fence) ledger.Fence { f.RunID = d.to(f.RunID);
 func (d *deleting) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	q := *p
 	q.RunID = d.to(p.RunID)
-	res, err := d.Ledger.Claim(ctx, &q)
+	res, err := d.Driver.Claim(ctx, &q)
 	if res != nil {
 		c := *res
 		c.Run, _ = d.from(res.Run)
@@ -348,7 +348,7 @@ func (d *deleting) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Cl
 func (d *deleting) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
 	q := *p
 	q.RunID = d.to(p.RunID)
-	r, err := d.Ledger.Expedite(ctx, &q)
+	r, err := d.Driver.Expedite(ctx, &q)
 	if err == nil && d.unclaim {
 		d.mu.Lock()
 		d.gen[p.RunID]++ // deleted
@@ -360,7 +360,7 @@ func (d *deleting) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*led
 func (d *deleting) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	q := *p
 	q.RunID = d.to(p.RunID)
-	res, err := d.Ledger.Acquire(ctx, &q)
+	res, err := d.Driver.Acquire(ctx, &q)
 	if res != nil {
 		c := *res
 		c.Run, _ = d.from(res.Run)
@@ -372,35 +372,35 @@ func (d *deleting) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledge
 func (d *deleting) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
 	q := *p
 	q.Fence = d.fence(p.Fence)
-	return d.run(d.Ledger.Renew(ctx, &q))
+	return d.run(d.Driver.Renew(ctx, &q))
 }
 
 func (d *deleting) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	q := *p
 	q.Fence = d.fence(p.Fence)
-	return d.run(d.Ledger.Complete(ctx, &q))
+	return d.run(d.Driver.Complete(ctx, &q))
 }
 
 func (d *deleting) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
 	q := *p
 	q.Fence = d.fence(p.Fence)
-	return d.run(d.Ledger.Release(ctx, &q))
+	return d.run(d.Driver.Release(ctx, &q))
 }
 
 func (d *deleting) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
 	q := *p
 	q.Fence = d.fence(p.Fence)
-	return d.run(d.Ledger.Fail(ctx, &q))
+	return d.run(d.Driver.Fail(ctx, &q))
 }
 
 func (d *deleting) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
-	return d.run(d.Ledger.Get(ctx, &ledger.GetParams{RunID: d.to(p.RunID)}))
+	return d.run(d.Driver.Get(ctx, &ledger.GetParams{RunID: d.to(p.RunID)}))
 }
 
 func (d *deleting) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
 	q := *p
 	q.Fence = d.fence(p.Fence)
-	res, err := d.Ledger.BeginEffect(ctx, &q)
+	res, err := d.Driver.BeginEffect(ctx, &q)
 	if res != nil {
 		c := *res
 		c.Effect, _ = d.effect(res.Effect, p.RunID, nil)
@@ -412,17 +412,17 @@ func (d *deleting) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams)
 func (d *deleting) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
 	q := *p
 	q.Fence = d.fence(p.Fence)
-	e, err := d.Ledger.CompleteEffect(ctx, &q)
+	e, err := d.Driver.CompleteEffect(ctx, &q)
 	return d.effect(e, p.RunID, err)
 }
 
 func (d *deleting) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
-	e, err := d.Ledger.GetEffect(ctx, &ledger.GetEffectParams{RunID: d.to(p.RunID), Name: p.Name})
+	e, err := d.Driver.GetEffect(ctx, &ledger.GetEffectParams{RunID: d.to(p.RunID), Name: p.Name})
 	return d.effect(e, p.RunID, err)
 }
 
 func (d *deleting) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
-	runs, err := d.Ledger.ListRescue(ctx, p)
+	runs, err := d.Driver.ListRescue(ctx, p)
 	out := runs[:0]
 	for _, r := range runs {
 		if c, live := d.from(r); live {
@@ -435,5 +435,5 @@ func (d *deleting) ListRescue(ctx context.Context, p *ledger.ListRescueParams) (
 func (d *deleting) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
 	q := *p
 	q.RunID = d.to(p.RunID)
-	return d.run(d.Ledger.Rescue(ctx, &q))
+	return d.run(d.Driver.Rescue(ctx, &q))
 }

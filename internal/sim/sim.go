@@ -155,7 +155,7 @@ type simulation struct {
 	f             *faults
 	q             *simQueue
 	h             *history
-	raw           ledger.Ledger
+	raw           ledger.Driver
 	// fl is the ingress's faulty ledger, which the operator reads runs through.
 	fl      *faultLedger
 	ingress *ingress.Handler
@@ -197,7 +197,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	defer raw.Close()
 	sm.raw = raw
-	var l ledger.Ledger = raw
+	var l ledger.Driver = raw
 	if opts.Mutant != "" && opts.Mutant != UnboundedCalls && opts.Mutant != IgnoresMaxRunTime && opts.Mutant != LostAnswerRefused {
 		m, ok := Mutants[opts.Mutant]
 		if !ok {
@@ -208,7 +208,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	sm.lastRescue = sm.clock.Now()
 	fl := &faultLedger{
-		Ledger: l, s: sm.s, f: sm.f, clock: sm.clock, acquired: sm.h.acquired, accepted: sm.h.fencedWrite,
+		Driver: l, s: sm.s, f: sm.f, clock: sm.clock, acquired: sm.h.acquired, accepted: sm.h.fencedWrite,
 		effectDone: sm.h.effectDone, operated: sm.h.operated, resolved: sm.h.resolved, sweeping: sm.sweeping, hung: sm.hung,
 		clockless: sm.clockless,
 	}
@@ -219,7 +219,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	wfl.unbounded, wpub.unbounded = opts.Mutant == UnboundedCalls, opts.Mutant == UnboundedCalls
 	discard := slog.New(slog.DiscardHandler)
 	in, err := ingress.New(&ingress.Config{
-		Ledger: fl, Publisher: pub, Namespace: namespace, Auth: auth.None{}, Jobs: []string{jobName}, Logger: discard,
+		Ledger: ledger.New(fl, nil), Publisher: pub, Namespace: namespace, Auth: auth.None{}, Jobs: []string{jobName}, Logger: discard,
 		Now: sm.clock.Now, LedgerTimeout: time.Hour, PublishTimeout: time.Hour, PickupTimeout: sm.pickup,
 		Retention: retention,
 	})
@@ -246,7 +246,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	for range 3 {
 		w, err := worker.New(&worker.Config{
-			Ledger: &wfl, Handler: mux, Lease: sm.lease, MaxAttempts: maxAttempts, PickupTimeout: sm.pickup,
+			Ledger: ledger.New(&wfl, nil), Handler: mux, Lease: sm.lease, MaxAttempts: maxAttempts, PickupTimeout: sm.pickup,
 			FinishTimeout: 5 * time.Second, LedgerTimeout: time.Hour, MaxRunTime: runTime,
 			Retention: retention, UnsafeRetention: true, MaxRetryAfter: retention,
 			Republish: &wpub, Logger: discard, Now: sm.clock.Now, AfterFunc: sm.clock.AfterFunc,
@@ -271,7 +271,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	return res, nil
 }
 
-func (sm *simulation) open(ctx context.Context) (ledger.Ledger, error) {
+func (sm *simulation) open(ctx context.Context) (ledger.Driver, error) {
 	switch sm.opts.Backend {
 	case "memory", "":
 		return memory.New(&memory.Options{Clock: sm.clock.Now}), nil

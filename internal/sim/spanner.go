@@ -57,7 +57,7 @@ func spannerAdminClient(ctx context.Context) (*database.DatabaseAdminClient, err
 
 // openSpanner opens a ledger on a fresh database of the Spanner emulator, dropped when
 // the ledger is closed.
-func openSpanner(ctx context.Context, name string) (ledger.Ledger, error) {
+func openSpanner(ctx context.Context, name string) (ledger.Driver, error) {
 	if os.Getenv(ServerEnv["spanner"]) == "" {
 		return nil, fmt.Errorf("sim: backend spanner needs %s (scripts/services.sh starts the emulator)", ServerEnv["spanner"])
 	}
@@ -79,14 +79,14 @@ func openSpanner(ctx context.Context, name string) (ledger.Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &droppedOnClose{Ledger: l, drop: func() error {
+	return &droppedOnClose{Driver: l, drop: func() error {
 		return admin.DropDatabase(context.WithoutCancel(ctx), &databasepb.DropDatabaseRequest{Database: db})
 	}}, nil
 }
 
 type droppedOnClose struct {
-	ledger.Ledger
+	ledger.Driver
 	drop func() error
 }
 
-func (d *droppedOnClose) Close() error { return errors.Join(d.Ledger.Close(), d.drop()) }
+func (d *droppedOnClose) Close() error { return errors.Join(d.Driver.Close(), d.drop()) }

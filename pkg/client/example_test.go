@@ -55,7 +55,7 @@ func Example() {
 func startIngress() string {
 	topic := memqueue.NewTopic("runs")
 	h, err := ingress.New(&ingress.Config{
-		Ledger: memory.New(nil), Publisher: topic.Publisher(), Auth: auth.None{}, Operators: auth.None{},
+		Ledger: ledger.New(memory.New(nil), nil), Publisher: topic.Publisher(), Auth: auth.None{}, Operators: auth.None{},
 		Jobs: []string{"send-invoices"}, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

@@ -66,8 +66,8 @@ func benchIngress(b *testing.B, bn *bundle, kind string, conc int) {
 		if err := post(prefix); err != nil {
 			b.Fatal(err)
 		}
-		r := acquire(b, bn.led.Ledger, ledger.KeyedRunID(ns, "bench", prefix), time.Minute)
-		if _, err := bn.led.Ledger.Complete(ctx, &ledger.CompleteParams{Fence: fence(r)}); err != nil {
+		r := acquire(b, bn.led.Driver, ledger.KeyedRunID(ns, "bench", prefix), time.Minute)
+		if _, err := bn.led.Driver.Complete(ctx, &ledger.CompleteParams{Fence: fence(r)}); err != nil {
 			b.Fatal(err)
 		}
 		op = func(int) error { return post(prefix) }

@@ -14,13 +14,13 @@ import (
 
 // slowLedger delays claims, so that a caller can give up in the middle of one.
 type slowLedger struct {
-	ledger.Ledger
+	ledger.Driver
 	delay time.Duration
 }
 
 func (s *slowLedger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	time.Sleep(s.delay) // the claim is on its way: the caller's going away must not cut it short
-	return s.Ledger.Claim(ctx, p)
+	return s.Driver.Claim(ctx, p)
 }
 
 // A caller that drops the connection while its run is being claimed (a lost response, a
@@ -29,8 +29,8 @@ func (s *slowLedger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.
 func TestCallerGoneMidClaimStillPublishes(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
-	slow := &slowLedger{Ledger: b.led.Ledger, delay: 300 * time.Millisecond}
-	b.led.Ledger = slow
+	slow := &slowLedger{Driver: b.led.Driver, delay: 300 * time.Millisecond}
+	b.led.Driver = slow
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.srv.URL+"/v1/jobs/report", strings.NewReader("{}"))
@@ -57,7 +57,7 @@ func TestCallerGoneMidClaimStillPublishes(t *testing.T) {
 }
 
 // tooLargeLedger refuses every claim as a backend with a record size limit does.
-type tooLargeLedger struct{ ledger.Ledger }
+type tooLargeLedger struct{ ledger.Driver }
 
 func (tooLargeLedger) Claim(context.Context, *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	return nil, fmt.Errorf("%w: the value of property \"payload\" is longer than 1048487 bytes", ledger.ErrTooLarge)
@@ -68,7 +68,7 @@ func (tooLargeLedger) Claim(context.Context, *ledger.ClaimParams) (*ledger.Claim
 func TestPayloadTooLargeForTheLedgerIs413(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
-	b.led.Ledger = tooLargeLedger{b.led.Ledger}
+	b.led.Driver = tooLargeLedger{b.led.Driver}
 	r := b.do(t, http.MethodPost, "/v1/jobs/report", map[string]string{"Idempotency-Key": "big"}, `{"big":true}`)
 	if r.status != http.StatusRequestEntityTooLarge || !strings.Contains(fmt.Sprint(r.body["error"]), "larger than the ledger stores") {
 		t.Fatalf("answer = %d %v, want 413 naming the ledger's limit", r.status, r.body)

@@ -12,6 +12,7 @@ import (
 	"github.com/runonce/runonce/pkg/api"
 	"github.com/runonce/runonce/pkg/auth"
 	"github.com/runonce/runonce/pkg/ingress"
+	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/memory"
 	"github.com/runonce/runonce/pkg/queue/memqueue"
 )
@@ -24,7 +25,7 @@ func Example() {
 	topic := memqueue.NewTopic("runs")
 	defer topic.Close()
 	h, err := ingress.New(&ingress.Config{
-		Ledger: memory.New(nil), Publisher: topic.Publisher(), Auth: auth.None{},
+		Ledger: ledger.New(memory.New(nil), nil), Publisher: topic.Publisher(), Auth: auth.None{},
 		Jobs: []string{"send-invoices"}, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

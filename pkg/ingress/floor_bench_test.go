@@ -52,7 +52,7 @@ func BenchmarkPostgresIngressVsBare(b *testing.B) {
 	runonce := func(pool ...string) *bundle {
 		schema := newSchema()
 		u := withParams(append([]string{"schema", schema}, pool...)...)
-		bn := setup(b, setupOpts{emulator: true, quiet: true, open: func(tb testing.TB) ledger.Ledger {
+		bn := setup(b, setupOpts{emulator: true, quiet: true, open: func(tb testing.TB) ledger.Driver {
 			l, err := ledger.Open(ctx, u)
 			if err != nil {
 				tb.Fatal(err)
@@ -115,7 +115,7 @@ func BenchmarkFirestoreIngressVsBare(b *testing.B) {
 	var r [6]byte
 	_, _ = rand.Read(r[:])
 	prefix := "ingressbench" + hex.EncodeToString(r[:]) + "_"
-	bn := setup(b, setupOpts{emulator: true, quiet: true, open: func(tb testing.TB) ledger.Ledger {
+	bn := setup(b, setupOpts{emulator: true, quiet: true, open: func(tb testing.TB) ledger.Driver {
 		l, err := ledger.Open(ctx, "firestore://runonce-test?prefix="+prefix)
 		if err != nil {
 			tb.Fatal(err)

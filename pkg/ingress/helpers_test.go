@@ -33,12 +33,12 @@ import (
 // backends are the ledgers every ingress test runs against.
 var backends = []struct {
 	name string
-	open func(tb testing.TB, clock func() time.Time) ledger.Ledger
+	open func(tb testing.TB, clock func() time.Time) ledger.Driver
 }{
-	{"memory", func(tb testing.TB, clock func() time.Time) ledger.Ledger {
+	{"memory", func(tb testing.TB, clock func() time.Time) ledger.Driver {
 		return memory.New(&memory.Options{Clock: clock})
 	}},
-	{"sqlite", func(tb testing.TB, clock func() time.Time) ledger.Ledger {
+	{"sqlite", func(tb testing.TB, clock func() time.Time) ledger.Driver {
 		l, err := sqlite.Open(context.Background(), filepath.Join(tb.TempDir(), "runonce.db"), &sqlite.Options{Clock: clock})
 		if err != nil {
 			tb.Fatal(err)
@@ -50,7 +50,7 @@ var backends = []struct {
 
 // countingLedger counts the ledger calls the ingress makes and can fail them.
 type countingLedger struct {
-	ledger.Ledger
+	ledger.Driver
 	claims, expedites, gets atomic.Int64
 	created                 atomic.Int64
 	failClaim               atomic.Pointer[error]
@@ -61,7 +61,7 @@ func (c *countingLedger) Claim(ctx context.Context, p *ledger.ClaimParams) (*led
 	if e := c.failClaim.Load(); e != nil {
 		return nil, *e
 	}
-	r, err := c.Ledger.Claim(ctx, p)
+	r, err := c.Driver.Claim(ctx, p)
 	if err == nil && r.Created {
 		c.created.Add(1)
 	}
@@ -70,19 +70,19 @@ func (c *countingLedger) Claim(ctx context.Context, p *ledger.ClaimParams) (*led
 
 func (c *countingLedger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
 	c.expedites.Add(1)
-	return c.Ledger.Expedite(ctx, p)
+	return c.Driver.Expedite(ctx, p)
 }
 
 func (c *countingLedger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
 	c.gets.Add(1)
-	return c.Ledger.Get(ctx, p)
+	return c.Driver.Get(ctx, p)
 }
 
 func (c *countingLedger) Ping(ctx context.Context) error {
 	if e := c.failClaim.Load(); e != nil {
 		return *e
 	}
-	return c.Ledger.Ping(ctx)
+	return c.Driver.Ping(ctx)
 }
 
 // flakyPublisher wraps the real publisher, counts publishes and can fail them.
@@ -152,7 +152,7 @@ type setupOpts struct {
 	quiet    bool
 	psOpts   []pstest.ServerReactorOption
 	// open, when set, replaces backends[backend] (a ledger on a real service).
-	open func(tb testing.TB) ledger.Ledger
+	open func(tb testing.TB) ledger.Driver
 	// namespace replaces the default namespace (unique per test on a shared service).
 	namespace string
 }
@@ -165,9 +165,9 @@ func setup(tb testing.TB, o setupOpts) *bundle {
 	clk := &fakeClock{}
 	b := &bundle{now: clk, topic: "runs"}
 	if o.open != nil {
-		b.led = &countingLedger{Ledger: o.open(tb)}
+		b.led = &countingLedger{Driver: o.open(tb)}
 	} else {
-		b.led = &countingLedger{Ledger: backends[o.backend].open(tb, clk.Now)}
+		b.led = &countingLedger{Driver: backends[o.backend].open(tb, clk.Now)}
 	}
 	var pub *queue.Publisher
 	if o.emulator {
@@ -201,7 +201,7 @@ func setup(tb testing.TB, o setupOpts) *bundle {
 		logw = t.Output()
 	}
 	cfg := ingress.Config{
-		Ledger: b.led, Publisher: b.pub, Namespace: cmpOr(o.namespace, "proj/us-central1"), Auth: auth.None{}, AcceptAnyJob: true,
+		Ledger: ledger.New(b.led, nil), Publisher: b.pub, Namespace: cmpOr(o.namespace, "proj/us-central1"), Auth: auth.None{}, AcceptAnyJob: true,
 		Logger: slog.New(slog.NewJSONHandler(logw, nil)), Now: clk.Now,
 	}
 	if o.cfg != nil {
@@ -291,15 +291,15 @@ func cmpOr(a, b string) string {
 // emulator (FIRESTORE_EMULATOR_HOST).
 func serviceBackends() []struct {
 	name string
-	open func(tb testing.TB) ledger.Ledger
+	open func(tb testing.TB) ledger.Driver
 } {
 	var out []struct {
 		name string
-		open func(tb testing.TB) ledger.Ledger
+		open func(tb testing.TB) ledger.Driver
 	}
-	openURL := func(u string) func(tb testing.TB) ledger.Ledger {
-		return func(tb testing.TB) ledger.Ledger {
-			l, err := ledger.Open(context.Background(), u)
+	openURL := func(u string) func(tb testing.TB) ledger.Driver {
+		return func(tb testing.TB) ledger.Driver {
+			l, err := ledger.OpenDriver(context.Background(), u)
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -310,13 +310,13 @@ func serviceBackends() []struct {
 	if dsn := os.Getenv("TEST_DATABASE_URL"); dsn != "" {
 		out = append(out, struct {
 			name string
-			open func(tb testing.TB) ledger.Ledger
+			open func(tb testing.TB) ledger.Driver
 		}{"postgres", openURL(dsn)})
 	}
 	if os.Getenv("FIRESTORE_EMULATOR_HOST") != "" {
 		out = append(out, struct {
 			name string
-			open func(tb testing.TB) ledger.Ledger
+			open func(tb testing.TB) ledger.Driver
 		}{"firestore", openURL("firestore://runonce-test?prefix=ingress" + strings.ReplaceAll(randomSuffix(), ".", "") + "_")})
 	}
 	return out

@@ -43,7 +43,7 @@ const (
 
 // Config configures the ingress. Ledger and Publisher are required.
 type Config struct {
-	Ledger    ledger.Ledger
+	Ledger    *ledger.Ledger
 	Publisher queue.RunPublisher
 	// Namespace is mixed into every run ID (e.g. "my-project/us-central1").
 	Namespace string

@@ -42,7 +42,7 @@ func schedHeaders(name string, t time.Time) map[string]string {
 // tick is a schedule time safely in the past (a whole minute, as Cloud Scheduler sends).
 func tick() time.Time { return time.Now().UTC().Truncate(time.Minute).Add(-time.Minute) }
 
-func acquire(tb testing.TB, l ledger.Ledger, runID string, lease time.Duration) *ledger.Run {
+func acquire(tb testing.TB, l ledger.Driver, runID string, lease time.Duration) *ledger.Run {
 	tb.Helper()
 	id := ledger.Identity{RunID: runID}
 	if r, err := l.Get(context.Background(), &ledger.GetParams{RunID: runID}); err == nil {
@@ -523,7 +523,7 @@ func TestPublishFailureKeepsClaim(t *testing.T) {
 				t.Fatalf("%d %v %v", r.status, r.header, r.body)
 			}
 			id, _ := r.body["run_id"].(string)
-			run, err := b.led.Ledger.Get(context.Background(), &ledger.GetParams{RunID: id})
+			run, err := b.led.Driver.Get(context.Background(), &ledger.GetParams{RunID: id})
 			if err != nil {
 				t.Fatalf("the claim was not kept: %v", err)
 			}
@@ -590,7 +590,7 @@ func TestDuplicateDuringFailedPublishKeepsItsPromise(t *testing.T) {
 				t.Fatalf("A = %d %v, want 503 (its publish failed)", ra.status, ra.body)
 			}
 			id := rb.body["run_id"].(string)
-			run, err := b.led.Ledger.Get(context.Background(), &ledger.GetParams{RunID: id})
+			run, err := b.led.Driver.Get(context.Background(), &ledger.GetParams{RunID: id})
 			if err != nil {
 				t.Fatalf("B was answered 202 for run %s, but the run is gone: %v", id, err)
 			}
@@ -648,11 +648,11 @@ func TestCosts(t *testing.T) {
 		t.Fatalf("new run: %d; claims, other ledger calls, publishes = %v, want [1 0 1]", r.status, got)
 	}
 	id := r.body["run_id"].(string)
-	run := acquire(t, b.led.Ledger, id, time.Minute)
-	if _, err := b.led.Ledger.Complete(context.Background(), &ledger.CompleteParams{Fence: fence(run)}); err != nil {
+	run := acquire(t, b.led.Driver, id, time.Minute)
+	if _, err := b.led.Driver.Complete(context.Background(), &ledger.CompleteParams{Fence: fence(run)}); err != nil {
 		t.Fatal(err)
 	}
-	before, err := b.led.Ledger.Get(context.Background(), &ledger.GetParams{RunID: id})
+	before, err := b.led.Driver.Get(context.Background(), &ledger.GetParams{RunID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -661,7 +661,7 @@ func TestCosts(t *testing.T) {
 	if r.status != 200 || got != [3]int64{2, 0, 1} {
 		t.Fatalf("duplicate: %d; claims, other ledger calls, publishes = %v, want [2 0 1]", r.status, got)
 	}
-	after, err := b.led.Ledger.Get(context.Background(), &ledger.GetParams{RunID: id})
+	after, err := b.led.Driver.Get(context.Background(), &ledger.GetParams{RunID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -760,7 +760,7 @@ func TestUnknownJobsAreRefusedUnlessAnyIsAccepted(t *testing.T) {
 		{"no jobs and no AcceptAnyJob", ingress.Config{}, "Config.Jobs is nil: list the jobs this ingress accepts"},
 		{"jobs and AcceptAnyJob", ingress.Config{Jobs: []string{"a"}, AcceptAnyJob: true}, "both set"},
 	} {
-		c.cfg.Ledger, c.cfg.Publisher, c.cfg.Auth = led, pub, auth.None{}
+		c.cfg.Ledger, c.cfg.Publisher, c.cfg.Auth = ledger.New(led, nil), pub, auth.None{}
 		if _, err := ingress.New(&c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: New = %v, want an error saying %q", c.name, err, c.want)
 		}

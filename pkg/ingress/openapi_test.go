@@ -209,7 +209,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	reader, stranger := tok("scheduler@example.com"), tok("stranger@example.com")
 	// down: a ledger that no longer answers (closed).
 	var closed *sqlite.Ledger
-	down := setup(t, setupOpts{open: func(tb testing.TB) ledger.Ledger {
+	down := setup(t, setupOpts{open: func(tb testing.TB) ledger.Driver {
 		l, err := sqlite.Open(ctx, filepath.Join(tb.TempDir(), "runonce.db"), nil)
 		if err != nil {
 			tb.Fatal(err)
@@ -224,8 +224,8 @@ func TestOpenAPIConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	// unsupported: a backend without the operators' API.
-	unsupported := setup(t, setupOpts{open: func(tb testing.TB) ledger.Ledger {
-		return unsupportedLedger{Ledger: backends[0].open(tb, nil), no: driver.NoOperations{Backend: "test"}}
+	unsupported := setup(t, setupOpts{open: func(tb testing.TB) ledger.Driver {
+		return unsupportedLedger{Driver: backends[0].open(tb, nil), no: driver.NoOperations{Backend: "test"}}
 	}, cfg: func(c *ingress.Config) {
 		jobsFile(c)
 		c.Operators = auth.None{}

@@ -26,17 +26,17 @@ import (
 // ones, and PostgreSQL when TEST_DATABASE_URL is set.
 func operatorBackends() []struct {
 	name string
-	open func(tb testing.TB) ledger.Ledger
+	open func(tb testing.TB) ledger.Driver
 } {
 	var out []struct {
 		name string
-		open func(tb testing.TB) ledger.Ledger
+		open func(tb testing.TB) ledger.Driver
 	}
 	for _, b := range backends {
 		out = append(out, struct {
 			name string
-			open func(tb testing.TB) ledger.Ledger
-		}{b.name, func(tb testing.TB) ledger.Ledger { return b.open(tb, nil) }})
+			open func(tb testing.TB) ledger.Driver
+		}{b.name, func(tb testing.TB) ledger.Driver { return b.open(tb, nil) }})
 	}
 	for _, b := range serviceBackends() {
 		if b.name == "postgres" {
@@ -49,7 +49,7 @@ func operatorBackends() []struct {
 // jsonBody declares a request's body JSON, as an action's must be.
 var jsonBody = map[string]string{"Content-Type": "application/json"}
 
-func operatorSetup(t *testing.T, open func(tb testing.TB) ledger.Ledger) *bundle {
+func operatorSetup(t *testing.T, open func(tb testing.TB) ledger.Driver) *bundle {
 	return setup(t, setupOpts{open: open, namespace: "ops-" + uuid.NewString()[:8], cfg: func(c *ingress.Config) { c.Operators = auth.None{} }})
 }
 
@@ -166,7 +166,7 @@ func TestOperatorsFindUnderstandRetryAndCancel(t *testing.T) {
 
 func TestDuplicateOfACancelledRunAnswers200(t *testing.T) {
 	t.Parallel()
-	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	b := operatorSetup(t, func(tb testing.TB) ledger.Driver { return backends[0].open(tb, nil) })
 	hdr := map[string]string{"Idempotency-Key": "nightly-1"}
 	r := b.do(t, http.MethodPost, "/v1/jobs/report", hdr, "{}")
 	id := r.body["run_id"].(string)
@@ -211,7 +211,7 @@ func (b *bundle) listIDs(t *testing.T, query string) []string {
 
 func TestListPaginates(t *testing.T) {
 	t.Parallel()
-	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[1].open(tb, nil) })
+	b := operatorSetup(t, func(tb testing.TB) ledger.Driver { return backends[1].open(tb, nil) })
 	want := map[string]bool{}
 	for i := range 7 {
 		r := b.do(t, http.MethodPost, "/v1/jobs/pages", map[string]string{"Idempotency-Key": "k" + string(rune('a'+i))}, "{}")
@@ -231,7 +231,7 @@ func TestListPaginates(t *testing.T) {
 
 func TestOperatorRequestsNameTheProblem(t *testing.T) {
 	t.Parallel()
-	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	b := operatorSetup(t, func(tb testing.TB) ledger.Driver { return backends[0].open(tb, nil) })
 	id := b.failRun(t, "job", "boom")
 	absent := strings.Repeat("0", 64)
 	for _, c := range []struct {
@@ -271,7 +271,7 @@ func TestOperatorRequestsNameTheProblem(t *testing.T) {
 
 func TestRetryWhosePublishFailsSaysTheRescuerRepublishes(t *testing.T) {
 	t.Parallel()
-	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	b := operatorSetup(t, func(tb testing.TB) ledger.Driver { return backends[0].open(tb, nil) })
 	id := b.failRun(t, "job", "boom")
 	b.pub.fail.Store(true)
 	r := b.do(t, http.MethodPost, "/v1/runs/"+id+":retry", jsonBody, `{"reason":"again"}`)
@@ -285,7 +285,7 @@ func TestRetryWhosePublishFailsSaysTheRescuerRepublishes(t *testing.T) {
 
 // unsupportedLedger refuses the operators' methods, as a backend that lacks them does.
 type unsupportedLedger struct {
-	ledger.Ledger
+	ledger.Driver
 	no driver.NoOperations
 }
 
@@ -299,8 +299,8 @@ func (u unsupportedLedger) Cancel(ctx context.Context, p *ledger.OperatorParams)
 
 func TestUnsupportedBackendAnswers501(t *testing.T) {
 	t.Parallel()
-	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger {
-		return unsupportedLedger{Ledger: backends[0].open(tb, nil), no: driver.NoOperations{Backend: "test"}}
+	b := operatorSetup(t, func(tb testing.TB) ledger.Driver {
+		return unsupportedLedger{Driver: backends[0].open(tb, nil), no: driver.NoOperations{Backend: "test"}}
 	})
 	if r := b.do(t, http.MethodGet, "/v1/runs", nil, ""); r.status != http.StatusNotImplemented || !strings.Contains(r.body["error"].(string), "not supported") {
 		t.Fatalf("GET /v1/runs = %d %v; want 501", r.status, r.body)

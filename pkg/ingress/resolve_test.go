@@ -74,7 +74,7 @@ func TestOperatorsResolveAnUncertainEffect(t *testing.T) {
 
 func TestResolveRequestsNameTheProblem(t *testing.T) {
 	t.Parallel()
-	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	b := operatorSetup(t, func(tb testing.TB) ledger.Driver { return backends[0].open(tb, nil) })
 	id := b.failRun(t, "job", "boom")
 	absent := strings.Repeat("0", 64)
 	for _, c := range []struct {
@@ -130,7 +130,7 @@ func TestResolveRequestsNameTheProblem(t *testing.T) {
 
 func TestResolveWhosePublishFailsSaysTheRescuerRepublishes(t *testing.T) {
 	t.Parallel()
-	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	b := operatorSetup(t, func(tb testing.TB) ledger.Driver { return backends[0].open(tb, nil) })
 	id := b.failRun(t, "job", "boom")
 	b.pub.fail.Store(true)
 	r := b.do(t, http.MethodPost, "/v1/runs/"+id+":resolve", jsonBody, `{"effect":"send-email","outcome":"not_done","reason":"not sent"}`)

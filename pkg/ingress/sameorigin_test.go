@@ -70,7 +70,7 @@ func (b *bundle) runningRun(t *testing.T, job string) string {
 // browser, still work.
 func TestNoWebPageCanDriveTheAPI(t *testing.T) {
 	t.Parallel()
-	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	b := operatorSetup(t, func(tb testing.TB) ledger.Driver { return backends[0].open(tb, nil) })
 	failed := b.failRun(t, "job", "boom")
 	queued := b.do(t, http.MethodPost, "/v1/jobs/job", map[string]string{"Idempotency-Key": uuid.NewString()}, `{}`).body["run_id"].(string)
 	running := b.runningRun(t, "job")
@@ -146,7 +146,7 @@ func TestNoWebPageCanDriveTheAPI(t *testing.T) {
 // parameters allowed; anything else is 415 naming the Content-Type.
 func TestActionsTakeOnlyAJSONBody(t *testing.T) {
 	t.Parallel()
-	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	b := operatorSetup(t, func(tb testing.TB) ledger.Driver { return backends[0].open(tb, nil) })
 	id := b.failRun(t, "job", "boom")
 	for _, c := range []struct{ contentType, want string }{
 		{"text/plain", `Content-Type "text/plain" is not application/json`},

@@ -61,7 +61,7 @@ func tableRow(html, id string) string {
 // earlier attempt's error of a run that completed since, which stays in its attempts.
 func TestDashboardShowsTheErrorThatExplainsTheStatus(t *testing.T) {
 	t.Parallel()
-	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	b := operatorSetup(t, func(tb testing.TB) ledger.Driver { return backends[0].open(tb, nil) })
 	const old, again = "worker: shutting down", "smtp: 421 try again later"
 	post := func(job string) string {
 		return b.do(t, http.MethodPost, "/v1/jobs/"+job, map[string]string{"Idempotency-Key": uuid.NewString()}, "{}").body["run_id"].(string)

@@ -72,7 +72,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 func TestDashboardInABrowser(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
-	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[1].open(tb, nil) })
+	b := operatorSetup(t, func(tb testing.TB) ledger.Driver { return backends[1].open(tb, nil) })
 	// A night's runs: completed ones, a failed invoice run with an effect, a queued one.
 	for i := range 3 {
 		r := b.do(t, http.MethodPost, "/v1/jobs/daily-report", map[string]string{"Idempotency-Key": "report-" + string(rune('a'+i))}, "{}")
@@ -234,7 +234,7 @@ func TestDashboardInABrowser(t *testing.T) {
 
 func TestDashboardRefusesWhatItMust(t *testing.T) {
 	t.Parallel()
-	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	b := operatorSetup(t, func(tb testing.TB) ledger.Driver { return backends[0].open(tb, nil) })
 	id := b.failRun(t, "job", "boom")
 	// postAction posts an action's form (from another site's page when origin is set)
 	// and returns the answer's status and page.
@@ -373,7 +373,7 @@ func TestBrowserAtRootGetsTheDashboard(t *testing.T) {
 // from elsewhere cannot make the dashboard say "the run is stuck: retry it" or worse.
 func TestDashboardWarningsAreAFixedSet(t *testing.T) {
 	t.Parallel()
-	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	b := operatorSetup(t, func(tb testing.TB) ledger.Driver { return backends[0].open(tb, nil) })
 	id := b.failRun(t, "job", "boom")
 	page := func(path string) string {
 		t.Helper()
@@ -411,7 +411,7 @@ func TestDashboardWarningsAreAFixedSet(t *testing.T) {
 
 func TestDashboardOffersResolutionsOfAFailedRunsPendingEffects(t *testing.T) {
 	t.Parallel()
-	b := operatorSetup(t, func(tb testing.TB) ledger.Ledger { return backends[0].open(tb, nil) })
+	b := operatorSetup(t, func(tb testing.TB) ledger.Driver { return backends[0].open(tb, nil) })
 	id := b.failRun(t, "job", "boom")
 	page := func(b *bundle) string {
 		resp, err := b.srv.Client().Get(b.srv.URL + "/ui/runs/" + id)
@@ -427,7 +427,7 @@ func TestDashboardOffersResolutionsOfAFailedRunsPendingEffects(t *testing.T) {
 	if p := page(b); !strings.Contains(p, done) || !strings.Contains(p, notDone) {
 		t.Fatalf("a failed run's page offers no resolution of its pending effect:\n%s", p)
 	}
-	reader := setup(t, setupOpts{open: func(testing.TB) ledger.Ledger { return b.led.Ledger }})
+	reader := setup(t, setupOpts{open: func(testing.TB) ledger.Driver { return b.led.Driver }})
 	if p := page(reader); strings.Contains(p, "/resolve?") {
 		t.Fatal("a reader's page offers resolutions")
 	}

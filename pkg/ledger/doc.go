@@ -43,6 +43,14 @@
 // reported as such, so the caller decides between redoing it under the same key (at least
 // once, deduplicated downstream by the key) and skipping it (at most once).
 //
+// # Ledger and drivers
+//
+// A program holds a *Ledger: Open returns one for a URL, New one in front of a backend's
+// Driver (memory.New, sqlite.Open, postgres.Open, … return their driver). Every method
+// of Ledger, in methods.go, does once for all backends what a call needs besides the
+// storage: it bounds the call's time (Options.Timeout, WithTimeout). A backend
+// implements Driver and nothing else.
+//
 // # Backends
 //
 // Backends register a URL scheme (Register) and are opened with Open: memory://NAME,

@@ -22,7 +22,7 @@ const maxRefLookups = 16
 // FindRef returns the Ref of the run's start recorded under name: the first effect of
 // name, name/2, … with a Ref, or "" when there is none. It stops at the first absent
 // effect, and reads at most 16.
-func FindRef(ctx context.Context, l Ledger, runID, name string) (string, error) {
+func FindRef(ctx context.Context, l *Ledger, runID, name string) (string, error) {
 	for try := 1; try <= maxRefLookups; try++ {
 		e, err := l.GetEffect(ctx, &GetEffectParams{RunID: runID, Name: StartTry(name, try)})
 		if errors.Is(err, ErrNotFound) {

@@ -17,7 +17,7 @@ import (
 // answers the same.
 func Example() {
 	ctx := context.Background()
-	var l ledger.Ledger = memory.New(nil)
+	l := ledger.New(memory.New(nil), nil)
 
 	payload := []byte(`{"month":"2026-11"}`)
 	id := ledger.Identity{

@@ -387,9 +387,13 @@ type SweepParams struct {
 	Now   time.Time
 }
 
-// Ledger is the contract every backend implements. All methods are safe for concurrent
-// use. Times in records are the backend's, in UTC.
-type Ledger interface {
+// Driver is what a backend implements: the ledger's operations on its storage, and
+// nothing else. Programs do not call a Driver: they hold a *Ledger (New, Open), which
+// validates each call's parameters before the driver sees them (a driver may rely on
+// it), bounds its time, traces it and wraps its errors. The methods' contracts are
+// documented here; Ledger's methods carry them out. All methods are safe for
+// concurrent use. Times in records are the backend's, in UTC.
+type Driver interface {
 	// Claim is the ingress claim: it creates the run as queued, or returns the existing
 	// one (reporting a payload mismatch).
 	Claim(ctx context.Context, p *ClaimParams) (*ClaimResult, error)

@@ -12,8 +12,8 @@ import (
 
 func TestOpenErrorsNameTheURLAndTheSchemes(t *testing.T) {
 	var mux ledger.URLMux
-	mux.Register("memx", ledger.OpenerFunc(func(context.Context, *url.URL) (ledger.Ledger, error) { return nil, nil }))
-	mux.Register("sqlx", ledger.OpenerFunc(func(context.Context, *url.URL) (ledger.Ledger, error) { return nil, nil }))
+	mux.Register("memx", ledger.OpenerFunc(func(context.Context, *url.URL) (ledger.Driver, error) { return nil, nil }))
+	mux.Register("sqlx", ledger.OpenerFunc(func(context.Context, *url.URL) (ledger.Driver, error) { return nil, nil }))
 	for _, raw := range []string{"nosuch://x", "no-scheme-at-all", "sqlx://%zz"} {
 		_, err := mux.Open(t.Context(), raw)
 		if err == nil {
@@ -30,7 +30,7 @@ func TestOpenErrorsNameTheURLAndTheSchemes(t *testing.T) {
 			t.Error("registering a scheme twice did not panic")
 		}
 	}()
-	mux.Register("memx", ledger.OpenerFunc(func(context.Context, *url.URL) (ledger.Ledger, error) { return nil, nil }))
+	mux.Register("memx", ledger.OpenerFunc(func(context.Context, *url.URL) (ledger.Driver, error) { return nil, nil }))
 }
 
 func TestHashIsUnambiguous(t *testing.T) {

@@ -33,7 +33,7 @@ func (e *AmbiguousError) Unwrap() error { return ErrAmbiguous }
 // as it is (without a call: Get says whether it exists), a prefix (ValidRunIDPrefix) is
 // looked up with ListRunIDs. A prefix no run starts with is ErrNotFound, one that more
 // than one run starts with an *AmbiguousError; anything else ErrInvalid.
-func LookupRunID(ctx context.Context, l Ledger, idOrPrefix string) (string, error) {
+func LookupRunID(ctx context.Context, l *Ledger, idOrPrefix string) (string, error) {
 	if ValidRunID(idOrPrefix) {
 		return idOrPrefix, nil
 	}

@@ -9,16 +9,16 @@ import (
 	"sync"
 )
 
-// Opener opens a ledger from a URL whose scheme it was registered for.
+// Opener opens a backend's driver from a URL whose scheme it was registered for.
 type Opener interface {
-	OpenLedgerURL(ctx context.Context, u *url.URL) (Ledger, error)
+	OpenLedgerURL(ctx context.Context, u *url.URL) (Driver, error)
 }
 
 // OpenerFunc adapts a function to Opener.
-type OpenerFunc func(ctx context.Context, u *url.URL) (Ledger, error)
+type OpenerFunc func(ctx context.Context, u *url.URL) (Driver, error)
 
 // OpenLedgerURL calls f.
-func (f OpenerFunc) OpenLedgerURL(ctx context.Context, u *url.URL) (Ledger, error) {
+func (f OpenerFunc) OpenLedgerURL(ctx context.Context, u *url.URL) (Driver, error) {
 	return f(ctx, u)
 }
 
@@ -56,8 +56,18 @@ func (m *URLMux) Schemes() []string {
 	return out
 }
 
-// Open opens the ledger rawURL names.
-func (m *URLMux) Open(ctx context.Context, rawURL string) (Ledger, error) {
+// Open opens the ledger rawURL names, with the default Options (New).
+func (m *URLMux) Open(ctx context.Context, rawURL string) (*Ledger, error) {
+	d, err := m.OpenDriver(ctx, rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return New(d, nil), nil
+}
+
+// OpenDriver opens the driver of the backend rawURL names, for New with Options of the
+// caller's.
+func (m *URLMux) OpenDriver(ctx context.Context, rawURL string) (Driver, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: malformed URL %q: %w (known schemes: %s)", rawURL, err, m.known())
@@ -132,6 +142,11 @@ func DefaultURLMux() *URLMux { return &defaultMux }
 // Register registers o for scheme on the default mux.
 func Register(scheme string, o Opener) { defaultMux.Register(scheme, o) }
 
-// Open opens a ledger by URL with the default mux: the backend package must be linked in
-// (import _ "github.com/runonce/runonce/pkg/ledger/sqlite").
-func Open(ctx context.Context, rawURL string) (Ledger, error) { return defaultMux.Open(ctx, rawURL) }
+// Open opens a ledger by URL with the default mux and the default Options (New): the
+// backend package must be linked in (import _ "github.com/runonce/runonce/pkg/ledger/sqlite").
+func Open(ctx context.Context, rawURL string) (*Ledger, error) { return defaultMux.Open(ctx, rawURL) }
+
+// OpenDriver opens a backend's driver by URL with the default mux, for New.
+func OpenDriver(ctx context.Context, rawURL string) (Driver, error) {
+	return defaultMux.OpenDriver(ctx, rawURL)
+}

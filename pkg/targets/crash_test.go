@@ -48,7 +48,7 @@ type childSpec struct {
 }
 
 // newWorker runs the jobs file's "target" on the ledger.
-func newWorker(ctx context.Context, led ledger.Ledger, jobsFile string, lease time.Duration, log *slog.Logger) (*worker.Worker, func(), error) {
+func newWorker(ctx context.Context, led ledger.Driver, jobsFile string, lease time.Duration, log *slog.Logger) (*worker.Worker, func(), error) {
 	js, err := jobs.Load(jobsFile)
 	if err != nil {
 		return nil, nil, err
@@ -59,7 +59,7 @@ func newWorker(ctx context.Context, led ledger.Ledger, jobsFile string, lease ti
 	}
 	mux := worker.NewMux()
 	mux.Handle("target", tg)
-	w, err := worker.New(&worker.Config{Ledger: led, Handler: mux, Lease: lease, Logger: log})
+	w, err := worker.New(&worker.Config{Ledger: ledger.New(led, nil), Handler: mux, Lease: lease, Logger: log})
 	if err != nil {
 		tg.Close()
 		return nil, nil, err

@@ -60,7 +60,7 @@ func newBench(t testing.TB, kind, resource, extra string) *bench {
 	if err != nil {
 		t.Fatalf("jobs file %s: %v", file, err)
 	}
-	return &bench{t: t, fake: fake, led: &pausingLedger{Ledger: memory.New(nil)}, job: js["target"]}
+	return &bench{t: t, fake: fake, led: &pausingLedger{Driver: memory.New(nil)}, job: js["target"]}
 }
 
 func (b *bench) worker() *worker.Worker {
@@ -80,7 +80,7 @@ func (b *bench) workerWithLease(lease time.Duration) *worker.Worker {
 	b.t.Cleanup(func() { tg.Close() })
 	mux := worker.NewMux()
 	mux.Handle(b.job.Name, tg)
-	w, err := worker.New(&worker.Config{Ledger: b.led, Handler: mux, Lease: lease, MaxAttempts: 5})
+	w, err := worker.New(&worker.Config{Ledger: ledger.New(b.led, nil), Handler: mux, Lease: lease, MaxAttempts: 5})
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestQuotaDenialOnStartRetriesWithBackoff(t *testing.T) {
 	}
 	// The two denied tries were recorded as not started; the third holds the execution,
 	// and the run's record finds it there.
-	if ref, err := ledger.FindRef(t.Context(), b.led, m.Identity.RunID, worker.RunEffect); err != nil || ref != started[0] {
+	if ref, err := ledger.FindRef(t.Context(), ledger.New(b.led, nil), m.Identity.RunID, worker.RunEffect); err != nil || ref != started[0] {
 		t.Fatalf("FindRef = %q, %v; want %s (recorded under %s)", ref, err, started[0], ledger.StartTry(worker.RunEffect, 3))
 	}
 	if e, err := b.led.GetEffect(t.Context(), &ledger.GetEffectParams{RunID: m.Identity.RunID, Name: ledger.StartTry(worker.RunEffect, 3)}); err != nil || e.Ref != started[0] {
@@ -537,7 +537,7 @@ func (b *bench) wantOneRecorded(m *queue.Message, why string) {
 	if len(started) != 1 {
 		b.t.Fatalf("started %v: %s", started, why)
 	}
-	if ref, err := ledger.FindRef(b.t.Context(), b.led, m.Identity.RunID, worker.RunEffect); err != nil || ref != started[0] {
+	if ref, err := ledger.FindRef(b.t.Context(), ledger.New(b.led, nil), m.Identity.RunID, worker.RunEffect); err != nil || ref != started[0] {
 		b.t.Fatalf("recorded execution %q, %v; want the only one started, %s", ref, err, started[0])
 	}
 }
@@ -910,7 +910,7 @@ func TestWorkflowsFenceIsConfirmedAfterTheLookUp(t *testing.T) {
 // answered only when resumed: its attempt is paused between recording a start and
 // making it.
 type pausingLedger struct {
-	ledger.Ledger
+	ledger.Driver
 	mu     sync.Mutex
 	armed  bool
 	pause  chan struct{}
@@ -929,7 +929,7 @@ func (l *pausingLedger) pauseNextBeginEffect() (arrived <-chan struct{}, resume 
 }
 
 func (l *pausingLedger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
-	res, err := l.Ledger.BeginEffect(ctx, p)
+	res, err := l.Driver.BeginEffect(ctx, p)
 	l.mu.Lock()
 	armed, pause, resume := l.armed, l.pause, l.resume
 	l.armed = false

@@ -2,6 +2,7 @@ package ticks_test
 
 import (
 	"encoding/json"
+	"github.com/runonce/runonce/pkg/ledger"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func TestCheckerCountsEachMissedTickOnce(t *testing.T) {
 	mp, counted := meter()
 	log, buf := logs()
 	newChecker := func() *ticks.Checker {
-		c, err := ticks.NewChecker(&ticks.CheckerConfig{Book: b, Reader: &ticks.Reader{Ledger: l, Namespace: "ns"},
+		c, err := ticks.NewChecker(&ticks.CheckerConfig{Book: b, Reader: &ticks.Reader{Ledger: ledger.New(l, nil), Namespace: "ns"},
 			Meter: mp.Meter("test"), Logger: log, Now: clk.Now})
 		if err != nil {
 			t.Fatal(err)
@@ -135,7 +136,7 @@ func TestCheckerSparesPausedAndCoveredTicks(t *testing.T) {
 	l := memory.New(&memory.Options{Clock: clk.Now})
 	mp, counted := meter()
 	log, buf := logs()
-	c, err := ticks.NewChecker(&ticks.CheckerConfig{Book: b, Reader: &ticks.Reader{Ledger: l}, Meter: mp.Meter("test"), Logger: log, Now: clk.Now})
+	c, err := ticks.NewChecker(&ticks.CheckerConfig{Book: b, Reader: &ticks.Reader{Ledger: ledger.New(l, nil)}, Meter: mp.Meter("test"), Logger: log, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func TestCheckerSparesCoveredTicks(t *testing.T) {
 	l := memory.New(&memory.Options{Clock: clk.Now})
 	mp, counted := meter()
 	log, buf := logs()
-	c, err := ticks.NewChecker(&ticks.CheckerConfig{Book: b, Reader: &ticks.Reader{Ledger: l}, Meter: mp.Meter("test"), Logger: log, Now: clk.Now})
+	c, err := ticks.NewChecker(&ticks.CheckerConfig{Book: b, Reader: &ticks.Reader{Ledger: ledger.New(l, nil)}, Meter: mp.Meter("test"), Logger: log, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

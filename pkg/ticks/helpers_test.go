@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 type backend struct {
 	name string
 	// open returns a ledger; clock, when the backend takes one, is its clock.
-	open func(tb testing.TB, clock func() time.Time) ledger.Ledger
+	open func(tb testing.TB, clock func() time.Time) ledger.Driver
 	// realTime: the backend keeps its own clock (a service's), not clock.
 	realTime bool
 }
@@ -58,10 +58,10 @@ type backend struct {
 // (under CI=true every one must be).
 func backends(t *testing.T) []backend {
 	out := []backend{
-		{name: "memory", open: func(tb testing.TB, clock func() time.Time) ledger.Ledger {
+		{name: "memory", open: func(tb testing.TB, clock func() time.Time) ledger.Driver {
 			return memory.New(&memory.Options{Clock: clock})
 		}},
-		{name: "sqlite", open: func(tb testing.TB, clock func() time.Time) ledger.Ledger {
+		{name: "sqlite", open: func(tb testing.TB, clock func() time.Time) ledger.Driver {
 			l, err := sqlite.Open(context.Background(), filepath.Join(tb.TempDir(), "runonce.db"), &sqlite.Options{Clock: clock})
 			if err != nil {
 				tb.Fatal(err)
@@ -83,11 +83,11 @@ func backends(t *testing.T) []backend {
 			t.Logf("%s not set: the reader is not tested on %s", s.env, s.name)
 			continue
 		}
-		out = append(out, backend{name: s.name, realTime: true, open: func(tb testing.TB, _ func() time.Time) ledger.Ledger {
+		out = append(out, backend{name: s.name, realTime: true, open: func(tb testing.TB, _ func() time.Time) ledger.Driver {
 			if s.name == "spanner" {
 				return openSpanner(tb)
 			}
-			l, err := ledger.Open(context.Background(), s.url)
+			l, err := ledger.OpenDriver(context.Background(), s.url)
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -147,7 +147,7 @@ func book(t *testing.T, file string, o *ticks.BookOptions) *ticks.Book {
 }
 
 // claimTick claims the run of a tick as the scheduler's delivery would, in ns.
-func claimTick(t *testing.T, l ledger.Ledger, ns, job, schedulerJob string, tick time.Time, now time.Time) *ledger.Run {
+func claimTick(t *testing.T, l ledger.Driver, ns, job, schedulerJob string, tick time.Time, now time.Time) *ledger.Run {
 	t.Helper()
 	id := ledger.Identity{RunID: ledger.ScheduledRunID(ns, job, schedulerJob, tick), Namespace: ns, Job: job, Key: schedulerJob,
 		ScheduleTime: tick, PayloadHash: ledger.PayloadHash(nil)}
@@ -159,7 +159,7 @@ func claimTick(t *testing.T, l ledger.Ledger, ns, job, schedulerJob string, tick
 }
 
 // claimKeyed claims a run keyed by key, in ns.
-func claimKeyed(t *testing.T, l ledger.Ledger, ns, job, key string, now time.Time) *ledger.Run {
+func claimKeyed(t *testing.T, l ledger.Driver, ns, job, key string, now time.Time) *ledger.Run {
 	t.Helper()
 	id := ledger.Identity{RunID: ledger.KeyedRunID(ns, job, key), Namespace: ns, Job: job, Key: key, PayloadHash: ledger.PayloadHash(nil)}
 	res, err := l.Claim(t.Context(), &ledger.ClaimParams{Identity: id, AttemptID: "claim-" + unique(), Now: now})

@@ -34,7 +34,7 @@ const (
 // the window), which every backend serves from an index.
 type Reader struct {
 	// Ledger is read, never written. Required.
-	Ledger ledger.Ledger
+	Ledger *ledger.Ledger
 	// Namespace is the namespace of the runs (the ingress's -namespace).
 	Namespace string
 	// Parallel bounds the Gets in flight at once (DefaultParallel).

@@ -16,13 +16,13 @@ import (
 
 // countingGets counts the ledger's Gets.
 type countingGets struct {
-	ledger.Ledger
+	ledger.Driver
 	gets atomic.Int64
 }
 
 func (c *countingGets) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
 	c.gets.Add(1)
-	return c.Ledger.Get(ctx, p)
+	return c.Driver.Get(ctx, p)
 }
 
 // TestAuditAccountsForEveryTick: on every backend, the audit of a job every two minutes
@@ -87,8 +87,8 @@ func TestAuditAccountsForEveryTick(t *testing.T) {
 			noTick := claimTick(t, l, ns, job, job, t0.Add(-5*time.Minute), when(t0.Add(-5*time.Minute)))
 			keyed := claimKeyed(t, l, ns, job, "by-hand", when(now))
 
-			gets := &countingGets{Ledger: l}
-			r := &ticks.Reader{Ledger: gets, Namespace: ns}
+			gets := &countingGets{Driver: l}
+			r := &ticks.Reader{Ledger: ledger.New(gets, nil), Namespace: ns}
 			a, err := r.Audit(ctx, &ticks.AuditParams{Spec: spec, From: tick(-10), To: tick(2), Now: now})
 			if err != nil {
 				t.Fatal(err)
@@ -173,7 +173,7 @@ func TestAuditListingIsBounded(t *testing.T) {
 		claimKeyed(t, l, "", "j", k, now)
 	}
 	claimTick(t, l, "", "j", "j", now.Truncate(time.Hour), now)
-	r := &ticks.Reader{Ledger: l, MaxListed: 2}
+	r := &ticks.Reader{Ledger: ledger.New(l, nil), MaxListed: 2}
 	a, err := r.Audit(t.Context(), &ticks.AuditParams{Spec: spec, From: now.Add(-3 * time.Hour), To: now.Add(30 * time.Minute), Now: now})
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 
 // fired records the ticks a scheduler's FireFunc claimed, in the order it claimed them.
 type fired struct {
-	l       ledger.Ledger
+	l       ledger.Driver
 	ns      string
 	mu      sync.Mutex
 	calls   map[string][]time.Time // by job, every call
@@ -27,7 +27,7 @@ type fired struct {
 	fail    map[time.Time]int      // a tick's first calls that fail
 }
 
-func newFired(l ledger.Ledger, ns string) *fired {
+func newFired(l ledger.Driver, ns string) *fired {
 	return &fired{l: l, ns: ns, calls: map[string][]time.Time{}, created: map[string]int{}, fail: map[time.Time]int{}}
 }
 

@@ -27,7 +27,7 @@ var spannerAdmin struct {
 
 // openSpanner opens a ledger on a fresh database of the Spanner emulator
 // (SPANNER_EMULATOR_HOST), dropped when the test ends.
-func openSpanner(tb testing.TB) ledger.Ledger {
+func openSpanner(tb testing.TB) ledger.Driver {
 	tb.Helper()
 	ctx := context.Background()
 	spannerAdmin.once.Do(func() {

@@ -250,7 +250,7 @@ func TestBatch(t *testing.T) {
 		t.Parallel()
 		// Firestore fences a run's effect writes through its record: two at once
 		// contend. A batch makes its own one at a time, and retries a contended one.
-		l := &effectContention{Ledger: memory.New(nil)}
+		l := &effectContention{Driver: memory.New(nil)}
 		b := setup(t, l, &worker.Config{Lease: time.Minute})
 		b.mux.HandleFunc("remind", func(ctx context.Context, j *worker.Job) error {
 			_, err := worker.Batch(ctx, "reminders", itemIDs(400), newItemSink().call, &worker.BatchOptions{Checkpoint: 10})
@@ -311,7 +311,7 @@ func TestBatch(t *testing.T) {
 // effectContention refuses an effect write that overlaps another, as Firestore's
 // contended transactions do.
 type effectContention struct {
-	ledger.Ledger
+	ledger.Driver
 	inFlight, refused atomic.Int32
 }
 
@@ -330,7 +330,7 @@ func (l *effectContention) BeginEffect(ctx context.Context, p *ledger.BeginEffec
 		return nil, err
 	}
 	defer l.inFlight.Add(-1)
-	return l.Ledger.BeginEffect(ctx, p)
+	return l.Driver.BeginEffect(ctx, p)
 }
 
 func (l *effectContention) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
@@ -338,5 +338,5 @@ func (l *effectContention) CompleteEffect(ctx context.Context, p *ledger.Complet
 		return nil, err
 	}
 	defer l.inFlight.Add(-1)
-	return l.Ledger.CompleteEffect(ctx, p)
+	return l.Driver.CompleteEffect(ctx, p)
 }

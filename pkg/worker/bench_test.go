@@ -26,7 +26,7 @@ import (
 
 // countingLedger counts the ledger calls a worker makes.
 type countingLedger struct {
-	ledger.Ledger
+	ledger.Driver
 	calls, completes atomic.Int64
 	// acquireNanos and completeNanos sum the time spent in Acquire and Complete.
 	acquireNanos, completeNanos atomic.Int64
@@ -45,18 +45,18 @@ func (c *countingLedger) Acquire(ctx context.Context, p *ledger.AcquireParams) (
 	c.calls.Add(1)
 	t0 := time.Now()
 	defer func() { c.acquireNanos.Add(int64(time.Since(t0))) }()
-	return c.Ledger.Acquire(ctx, p)
+	return c.Driver.Acquire(ctx, p)
 }
 
 func (c *countingLedger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
 	c.calls.Add(1)
-	return c.Ledger.Renew(ctx, p)
+	return c.Driver.Renew(ctx, p)
 }
 
 func (c *countingLedger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	c.calls.Add(1)
 	t0 := time.Now()
-	r, err := c.Ledger.Complete(ctx, p)
+	r, err := c.Driver.Complete(ctx, p)
 	c.completeNanos.Add(int64(time.Since(t0)))
 	if err == nil && c.completes.Add(1) == c.want {
 		close(c.done)
@@ -66,15 +66,15 @@ func (c *countingLedger) Complete(ctx context.Context, p *ledger.CompleteParams)
 
 func (c *countingLedger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
 	c.calls.Add(1)
-	return c.Ledger.Release(ctx, p)
+	return c.Driver.Release(ctx, p)
 }
 
 // BenchmarkNoopJobs measures no-op jobs completed per second by one worker at
 // concurrency 1, 8 and 32: b.N runs are published first, then the worker pulls them all.
 // It reports jobs/s and ledger round trips per job (claim + complete, plus renewals).
 func BenchmarkNoopJobs(b *testing.B) {
-	stacks := map[string]func(b *testing.B) (ledger.Ledger, *pubsub.Client){
-		"memory+pstest": func(b *testing.B) (ledger.Ledger, *pubsub.Client) {
+	stacks := map[string]func(b *testing.B) (ledger.Driver, *pubsub.Client){
+		"memory+pstest": func(b *testing.B) (ledger.Driver, *pubsub.Client) {
 			ps, err := pubsubtest.NewInProcess(b.Context(), "bench")
 			if err != nil {
 				b.Fatal(err)
@@ -82,7 +82,7 @@ func BenchmarkNoopJobs(b *testing.B) {
 			b.Cleanup(func() { ps.Close() })
 			return memory.New(nil), ps.Client
 		},
-		"sqlite+pstest": func(b *testing.B) (ledger.Ledger, *pubsub.Client) {
+		"sqlite+pstest": func(b *testing.B) (ledger.Driver, *pubsub.Client) {
 			l, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "l.db"), nil)
 			if err != nil {
 				b.Fatal(err)
@@ -95,7 +95,7 @@ func BenchmarkNoopJobs(b *testing.B) {
 			b.Cleanup(func() { ps.Close() })
 			return l, ps.Client
 		},
-		"firestore+pubsub-emulators": func(b *testing.B) (ledger.Ledger, *pubsub.Client) {
+		"firestore+pubsub-emulators": func(b *testing.B) (ledger.Driver, *pubsub.Client) {
 			if os.Getenv("FIRESTORE_EMULATOR_HOST") == "" || os.Getenv("PUBSUB_EMULATOR_HOST") == "" {
 				b.Skip("needs FIRESTORE_EMULATOR_HOST and PUBSUB_EMULATOR_HOST (make bench starts them)")
 			}
@@ -135,11 +135,11 @@ func BenchmarkNoopJobs(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				cl := &countingLedger{Ledger: l, done: make(chan struct{}), want: int64(b.N)}
+				cl := &countingLedger{Driver: l, done: make(chan struct{}), want: int64(b.N)}
 				mux := worker.NewMux()
 				mux.HandleFunc("noop", func(context.Context, *worker.Job) error { return nil })
 				sub := queue.NewSubscriber(client, "s-"+id, nil)
-				w, err := worker.New(&worker.Config{Ledger: cl, Handler: mux, Subscriber: sub, Concurrency: conc, Grace: time.Second, Logger: slog.New(slog.DiscardHandler)})
+				w, err := worker.New(&worker.Config{Ledger: ledger.New(cl, nil), Handler: mux, Subscriber: sub, Concurrency: conc, Grace: time.Second, Logger: slog.New(slog.DiscardHandler)})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -168,7 +168,7 @@ func BenchmarkNoopJobs(b *testing.B) {
 func BenchmarkProcess(b *testing.B) {
 	mux := worker.NewMux()
 	mux.HandleFunc("noop", func(context.Context, *worker.Job) error { return nil })
-	w, err := worker.New(&worker.Config{Ledger: memory.New(nil), Handler: mux, Lease: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	w, err := worker.New(&worker.Config{Ledger: ledger.New(memory.New(nil), nil), Handler: mux, Lease: time.Minute, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}

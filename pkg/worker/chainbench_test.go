@@ -22,13 +22,13 @@ import (
 type chainBench struct {
 	b    *testing.B
 	c    *pubsub.Client
-	l    ledger.Ledger
+	l    ledger.Driver
 	id   string
 	conc int
 }
 
 // newChainBench makes the topics and subscriptions of sides on project's emulator.
-func newChainBench(b *testing.B, project string, l ledger.Ledger, conc int, sides ...string) *chainBench {
+func newChainBench(b *testing.B, project string, l ledger.Driver, conc int, sides ...string) *chainBench {
 	ctx := b.Context()
 	c, err := queue.NewClient(ctx, project, nil)
 	if err != nil {
@@ -116,8 +116,8 @@ func (h *chainBench) wait(want int64, done *atomic.Int64) {
 func (h *chainBench) worker(side string) *countingLedger {
 	mux := worker.NewMux()
 	mux.HandleFunc("noop", func(context.Context, *worker.Job) error { return nil })
-	cl := &countingLedger{Ledger: h.l, done: make(chan struct{}), want: -1}
-	w, err := worker.New(&worker.Config{Ledger: cl, Handler: mux, Subscriber: queue.NewSubscriber(h.c, side+"-s-"+h.id, nil),
+	cl := &countingLedger{Driver: h.l, done: make(chan struct{}), want: -1}
+	w, err := worker.New(&worker.Config{Ledger: ledger.New(cl, nil), Handler: mux, Subscriber: queue.NewSubscriber(h.c, side+"-s-"+h.id, nil),
 		Concurrency: h.conc, Grace: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		h.b.Fatal(err)

@@ -122,7 +122,7 @@ func TestMaxRunTimeIsJudgedByConfigNow(t *testing.T) {
 }
 
 // failingRenewals refuses every renewal as unavailable.
-type failingRenewals struct{ ledger.Ledger }
+type failingRenewals struct{ ledger.Driver }
 
 func (failingRenewals) Renew(context.Context, *ledger.RenewParams) (*ledger.Run, error) {
 	return nil, ledger.ErrUnavailable
@@ -185,7 +185,7 @@ func TestClockBehindTheMachineKeepsTheLease(t *testing.T) {
 
 // contendedRenewals answers the first n renewals as contended, then renews.
 type contendedRenewals struct {
-	ledger.Ledger
+	ledger.Driver
 	mu sync.Mutex
 	n  int
 }
@@ -198,7 +198,7 @@ func (l *contendedRenewals) Renew(ctx context.Context, p *ledger.RenewParams) (*
 	if refuse {
 		return nil, ledger.ErrContended
 	}
-	return l.Ledger.Renew(ctx, p)
+	return l.Driver.Renew(ctx, p)
 }
 
 // A renewal that fails (here contended, as a Firestore renewal can be by the holder's
@@ -209,7 +209,7 @@ func (l *contendedRenewals) Renew(ctx context.Context, p *ledger.RenewParams) (*
 func TestKeeperRetriesAFailedRenewalSoon(t *testing.T) {
 	t.Parallel()
 	clk := &fakeClock{now: time.Now()}
-	b := setup(t, &contendedRenewals{Ledger: memory.New(nil), n: 2}, &worker.Config{Lease: 30 * time.Second, MaxAttempts: 3, Now: clk.Now, AfterFunc: clk.AfterFunc})
+	b := setup(t, &contendedRenewals{Driver: memory.New(nil), n: 2}, &worker.Config{Lease: 30 * time.Second, MaxAttempts: 3, Now: clk.Now, AfterFunc: clk.AfterFunc})
 	started, finish := make(chan struct{}), make(chan struct{})
 	var cause error
 	b.mux.HandleFunc("long", func(ctx context.Context, _ *worker.Job) error {
@@ -244,7 +244,7 @@ func TestKeeperRetriesAFailedRenewalSoon(t *testing.T) {
 
 // deadlines records the deadline of each worker claim.
 type deadlines struct {
-	ledger.Ledger
+	ledger.Driver
 	mu     sync.Mutex
 	claims []time.Duration // how far each claim's deadline was when it was made
 }
@@ -255,7 +255,7 @@ func (l *deadlines) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledg
 		l.claims = append(l.claims, time.Until(d))
 		l.mu.Unlock()
 	}
-	return l.Ledger.Acquire(ctx, p)
+	return l.Driver.Acquire(ctx, p)
 }
 
 // A worker claim may take only until the lease keeper's self-fence point (five sixths
@@ -264,7 +264,7 @@ func (l *deadlines) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledg
 // until the LedgerTimeout (10 s, on a 6 s lease).
 func TestClaimIsBoundedByItsLease(t *testing.T) {
 	t.Parallel()
-	l := &deadlines{Ledger: memory.New(nil)}
+	l := &deadlines{Driver: memory.New(nil)}
 	b := setup(t, l, &worker.Config{Lease: 6 * time.Second, MaxAttempts: 3})
 	b.mux.HandleFunc("quick", func(context.Context, *worker.Job) error { return nil })
 	if v := b.process(message("quick", "k", "{}")); v.Outcome != worker.OutcomeCompleted {

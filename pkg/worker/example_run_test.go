@@ -48,7 +48,7 @@ func ExampleWorker_Run() {
 		stop() // one run is enough for the example: stop the worker
 		return nil
 	})
-	w, err := worker.New(&worker.Config{Ledger: led, Handler: mux, Subscriber: sub, Republish: pub})
+	w, err := worker.New(&worker.Config{Ledger: ledger.New(led, nil), Handler: mux, Subscriber: sub, Republish: pub})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func ExampleHTTPTarget() {
 	}
 	mux := worker.NewMux()
 	worker.MuxFromJobs(mux, js, nil)
-	w, err := worker.New(&worker.Config{Ledger: memory.New(nil), Handler: mux})
+	w, err := worker.New(&worker.Config{Ledger: ledger.New(memory.New(nil), nil), Handler: mux})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func Example() {
 		})
 	})
 
-	w, err := worker.New(&worker.Config{Ledger: memory.New(nil), Handler: mux})
+	w, err := worker.New(&worker.Config{Ledger: ledger.New(memory.New(nil), nil), Handler: mux})
 	if err != nil {
 		log.Fatal(err)
 	}

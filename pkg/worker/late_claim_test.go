@@ -15,13 +15,13 @@ import (
 
 // lateAcquire answers every worker claim after the clock moved on by late.
 type lateAcquire struct {
-	ledger.Ledger
+	ledger.Driver
 	late    time.Duration
 	advance func(time.Duration)
 }
 
 func (l *lateAcquire) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	res, err := l.Ledger.Acquire(ctx, p)
+	res, err := l.Driver.Acquire(ctx, p)
 	l.advance(l.late)
 	return res, err
 }
@@ -43,7 +43,7 @@ func TestClaimAnsweredTooLateDoesNotStartTheJob(t *testing.T) {
 		advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 		started := false
 		w, err := worker.New(&worker.Config{
-			Ledger:  &lateAcquire{Ledger: memory.New(&memory.Options{Clock: clock}), late: tc.late, advance: advance},
+			Ledger:  ledger.New(&lateAcquire{Driver: memory.New(&memory.Options{Clock: clock}), late: tc.late, advance: advance}, nil),
 			Handler: worker.HandlerFunc(func(context.Context, *worker.Job) error { started = true; return nil }),
 			Lease:   lease, Now: clock,
 		})
@@ -76,7 +76,7 @@ func TestMessageAgeIsJudgedByConfigNow(t *testing.T) {
 	started := false
 	mem := memory.New(&memory.Options{Clock: clock})
 	w, err := worker.New(&worker.Config{
-		Ledger:    mem,
+		Ledger:    ledger.New(mem, nil),
 		Handler:   worker.HandlerFunc(func(context.Context, *worker.Job) error { started = true; return nil }),
 		Retention: retention, UnsafeRetention: true, Now: clock,
 	})

@@ -26,7 +26,7 @@ func TestLoggerDefaultsToSlogDefault(t *testing.T) {
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewJSONHandler(&logs, nil)))
 	t.Cleanup(func() { slog.SetDefault(prev) })
-	w, err := worker.New(&worker.Config{Ledger: memory.New(nil), Handler: worker.NewMux(), NoHandlerDelay: time.Millisecond})
+	w, err := worker.New(&worker.Config{Ledger: ledger.New(memory.New(nil), nil), Handler: worker.NewMux(), NoHandlerDelay: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

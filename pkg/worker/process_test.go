@@ -105,7 +105,7 @@ func runChild(raw string) error {
 		return err
 	})
 	w, err := worker.New(&worker.Config{
-		Ledger: led, Handler: mux, Lease: s.Lease, Subscriber: sub, Concurrency: 4, Republish: pub, Grace: s.Grace, RescueInterval: 400 * time.Millisecond,
+		Ledger: ledger.New(led, nil), Handler: mux, Lease: s.Lease, Subscriber: sub, Concurrency: 4, Republish: pub, Grace: s.Grace, RescueInterval: 400 * time.Millisecond,
 		PickupTimeout: 2 * time.Second, Logger: obs.NewLogger(os.Stderr, -4),
 	})
 	if err != nil {

@@ -152,13 +152,13 @@ func TestHTTPTargetResult(t *testing.T) {
 
 // resultRefusing is a ledger whose records cannot hold a result (a Firestore document
 // whose payload leaves no room).
-type resultRefusing struct{ ledger.Ledger }
+type resultRefusing struct{ ledger.Driver }
 
 func (l resultRefusing) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	if p.Result != nil {
 		return nil, fmt.Errorf("%w: the document would be over 1 MiB", ledger.ErrTooLarge)
 	}
-	return l.Ledger.Complete(ctx, p)
+	return l.Driver.Complete(ctx, p)
 }
 
 func TestResultTheLedgerCannotHoldCompletesWithout(t *testing.T) {

@@ -99,7 +99,7 @@ func TestPolicyOfAHandlerThatIsNotAMux(t *testing.T) {
 	mux := worker.NewMux()
 	mux.HandleWith("once", worker.HandlerFunc(func(context.Context, *worker.Job) error { return errors.New("boom") }),
 		&worker.HandleOptions{MaxAttempts: 1})
-	w, err := worker.New(&worker.Config{Ledger: memory.New(nil), Handler: router{mux}, MaxAttempts: 5})
+	w, err := worker.New(&worker.Config{Ledger: ledger.New(memory.New(nil), nil), Handler: router{mux}, MaxAttempts: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestNewChecksTheRetentionAgainstTheSubscription(t *testing.T) {
 	sub, _ := inProcessSub(t, 3*24*time.Hour)
 	mux := worker.NewMux()
 	mux.HandleWith("long", worker.HandlerFunc(func(context.Context, *worker.Job) error { return nil }), &worker.HandleOptions{MaxRunTime: 3 * time.Hour})
-	cfg := worker.Config{Ledger: memory.New(nil), Handler: mux, Subscriber: sub, Retention: 4*24*time.Hour + 2*time.Hour}
+	cfg := worker.Config{Ledger: ledger.New(memory.New(nil), nil), Handler: mux, Subscriber: sub, Retention: 4*24*time.Hour + 2*time.Hour}
 	if _, err := worker.New(&cfg); !errors.Is(err, worker.ErrRetentionTooShort) || !strings.Contains(err.Error(), "use at least 99h0m0s") {
 		t.Fatalf("New with a retention shorter than 3d + 1d + the 3h job: %v, want ErrRetentionTooShort naming 99h", err)
 	}
@@ -155,7 +155,7 @@ func TestNewChecksTheRetentionAgainstTheSubscription(t *testing.T) {
 		t.Fatalf("MaxExtension = %v, want twice the longest job (6h)", got)
 	}
 	// Without a subscriber, the push subscription's retention (Pub/Sub's default, 7d).
-	if _, err := worker.New(&worker.Config{Ledger: memory.New(nil), Handler: mux, Retention: 8 * 24 * time.Hour}); !errors.Is(err, worker.ErrRetentionTooShort) {
+	if _, err := worker.New(&worker.Config{Ledger: ledger.New(memory.New(nil), nil), Handler: mux, Retention: 8 * 24 * time.Hour}); !errors.Is(err, worker.ErrRetentionTooShort) {
 		t.Fatalf("New without a subscriber, retention 8d: %v, want ErrRetentionTooShort", err)
 	}
 }
@@ -168,7 +168,7 @@ func TestRunPullsUntilItsContextEnds(t *testing.T) {
 	mux := worker.NewMux()
 	done := make(chan string, 1)
 	mux.HandleFunc("job", func(_ context.Context, j *worker.Job) error { done <- string(j.Payload); return nil })
-	w, err := worker.New(&worker.Config{Ledger: mem, Handler: mux, Subscriber: sub, Republish: pub, Grace: time.Second})
+	w, err := worker.New(&worker.Config{Ledger: ledger.New(mem, nil), Handler: mux, Subscriber: sub, Republish: pub, Grace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestRunGivesPushDeliveriesTheGrace(t *testing.T) {
 	})
 	mux.HandleFunc("job", func(context.Context, *worker.Job) error { return nil })
 	const grace = 300 * time.Millisecond
-	w, err := worker.New(&worker.Config{Ledger: mem, Handler: mux, Grace: grace, PushAuth: worker.NoAuth})
+	w, err := worker.New(&worker.Config{Ledger: ledger.New(mem, nil), Handler: mux, Grace: grace, PushAuth: worker.NoAuth})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestHandlerServesReadiness(t *testing.T) {
 		sub  worker.Subscriber
 		want int
 	}{{"ready", sub, http.StatusOK}, {"subscription unreachable", failingSub{sub}, http.StatusServiceUnavailable}} {
-		w, err := worker.New(&worker.Config{Ledger: memory.New(nil), Handler: worker.NewMux(), Subscriber: c.sub})
+		w, err := worker.New(&worker.Config{Ledger: ledger.New(memory.New(nil), nil), Handler: worker.NewMux(), Subscriber: c.sub})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -316,7 +316,7 @@ func TestHandlerServesReadiness(t *testing.T) {
 // the worker.
 func TestPushRefusalsAreJSONLines(t *testing.T) {
 	t.Parallel()
-	w, err := worker.New(&worker.Config{Ledger: memory.New(nil), Handler: worker.NewMux(), PushAuth: worker.NoAuth})
+	w, err := worker.New(&worker.Config{Ledger: ledger.New(memory.New(nil), nil), Handler: worker.NewMux(), PushAuth: worker.NoAuth})
 	if err != nil {
 		t.Fatal(err)
 	}

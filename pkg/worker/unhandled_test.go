@@ -18,14 +18,14 @@ import (
 // readCounter counts the ledger's reads (Get) and lets a test act between a read and
 // the next claim.
 type readCounter struct {
-	ledger.Ledger
+	ledger.Driver
 	gets          atomic.Int64
 	beforeAcquire func()
 }
 
 func (r *readCounter) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
 	r.gets.Add(1)
-	return r.Ledger.Get(ctx, p)
+	return r.Driver.Get(ctx, p)
 }
 
 func (r *readCounter) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
@@ -33,7 +33,7 @@ func (r *readCounter) Acquire(ctx context.Context, p *ledger.AcquireParams) (*le
 		r.beforeAcquire = nil
 		f()
 	}
-	return r.Ledger.Acquire(ctx, p)
+	return r.Driver.Acquire(ctx, p)
 }
 
 // A 2xx promises a run that ends completed or failed. A run of a job no worker has a
@@ -44,7 +44,7 @@ func (r *readCounter) Acquire(ctx context.Context, p *ledger.AcquireParams) (*le
 func TestRunOfAJobNoWorkerRunsFailsAfterTheBound(t *testing.T) {
 	t.Parallel()
 	clk := &fakeClock{now: time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)}
-	mem := &readCounter{Ledger: memory.New(&memory.Options{Clock: clk.Now})}
+	mem := &readCounter{Driver: memory.New(&memory.Options{Clock: clk.Now})}
 	b := setup(t, mem, &worker.Config{MaxAttempts: 3, NoHandlerDelay: time.Millisecond, UnhandledAfter: time.Hour, Now: clk.Now, Instance: "worker-b/1"})
 	b.mux.HandleFunc("known", func(context.Context, *worker.Job) error { return nil })
 	m := message("reprot", "k", "{}")
@@ -138,7 +138,7 @@ func TestUnhandledCountsFromTheLastClaim(t *testing.T) {
 func TestUnhandledNeverAndTheClaimRace(t *testing.T) {
 	t.Parallel()
 	clk := &fakeClock{now: time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)}
-	mem := &readCounter{Ledger: memory.New(&memory.Options{Clock: clk.Now})}
+	mem := &readCounter{Driver: memory.New(&memory.Options{Clock: clk.Now})}
 	b := setup(t, mem, &worker.Config{MaxAttempts: 5, NoHandlerDelay: time.Millisecond, UnhandledAfter: -1, Now: clk.Now})
 	m := message("elsewhere", "k", "{}")
 	m.EnqueuedAt = clk.Now()
@@ -154,12 +154,12 @@ func TestUnhandledNeverAndTheClaimRace(t *testing.T) {
 	mem.beforeAcquire = func() {
 		// Between the worker's read and its claim, a worker that runs the job takes the
 		// run and releases it.
-		res, err := mem.Ledger.Acquire(t.Context(), &ledger.AcquireParams{Identity: m.Identity, AttemptID: uuid.NewString(), Worker: "worker-a/1"})
+		res, err := mem.Driver.Acquire(t.Context(), &ledger.AcquireParams{Identity: m.Identity, AttemptID: uuid.NewString(), Worker: "worker-a/1"})
 		if err != nil || res.Outcome != ledger.OutcomeAcquired {
 			t.Errorf("Acquire: %v %v", res, err)
 			return
 		}
-		if _, err := mem.Ledger.Release(t.Context(), &ledger.ReleaseParams{Fence: ledger.Fence{RunID: res.Run.ID, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}, Error: "busy"}); err != nil {
+		if _, err := mem.Driver.Release(t.Context(), &ledger.ReleaseParams{Fence: ledger.Fence{RunID: res.Run.ID, Attempt: res.Run.Attempt, AttemptID: res.Run.AttemptID}, Error: "busy"}); err != nil {
 			t.Error(err)
 		}
 	}

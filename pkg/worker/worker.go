@@ -42,8 +42,9 @@ var _ Subscriber = (*queue.Subscriber)(nil)
 
 // Config configures a Worker. Zero values mean the documented defaults.
 type Config struct {
-	// Ledger records runs and effects. Required.
-	Ledger ledger.Ledger
+	// Ledger records runs and effects (ledger.Open, ledger.New). Required. The worker
+	// bounds each of its calls by LedgerTimeout (ledger.Ledger.WithTimeout).
+	Ledger *ledger.Ledger
 	// Handler runs jobs. A handler that implements Router (a *Mux does) gives per-job
 	// bounds and says which jobs it runs; a delivery of a job it does not run is not an
 	// attempt (see NoHandlerDelay). Required.
@@ -283,7 +284,14 @@ func New(cfg *Config) (*Worker, error) {
 		return nil, err
 	}
 	w.metrics = m
-	w.cfg.Ledger = &boundedLedger{Ledger: c.Ledger, timeout: c.LedgerTimeout}
+	// Every ledger call gets its own timeout, so that a blackholed connection cannot
+	// hold a delivery slot (or the rescuer) while Pub/Sub keeps extending the message's
+	// ack deadline. A call's own, earlier deadline still wins: what the lease leaves,
+	// for a worker claim and a renewal (the lease keeper's self-fence point). A backend
+	// retries contention within the deadline it is given (a Spanner transaction Spanner
+	// aborted, a Firestore write whose document changed), so a call that could not
+	// finish before its lease ends does not go on past it.
+	w.cfg.Ledger = c.Ledger.WithTimeout(c.LedgerTimeout)
 	w.jobs, w.cancelJobs = context.WithCancelCause(context.Background())
 	w.pushSlots = make(chan struct{}, c.Concurrency)
 	if c.Grace >= 10*time.Second {

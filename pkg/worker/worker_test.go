@@ -32,7 +32,7 @@ import (
 
 type bundle struct {
 	t      *testing.T
-	ledger ledger.Ledger
+	ledger ledger.Driver
 	mux    *worker.Mux
 	w      *worker.Worker
 	cfg    worker.Config
@@ -41,7 +41,7 @@ type bundle struct {
 	sub    *queue.Subscriber
 }
 
-func setup(t *testing.T, l ledger.Ledger, cfg *worker.Config) *bundle {
+func setup(t *testing.T, l ledger.Driver, cfg *worker.Config) *bundle {
 	t.Helper()
 	if l == nil {
 		l = memory.New(nil)
@@ -51,7 +51,7 @@ func setup(t *testing.T, l ledger.Ledger, cfg *worker.Config) *bundle {
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Ledger, c.Handler = l, b.mux
+	c.Ledger, c.Handler = ledger.New(l, nil), b.mux
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -300,7 +300,7 @@ func TestDuplicateDeliveriesRunTheHandlerOnce(t *testing.T) {
 
 // stallingLedger lets renewals fail or hang, to cut a worker off from its lease.
 type stallingLedger struct {
-	ledger.Ledger
+	ledger.Driver
 	renewErr atomic.Pointer[error]
 }
 
@@ -308,7 +308,7 @@ func (s *stallingLedger) Renew(ctx context.Context, p *ledger.RenewParams) (*led
 	if e := s.renewErr.Load(); e != nil {
 		return nil, *e
 	}
-	return s.Ledger.Renew(ctx, p)
+	return s.Driver.Renew(ctx, p)
 }
 
 func TestLeaseLostCancelsTheJobAndFencesItsWrites(t *testing.T) {
@@ -353,7 +353,7 @@ func TestLeaseLostCancelsTheJobAndFencesItsWrites(t *testing.T) {
 
 func TestUnreachableLedgerSelfFencesBeforeTheLeaseRunsOut(t *testing.T) {
 	t.Parallel()
-	sl := &stallingLedger{Ledger: memory.New(nil)}
+	sl := &stallingLedger{Driver: memory.New(nil)}
 	unavailable := fmt.Errorf("%w: connection refused", ledger.ErrUnavailable)
 	sl.renewErr.Store(&unavailable)
 	const lease = 600 * time.Millisecond
@@ -824,7 +824,7 @@ func TestRetryAfterIsBoundedInsideTheRetention(t *testing.T) {
 			}
 		})
 	}
-	if _, err := worker.New(&worker.Config{Ledger: memory.New(nil), Handler: worker.NewMux(), Retention: time.Hour, UnsafeRetention: true, MaxRetryAfter: 2 * time.Hour}); err == nil {
+	if _, err := worker.New(&worker.Config{Ledger: ledger.New(memory.New(nil), nil), Handler: worker.NewMux(), Retention: time.Hour, UnsafeRetention: true, MaxRetryAfter: 2 * time.Hour}); err == nil {
 		t.Fatal("worker.New accepted a MaxRetryAfter longer than the retention")
 	}
 }
@@ -951,7 +951,7 @@ func TestHandlerPastItsMaxRunTimeIsReleased(t *testing.T) {
 
 // blackholeLedger never answers Acquire until its context ends, as a blackholed
 // connection does.
-type blackholeLedger struct{ ledger.Ledger }
+type blackholeLedger struct{ ledger.Driver }
 
 func (blackholeLedger) Acquire(ctx context.Context, _ *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	<-ctx.Done()

@@ -1,7 +1,7 @@
 // Package driver is the kit for ledger backends: the run state machine as pure
 // functions over records (the Apply functions), the checks every backend makes before a
 // transition (the Validate functions), and Transitions, which implements the fenced
-// transitions of ledger.Ledger once for every backend that can read a record and write
+// transitions of ledger.Driver once for every backend that can read a record and write
 // it back atomically (a Store).
 //
 // Users of runonce never import it: they use package ledger's Ledger interface and

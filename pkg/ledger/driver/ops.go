@@ -235,7 +235,7 @@ func ValidateResolveEffect(p *ledger.ResolveEffectParams) error {
 }
 
 // ApplyResolveEffect settles the pending effect cur of the failed run run with an
-// operator's verdict (see ledger.Ledger.ResolveEffect): it returns the run queued
+// operator's verdict (see ledger.Driver.ResolveEffect): it returns the run queued
 // again as ApplyRetry queues it, with the resolution in its history, and the effect
 // done with p.Ref (p.Done) or pending as if never begun (attempt 0). A backend writes
 // both records in one atomic write.

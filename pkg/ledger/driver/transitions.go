@@ -9,7 +9,7 @@ import (
 
 // Store is what a backend provides when it can read a record and write it back
 // atomically (memory, sqlite, firestore, spanner): Transitions builds the state
-// machine's transitions of ledger.Ledger on it, so that the rules are applied in one
+// machine's transitions of ledger.Driver on it, so that the rules are applied in one
 // place and a backend writes only its storage.
 //
 // In both methods, override is the caller's Now (a test's clock) when it is not zero: a
@@ -48,7 +48,7 @@ func EffectAlone(decide func(run *ledger.Run, cur *ledger.Effect, now time.Time)
 	}
 }
 
-// Transitions implements the transitions of ledger.Ledger that read and write one run
+// Transitions implements the transitions of ledger.Driver that read and write one run
 // or one effect — Expedite, Acquire, Renew, Complete, Release, Fail, Rescue,
 // BeginEffect and CompleteEffect, and the operators' Retry, Cancel, OperatorRelease
 // and ResolveEffect (a run and one of its effects) — on a Store. A backend embeds it
@@ -86,13 +86,13 @@ func same(rule func(cur *ledger.Run, now time.Time) (*ledger.Run, error)) func(*
 	}
 }
 
-// Expedite implements ledger.Ledger.
+// Expedite implements ledger.Driver.
 func (t Transitions) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
 	return runTransition(ctx, t.Store, "expedite", p.RunID, p.Now, ValidateExpedite(p),
 		same(func(cur *ledger.Run, now time.Time) (*ledger.Run, error) { return ApplyExpedite(cur, p, now) }))
 }
 
-// Acquire implements ledger.Ledger.
+// Acquire implements ledger.Driver.
 func (t Transitions) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	return runTransition(ctx, t.Store, "acquire", p.RunID, p.Now, ValidateAcquire(p),
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.AcquireResult, error) {
@@ -100,13 +100,13 @@ func (t Transitions) Acquire(ctx context.Context, p *ledger.AcquireParams) (*led
 		})
 }
 
-// Renew implements ledger.Ledger.
+// Renew implements ledger.Driver.
 func (t Transitions) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
 	return runTransition(ctx, t.Store, "renew", p.RunID, p.Now, ValidateFence(&p.Fence),
 		same(func(cur *ledger.Run, now time.Time) (*ledger.Run, error) { return ApplyRenew(cur, p, now) }))
 }
 
-// Complete implements ledger.Ledger.
+// Complete implements ledger.Driver.
 func (t Transitions) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	return runTransition(ctx, t.Store, "complete", p.RunID, p.Now, ValidateFence(&p.Fence),
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
@@ -114,7 +114,7 @@ func (t Transitions) Complete(ctx context.Context, p *ledger.CompleteParams) (*l
 		})
 }
 
-// Release implements ledger.Ledger.
+// Release implements ledger.Driver.
 func (t Transitions) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
 	return runTransition(ctx, t.Store, "release", p.RunID, p.Now, ValidateFence(&p.Fence),
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
@@ -122,13 +122,13 @@ func (t Transitions) Release(ctx context.Context, p *ledger.ReleaseParams) (*led
 		})
 }
 
-// Fail implements ledger.Ledger.
+// Fail implements ledger.Driver.
 func (t Transitions) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
 	return runTransition(ctx, t.Store, "fail", p.RunID, p.Now, ValidateFence(&p.Fence),
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) { return ApplyFail(cur, p, now) })
 }
 
-// Rescue implements ledger.Ledger.
+// Rescue implements ledger.Driver.
 func (t Transitions) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
 	return runTransition(ctx, t.Store, "rescue", p.RunID, p.Now, ValidateRescue(p),
 		same(func(cur *ledger.Run, now time.Time) (*ledger.Run, error) { return ApplyRescue(cur, p, now) }))
@@ -154,7 +154,7 @@ func effectTransition[T any](ctx context.Context, s Store, op string, f *ledger.
 	return answer, nil
 }
 
-// BeginEffect implements ledger.Ledger.
+// BeginEffect implements ledger.Driver.
 func (t Transitions) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
 	return effectTransition(ctx, t.Store, "begin effect", &p.Fence, p.Name, p.Now,
 		func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, *ledger.BeginEffectResult, error) {
@@ -162,7 +162,7 @@ func (t Transitions) BeginEffect(ctx context.Context, p *ledger.BeginEffectParam
 		})
 }
 
-// CompleteEffect implements ledger.Ledger.
+// CompleteEffect implements ledger.Driver.
 func (t Transitions) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
 	return effectTransition(ctx, t.Store, "complete effect", &p.Fence, p.Name, p.Now,
 		func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, *ledger.Effect, error) {
@@ -170,25 +170,25 @@ func (t Transitions) CompleteEffect(ctx context.Context, p *ledger.CompleteEffec
 		})
 }
 
-// Retry implements ledger.Ledger.
+// Retry implements ledger.Driver.
 func (t Transitions) Retry(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
 	return runTransition(ctx, t.Store, "retry", p.RunID, p.Now, ValidateOperator(p),
 		same(func(cur *ledger.Run, now time.Time) (*ledger.Run, error) { return ApplyRetry(cur, p, now) }))
 }
 
-// Cancel implements ledger.Ledger.
+// Cancel implements ledger.Driver.
 func (t Transitions) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
 	return runTransition(ctx, t.Store, "cancel", p.RunID, p.Now, ValidateOperator(p),
 		same(func(cur *ledger.Run, now time.Time) (*ledger.Run, error) { return ApplyCancel(cur, p, now) }))
 }
 
-// OperatorRelease implements ledger.Ledger.
+// OperatorRelease implements ledger.Driver.
 func (t Transitions) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
 	return runTransition(ctx, t.Store, "operator release", p.RunID, p.Now, ValidateOperator(p),
 		same(func(cur *ledger.Run, now time.Time) (*ledger.Run, error) { return ApplyOperatorRelease(cur, p, now) }))
 }
 
-// ResolveEffect implements ledger.Ledger: the run and the effect in one
+// ResolveEffect implements ledger.Driver: the run and the effect in one
 // UpdateRunAndEffect.
 func (t Transitions) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
 	if err := ValidateResolveEffect(p); err != nil {

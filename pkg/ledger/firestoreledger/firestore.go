@@ -71,7 +71,7 @@ type Ledger struct {
 	backfilled atomic.Bool
 }
 
-var _ ledger.Ledger = (*Ledger)(nil)
+var _ ledger.Driver = (*Ledger)(nil)
 
 var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_.-]{0,100}$`)
 
@@ -149,7 +149,7 @@ func (l *Ledger) getRun(ctx context.Context, ref *firestore.DocumentRef) (*fires
 	return snap, r, err
 }
 
-// Claim implements ledger.Ledger. A new run costs one RPC: a Create (exists=false
+// Claim implements ledger.Driver. A new run costs one RPC: a Create (exists=false
 // precondition). When the Create finds the run there, it reads it (the duplicate path:
 // nothing is written). A run this ledger has seen exist (driver.KnownRuns: it created it,
 // or a claim found it) is read first, so that a duplicate of it costs one read, no
@@ -402,7 +402,7 @@ func (s store) UpdateRunAndEffect(ctx context.Context, op, runID, name string, o
 	return s.l.effect(ctx, op, runID, name, decide)
 }
 
-// Acquire implements ledger.Ledger: a read, then an update-time-fenced write.
+// Acquire implements ledger.Driver: a read, then an update-time-fenced write.
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	if err := nowUnsupported("acquire", p.Now); err != nil {
 		return nil, err
@@ -427,7 +427,7 @@ func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.
 	return res, nil
 }
 
-// Get implements ledger.Ledger.
+// Get implements ledger.Driver.
 func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
 	if !ledger.ValidRunID(p.RunID) {
 		return nil, fmt.Errorf("%w: run %q (not a run ID)", ledger.ErrNotFound, p.RunID)
@@ -509,7 +509,7 @@ func (l *Ledger) effect(ctx context.Context, op, runID, name string, decide func
 	})
 }
 
-// GetEffect implements ledger.Ledger.
+// GetEffect implements ledger.Driver.
 func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
 	ref := l.effects.Doc(ledger.EffectKey(p.RunID, p.Name))
 	snap, err := ref.Get(ctx)
@@ -531,7 +531,7 @@ func (l *Ledger) RescueQuery(shard int64, before time.Time, limit int) firestore
 		Limit(limit)
 }
 
-// ListRescue implements ledger.Ledger: RescueQuery on every shard at once, the answers
+// ListRescue implements ledger.Driver: RescueQuery on every shard at once, the answers
 // merged by deadline and cut to the limit. The queries' bound is the estimated server
 // time plus a margin; the answer is then filtered by each query's read time, the
 // server's clock, so that a run is listed only if it is past its deadline by
@@ -562,7 +562,7 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 	return out, nil
 }
 
-// Sweep implements ledger.Ledger: runs, then effects whose run is gone, past expire_at
+// Sweep implements ledger.Driver: runs, then effects whose run is gone, past expire_at
 // by the server's clock, each deleted only if unchanged since it was read. A listed
 // effect whose run still exists is kept and its expire_at moved to the run's, so that
 // the next sweeps do not list it again until then: an effect must outlive its run, or a
@@ -677,7 +677,7 @@ func (l *Ledger) sweep(ctx context.Context, coll *firestore.CollectionRef, befor
 	return int(deleted.Load()), err
 }
 
-// Ping implements ledger.Ledger: it reads a document that does not exist, which also
+// Ping implements ledger.Driver: it reads a document that does not exist, which also
 // tells the ledger the server's time.
 func (l *Ledger) Ping(ctx context.Context) error {
 	_, _, err := l.getRun(ctx, l.runs.Doc(clockProbeID))
@@ -687,7 +687,7 @@ func (l *Ledger) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close implements ledger.Ledger. It closes the client only when the ledger opened it
+// Close implements ledger.Driver. It closes the client only when the ledger opened it
 // (Open by URL).
 func (l *Ledger) Close() error {
 	if !l.ownsClient || l.closed.Swap(true) {

@@ -98,11 +98,11 @@ func newClient(tb testing.TB, opts ...option.ClientOption) *firestore.Client {
 }
 
 var harness = ledgertest.Harness{
-	Open: func(tb testing.TB) ledger.Ledger {
+	Open: func(tb testing.TB) ledger.Driver {
 		return openLedger(tb, sharedClient(tb), &Options{Prefix: uniquePrefix()})
 	},
 	// A second process on the same collections: its own client, its clock skewed.
-	SkewedClient: func(tb testing.TB, l ledger.Ledger, skew func() time.Duration) ledger.Ledger {
+	SkewedClient: func(tb testing.TB, l ledger.Driver, skew func() time.Duration) ledger.Driver {
 		return openLedger(tb, newClient(tb), &Options{
 			Prefix: l.(*Ledger).Prefix(),
 			Clock:  func() time.Time { return time.Now().Add(skew()) },
@@ -515,7 +515,7 @@ func TestOpenURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if _, ok := l.(*Ledger); !ok {
+	if _, ok := l.Driver().(*Ledger); !ok {
 		t.Fatalf("Open returned a %T", l)
 	}
 	if err := l.Ping(ctx); err != nil {

@@ -51,7 +51,7 @@ func (l *Ledger) ListQuery(p *ledger.ListParams, pos driver.Position, limit int,
 	return q.Limit(limit)
 }
 
-// List implements ledger.Ledger: ListQuery on every shard at once, each for a page and
+// List implements ledger.Driver: ListQuery on every shard at once, each for a page and
 // one more run (any shard may hold the whole page), the answers merged newest first and
 // cut to the page and one more, which says whether another page follows. A page of n
 // runs reads at most Shards × (n+1) documents.
@@ -89,7 +89,7 @@ func (l *Ledger) RunIDsQuery(lo, hi string, limit int) firestore.Query {
 		Limit(limit)
 }
 
-// ListRunIDs implements ledger.Ledger with one query (RunIDsQuery).
+// ListRunIDs implements ledger.Driver with one query (RunIDsQuery).
 func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
 	limit, lo, hi, err := driver.ValidateListRunIDs(p)
 	if err != nil {
@@ -116,7 +116,7 @@ func (l *Ledger) EffectsQuery(runID string) firestore.Query {
 	return l.effects.Where("run_id", "==", runID).OrderBy("name", firestore.Asc).Limit(ledger.MaxListedEffects)
 }
 
-// ListEffects implements ledger.Ledger with one query (EffectsQuery).
+// ListEffects implements ledger.Driver with one query (EffectsQuery).
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
 	if err := driver.ValidateRunID(p.RunID); err != nil {
 		return nil, err

@@ -25,7 +25,7 @@ func init() {
 // PREFIX+"effects". Credentials come from the environment (Application Default
 // Credentials), never from the URL; FIRESTORE_EMULATOR_HOST points the client at the
 // emulator. The ledger owns its client: Close closes it.
-func OpenURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
+func OpenURL(ctx context.Context, u *url.URL) (ledger.Driver, error) {
 	project, database, prefix, err := parseURL(u)
 	if err != nil {
 		return nil, err

@@ -21,7 +21,7 @@ import (
 func Benchmark(b *testing.B, h Harness) {
 	for _, n := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("ClaimNew/goroutines=%d", n), func(b *testing.B) {
-			l := h.Open(b)
+			l := ledger.New(h.Open(b), nil)
 			ids := make([]string, b.N)
 			for i := range ids {
 				ids[i] = newRunID()
@@ -33,7 +33,7 @@ func Benchmark(b *testing.B, h Harness) {
 		})
 	}
 	b.Run("ClaimDuplicate", func(b *testing.B) {
-		l := h.Open(b)
+		l := ledger.New(h.Open(b), nil)
 		id := newRunID()
 		if _, err := l.Claim(b.Context(), &ledger.ClaimParams{Identity: identity(id), AttemptID: uuid.NewString()}); err != nil {
 			b.Fatal(err)
@@ -44,7 +44,7 @@ func Benchmark(b *testing.B, h Harness) {
 		})
 	})
 	b.Run("Acquire", func(b *testing.B) {
-		l := h.Open(b)
+		l := ledger.New(h.Open(b), nil)
 		ids := claimed(b, l, b.N)
 		benchloop.Run(b, 1, func(ctx context.Context, i int) error {
 			_, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: identity(ids[i]), AttemptID: uuid.NewString(), Lease: time.Minute})
@@ -52,7 +52,7 @@ func Benchmark(b *testing.B, h Harness) {
 		})
 	})
 	b.Run("Renew", func(b *testing.B) {
-		l := h.Open(b)
+		l := ledger.New(h.Open(b), nil)
 		r := acquired(b, l, 1)[0]
 		benchloop.Run(b, 1, func(ctx context.Context, i int) error {
 			_, err := l.Renew(ctx, &ledger.RenewParams{Fence: fence(r), Lease: time.Minute})
@@ -60,7 +60,7 @@ func Benchmark(b *testing.B, h Harness) {
 		})
 	})
 	b.Run("Complete", func(b *testing.B) {
-		l := h.Open(b)
+		l := ledger.New(h.Open(b), nil)
 		runs := acquired(b, l, b.N)
 		benchloop.Run(b, 1, func(ctx context.Context, i int) error {
 			_, err := l.Complete(ctx, &ledger.CompleteParams{Fence: fence(runs[i])})
@@ -70,7 +70,7 @@ func Benchmark(b *testing.B, h Harness) {
 }
 
 // claimed prepares n queued runs, outside the timer.
-func claimed(b *testing.B, l ledger.Ledger, n int) []string {
+func claimed(b *testing.B, l *ledger.Ledger, n int) []string {
 	b.Helper()
 	ids := make([]string, n)
 	for i := range ids {
@@ -84,7 +84,7 @@ func claimed(b *testing.B, l ledger.Ledger, n int) []string {
 }
 
 // acquired prepares n running runs, outside the timer.
-func acquired(b *testing.B, l ledger.Ledger, n int) []*ledger.Run {
+func acquired(b *testing.B, l *ledger.Ledger, n int) []*ledger.Run {
 	b.Helper()
 	ids := claimed(b, l, n)
 	runs := make([]*ledger.Run, n)

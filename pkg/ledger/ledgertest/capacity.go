@@ -57,8 +57,9 @@ const runTotal = "a run (one effect)"
 // returns what the backend counted since the last call. It makes them twice, on two
 // runs, and returns the second's: the first prepares what a warm process has prepared
 // (statements, scripts, a ledger's knowledge of the runs it wrote).
-func MeasureRunOps(t *testing.T, l ledger.Ledger, take func() Ops) map[string]Ops {
+func MeasureRunOps(t *testing.T, d ledger.Driver, take func() Ops) map[string]Ops {
 	t.Helper()
+	l := ledger.New(d, nil)
 	var got map[string]Ops
 	for range 2 {
 		got = measureRun(t, l, take)
@@ -66,7 +67,7 @@ func MeasureRunOps(t *testing.T, l ledger.Ledger, take func() Ops) map[string]Op
 	return got
 }
 
-func measureRun(t *testing.T, l ledger.Ledger, take func() Ops) map[string]Ops {
+func measureRun(t *testing.T, l *ledger.Ledger, take func() Ops) map[string]Ops {
 	t.Helper()
 	ctx := t.Context()
 	got := map[string]Ops{}

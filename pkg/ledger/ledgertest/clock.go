@@ -19,8 +19,8 @@ var clockTests = map[string]func(*testing.T, Harness){
 			t.Skip("the backend's clock is the process's by construction: no caller clock to skew")
 		}
 		f := setup(t, h)
-		ahead := &checked{Ledger: h.SkewedClient(t, f.raw, func() time.Duration { return skew }), t: t}
-		behind := &checked{Ledger: h.SkewedClient(t, f.raw, func() time.Duration { return -skew }), t: t}
+		ahead := check(t, h.SkewedClient(t, f.drv, func() time.Duration { return skew }))
+		behind := check(t, h.SkewedClient(t, f.drv, func() time.Duration { return -skew }))
 
 		// A claim through a skewed client is stamped with the backend's time.
 		id := newRunID()
@@ -74,7 +74,7 @@ var clockTests = map[string]func(*testing.T, Harness){
 		}
 		f := setup(t, h)
 		var step atomic.Int64
-		c := &checked{Ledger: h.SkewedClient(t, f.raw, func() time.Duration { return time.Duration(step.Load()) }), t: t}
+		c := check(t, h.SkewedClient(t, f.drv, func() time.Duration { return time.Duration(step.Load()) }))
 		for _, d := range []time.Duration{250 * time.Millisecond, -250 * time.Millisecond} {
 			// Teach the client the backend's clock, then step its process clock.
 			step.Store(0)

@@ -11,7 +11,8 @@ import (
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
-// checked wraps the ledger under test and checks, after every transition the suite
+// checked wraps the driver under test (the Ledger in front of it validates each call
+// first, as for a program) and checks, after every transition the suite
 // makes, the invariants every backend must keep whatever the test asserts:
 //
 //   - a run a transition wrote keeps ExpireAt ≥ max(Deadline, NotBefore) + the call's
@@ -21,11 +22,16 @@ import (
 //   - after a Sweep, every effect the test began whose run still exists still exists:
 //     an effect lives at least as long as its run.
 type checked struct {
-	ledger.Ledger
+	ledger.Driver
 	t testing.TB
 
 	mu      sync.Mutex
 	effects map[[2]string]bool // run ID, effect name
+}
+
+// check returns the ledger in front of d behind the invariant checks.
+func check(t testing.TB, d ledger.Driver) *ledger.Ledger {
+	return ledger.New(&checked{Driver: d, t: t}, nil)
 }
 
 // expiryTolerance absorbs rounding of stored times.
@@ -66,7 +72,7 @@ func latest(ts ...time.Time) time.Time {
 }
 
 func (c *checked) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	res, err := c.Ledger.Claim(ctx, p)
+	res, err := c.Driver.Claim(ctx, p)
 	if err == nil {
 		c.t.Helper()
 		if res.Created {
@@ -79,7 +85,7 @@ func (c *checked) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Cla
 }
 
 func (c *checked) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
-	r, err := c.Ledger.Expedite(ctx, p)
+	r, err := c.Driver.Expedite(ctx, p)
 	if err == nil {
 		c.t.Helper()
 		c.written("Expedite", r, p.Retention)
@@ -88,7 +94,7 @@ func (c *checked) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledg
 }
 
 func (c *checked) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	res, err := c.Ledger.Acquire(ctx, p)
+	res, err := c.Driver.Acquire(ctx, p)
 	if err == nil {
 		c.t.Helper()
 		if res.Outcome == ledger.OutcomeAcquired {
@@ -101,7 +107,7 @@ func (c *checked) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger
 }
 
 func (c *checked) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	r, err := c.Ledger.Renew(ctx, p)
+	r, err := c.Driver.Renew(ctx, p)
 	if err == nil {
 		c.t.Helper()
 		c.written("Renew", r, p.Retention)
@@ -110,7 +116,7 @@ func (c *checked) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run
 }
 
 func (c *checked) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	r, err := c.Ledger.Complete(ctx, p)
+	r, err := c.Driver.Complete(ctx, p)
 	if err == nil {
 		c.t.Helper()
 		c.written("Complete", r, p.Retention)
@@ -119,7 +125,7 @@ func (c *checked) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledg
 }
 
 func (c *checked) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	r, err := c.Ledger.Release(ctx, p)
+	r, err := c.Driver.Release(ctx, p)
 	if err == nil {
 		c.t.Helper()
 		c.written("Release", r, p.Retention)
@@ -128,7 +134,7 @@ func (c *checked) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger
 }
 
 func (c *checked) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	r, err := c.Ledger.Fail(ctx, p)
+	r, err := c.Driver.Fail(ctx, p)
 	if err == nil {
 		c.t.Helper()
 		c.written("Fail", r, p.Retention)
@@ -137,7 +143,7 @@ func (c *checked) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, 
 }
 
 func (c *checked) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	r, err := c.Ledger.Rescue(ctx, p)
+	r, err := c.Driver.Rescue(ctx, p)
 	if err == nil {
 		c.t.Helper()
 		c.written("Rescue", r, p.Retention)
@@ -146,7 +152,7 @@ func (c *checked) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.R
 }
 
 func (c *checked) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
-	res, err := c.Ledger.BeginEffect(ctx, p)
+	res, err := c.Driver.BeginEffect(ctx, p)
 	if err == nil {
 		c.mu.Lock()
 		if c.effects == nil {
@@ -159,7 +165,7 @@ func (c *checked) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) 
 }
 
 func (c *checked) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
-	n, err := c.Ledger.Sweep(ctx, p)
+	n, err := c.Driver.Sweep(ctx, p)
 	if err != nil {
 		return n, err
 	}
@@ -167,10 +173,10 @@ func (c *checked) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k := range c.effects {
-		if _, err := c.Ledger.Get(ctx, &ledger.GetParams{RunID: k[0]}); err != nil {
+		if _, err := c.Driver.Get(ctx, &ledger.GetParams{RunID: k[0]}); err != nil {
 			continue // the run is gone (or unreadable): its effects may go
 		}
-		if _, err := c.Ledger.GetEffect(ctx, &ledger.GetEffectParams{RunID: k[0], Name: k[1]}); errors.Is(err, ledger.ErrNotFound) {
+		if _, err := c.Driver.GetEffect(ctx, &ledger.GetEffectParams{RunID: k[0], Name: k[1]}); errors.Is(err, ledger.ErrNotFound) {
 			c.t.Errorf("invariant: after Sweep, effect %q of run %s is gone while its run exists: a later attempt would redo it", k[1], k[0])
 		}
 	}
@@ -178,7 +184,7 @@ func (c *checked) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error)
 }
 
 func (c *checked) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
-	r, err := c.Ledger.Get(ctx, p)
+	r, err := c.Driver.Get(ctx, p)
 	if err == nil {
 		c.t.Helper()
 		c.returned("Get", r)
@@ -187,7 +193,7 @@ func (c *checked) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, er
 }
 
 func (c *checked) Retry(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
-	r, err := c.Ledger.Retry(ctx, p)
+	r, err := c.Driver.Retry(ctx, p)
 	if err == nil {
 		c.t.Helper()
 		c.written("Retry", r, p.Retention)
@@ -196,7 +202,7 @@ func (c *checked) Retry(ctx context.Context, p *ledger.OperatorParams) (*ledger.
 }
 
 func (c *checked) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
-	r, err := c.Ledger.Cancel(ctx, p)
+	r, err := c.Driver.Cancel(ctx, p)
 	if err == nil {
 		c.t.Helper()
 		c.written("Cancel", r, p.Retention)
@@ -205,7 +211,7 @@ func (c *checked) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger
 }
 
 func (c *checked) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
-	r, err := c.Ledger.ResolveEffect(ctx, p)
+	r, err := c.Driver.ResolveEffect(ctx, p)
 	if err == nil {
 		c.t.Helper()
 		c.written("ResolveEffect", r, p.Retention)
@@ -214,7 +220,7 @@ func (c *checked) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectPara
 }
 
 func (c *checked) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
-	r, err := c.Ledger.OperatorRelease(ctx, p)
+	r, err := c.Driver.OperatorRelease(ctx, p)
 	if err == nil {
 		c.t.Helper()
 		c.written("OperatorRelease", r, p.Retention)

@@ -27,7 +27,7 @@ const brokenEnv = "LEDGERTEST_BROKEN"
 
 type brokenBackend struct {
 	// wrap breaks a correct ledger.
-	wrap func(ledger.Ledger) ledger.Ledger
+	wrap func(ledger.Driver) ledger.Driver
 	// mustFail are suite tests that must fail against it.
 	mustFail []string
 }
@@ -35,65 +35,65 @@ type brokenBackend struct {
 var brokenBackends = map[string]brokenBackend{
 	// Lets every concurrent ingress claim believe it created the run.
 	"TwoClaimWinners": {
-		wrap:     func(l ledger.Ledger) ledger.Ledger { return &lyingClaim{l} },
+		wrap:     func(l ledger.Driver) ledger.Driver { return &lyingClaim{l} },
 		mustFail: []string{"Claim/ConcurrentClaimsOneWinner", "Claim/DuplicateReturnsExisting", "Linearizability/ConcurrentHistories"},
 	},
 	// Takes over live leases.
 	"IgnoresLiveLeases": {
-		wrap:     func(l ledger.Ledger) ledger.Ledger { return &stealingAcquire{l} },
+		wrap:     func(l ledger.Driver) ledger.Driver { return &stealingAcquire{l} },
 		mustFail: []string{"Acquire/ConcurrentAcquireOneWinner", "Acquire/LiveLeaseIsHeld", "Acquire/RenewExtendsTheLease", "Linearizability/ConcurrentHistories"},
 	},
 	// Fences nothing: every write goes through as whoever holds the run now.
 	"IgnoresFencing": {
-		wrap: func(l ledger.Ledger) ledger.Ledger { return &noFence{l} },
+		wrap: func(l ledger.Driver) ledger.Driver { return &noFence{l} },
 		mustFail: []string{"Fence/WrongAttemptIDIsRefused", "Fence/WrongAttemptNumberIsRefused",
 			"Acquire/ExpiredLeaseIsTakenOver", "Finish/FinishAfterTakeoverKeepsTheNewHolder", "Linearizability/ConcurrentHistories"},
 	},
 	// Forgets that effects were done.
 	"ForgetsEffects": {
-		wrap:     func(l ledger.Ledger) ledger.Ledger { return &forgetfulEffects{l} },
+		wrap:     func(l ledger.Driver) ledger.Driver { return &forgetfulEffects{l} },
 		mustFail: []string{"Effect/DoneEffectIsSkippedByTheNextAttempt", "Effect/Lifecycle", "Linearizability/ConcurrentHistories"},
 	},
 	// Treats a record past expire_at as absent.
 	"ExpiredRecordsDoNotDeduplicate": {
-		wrap:     func(l ledger.Ledger) ledger.Ledger { return &expiryForgets{l} },
+		wrap:     func(l ledger.Driver) ledger.Driver { return &expiryForgets{l} },
 		mustFail: []string{"Retention/ExpiredRecordStillDeduplicates", "Linearizability/ConcurrentHistories"},
 	},
 	// Keeps a record for the retention after its last write only, as before: a run
 	// whose deadline or retry lies beyond that could be swept before it is due.
 	"ExpiryIgnoresDeadlines": {
-		wrap:     func(l ledger.Ledger) ledger.Ledger { return &shortExpiry{l} },
+		wrap:     func(l ledger.Driver) ledger.Driver { return &shortExpiry{l} },
 		mustFail: []string{"Retention/EveryWriteSetsExpireAt", "Retention/RetryAfterKeepsTheRunUntilItIsDue", "Claim/NewRunIsQueued", "Linearizability/ConcurrentHistories"},
 	},
 	// Sweeps effects on their own expire_at, even while their run lives.
 	"SweepsEffectsOfLiveRuns": {
-		wrap:     func(l ledger.Ledger) ledger.Ledger { return &effectSweeper{Ledger: l} },
+		wrap:     func(l ledger.Driver) ledger.Driver { return &effectSweeper{Driver: l} },
 		mustFail: []string{"Retention/EffectsLiveAsLongAsTheirRun", "Linearizability/ConcurrentHistories"},
 	},
 	// Claims a run whatever payload the delivery carries.
 	"IgnoresPayload": {
-		wrap:     func(l ledger.Ledger) ledger.Ledger { return &anyPayload{l} },
+		wrap:     func(l ledger.Driver) ledger.Driver { return &anyPayload{l} },
 		mustFail: []string{"Acquire/OtherPayloadIsNeverAcquired", "Linearizability/ConcurrentHistories"},
 	},
 	// Completes a run without storing its result, and without checking it.
 	"DropsResults": {
-		wrap:     func(l ledger.Ledger) ledger.Ledger { return &droppedResult{l} },
+		wrap:     func(l ledger.Driver) ledger.Driver { return &droppedResult{l} },
 		mustFail: []string{"Finish/CompleteStoresTheResult", "Finish/ResultAtTheLimitIsStored", "Finish/ResultOverTheLimitOrNotJSONIsRefused"},
 	},
 	// Renews without writing the progress it is given.
 	"RenewDropsProgress": {
-		wrap:     func(l ledger.Ledger) ledger.Ledger { return &droppedProgress{l} },
+		wrap:     func(l ledger.Driver) ledger.Driver { return &droppedProgress{l} },
 		mustFail: []string{"Finish/ProgressIsWrittenByRenewAndEveryFinish"},
 	},
 	// Rescues without checking that the run is unchanged.
 	"UnconditionalRescue": {
-		wrap:     func(l ledger.Ledger) ledger.Ledger { return &blindRescue{l} },
+		wrap:     func(l ledger.Driver) ledger.Driver { return &blindRescue{l} },
 		mustFail: []string{"Rescue/ConcurrentRescueOneWinner", "Rescue/RescueRefusedWhenTheRunMoved", "Linearizability/ConcurrentHistories"},
 	},
 	// Refuses a renewal as fenced out while an effect write of its run is in flight, as
 	// a backend whose renewals lose to the holder's own effect writes.
 	"FencesContendedRenewals": {
-		wrap:     func(l ledger.Ledger) ledger.Ledger { return &contendedRenewals{Ledger: l} },
+		wrap:     func(l ledger.Driver) ledger.Driver { return &contendedRenewals{Driver: l} },
 		mustFail: []string{"Contention/RenewalsOutlastContention"},
 	},
 	// The four below are backends built on driver.Transitions whose state machine rule
@@ -104,52 +104,52 @@ var brokenBackends = map[string]brokenBackend{
 	//
 	// Renews the run for whichever attempt holds it: a stale attempt's renewal succeeds.
 	"DriverRenewAcceptsStaleAttempts": {
-		wrap: func(l ledger.Ledger) ledger.Ledger { return newDriverRule(l, renewAnyAttempt) },
+		wrap: func(l ledger.Driver) ledger.Driver { return newDriverRule(l, renewAnyAttempt) },
 		mustFail: []string{"Fence/WrongAttemptNumberIsRefused", "Fence/WrongAttemptIDIsRefused",
 			"Linearizability/ConcurrentHistories"},
 	},
 	// Completes or fails the run for whichever attempt holds it, as Redis's finish script
 	// would without its fence: a stale attempt finishes a run another attempt took over.
 	"DriverFinishUnfenced": {
-		wrap:     func(l ledger.Ledger) ledger.Ledger { return newDriverRule(l, finishAnyAttempt) },
+		wrap:     func(l ledger.Driver) ledger.Driver { return newDriverRule(l, finishAnyAttempt) },
 		mustFail: []string{"Finish/FinishAfterTakeoverKeepsTheNewHolder", "Linearizability/ConcurrentHistories"},
 	},
 	// Begins an effect as new though an earlier attempt recorded it done.
 	"DriverBeginForgetsDone": {
-		wrap:     func(l ledger.Ledger) ledger.Ledger { return newDriverRule(l, beginForgetsDone) },
+		wrap:     func(l ledger.Driver) ledger.Driver { return newDriverRule(l, beginForgetsDone) },
 		mustFail: []string{"Effect/DoneEffectIsSkippedByTheNextAttempt", "Linearizability/ConcurrentHistories"},
 	},
 	// Releases a run without counting the attempt: a run released for ever is never
 	// failed for exhausting its attempts.
 	"DriverReleaseCountsNoAttempt": {
-		wrap:     func(l ledger.Ledger) ledger.Ledger { return newDriverRule(l, releaseUncounted) },
+		wrap:     func(l ledger.Driver) ledger.Driver { return newDriverRule(l, releaseUncounted) },
 		mustFail: []string{"Finish/Release", "Linearizability/ConcurrentHistories"},
 	},
 	// Answers a cancel as done without writing it: the run goes on.
 	"LyingCancel": {
-		wrap: func(l ledger.Ledger) ledger.Ledger { return &lyingCancel{l} },
+		wrap: func(l ledger.Driver) ledger.Driver { return &lyingCancel{l} },
 		mustFail: []string{"Operations/CancelQueuedRun", "Operations/CancelRunningFencesHolder",
 			"Operations/ConcurrentCancelsOneWins", "Linearizability/ConcurrentHistories"},
 	},
 	// Queues the run again without writing the verdict on the effect: the next attempt
 	// finds it as uncertain as before (a retry, under another name).
 	"ResolveOnlyRetries": {
-		wrap: func(l ledger.Ledger) ledger.Ledger { return &retryingResolve{l} },
+		wrap: func(l ledger.Driver) ledger.Driver { return &retryingResolve{l} },
 		mustFail: []string{"Resolve/DoneRecordsTheRefAndRequeues", "Resolve/NotDoneIsDoneAgainUnderTheSameKey",
 			"Linearizability/ConcurrentHistories"},
 	},
 }
 
-type retryingResolve struct{ ledger.Ledger }
+type retryingResolve struct{ ledger.Driver }
 
 func (l *retryingResolve) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
 	if _, err := l.GetEffect(ctx, &ledger.GetEffectParams{RunID: p.RunID, Name: p.Effect}); err != nil {
-		return l.Ledger.ResolveEffect(ctx, p) // the refusal is the real one
+		return l.Driver.ResolveEffect(ctx, p) // the refusal is the real one
 	}
 	return l.Retry(ctx, &p.OperatorParams)
 }
 
-type lyingCancel struct{ ledger.Ledger }
+type lyingCancel struct{ ledger.Driver }
 
 func (l *lyingCancel) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
 	r, err := l.Get(ctx, &ledger.GetParams{RunID: p.RunID})
@@ -157,7 +157,7 @@ func (l *lyingCancel) Cancel(ctx context.Context, p *ledger.OperatorParams) (*le
 		return nil, err
 	}
 	if r.Status != ledger.StatusQueued && r.Status != ledger.StatusRunning {
-		return l.Ledger.Cancel(ctx, p) // the refusal is the real one
+		return l.Driver.Cancel(ctx, p) // the refusal is the real one
 	}
 	r.Status, r.Deadline, r.CompletedAt = ledger.StatusCancelled, time.Time{}, time.Now()
 	return r, nil
@@ -195,7 +195,7 @@ func TestBrokenBackend(t *testing.T) {
 		t.Fatalf("no broken backend %q", name)
 	}
 	ledgertest.Run(t, ledgertest.Harness{
-		Open:        func(testing.TB) ledger.Ledger { return b.wrap(memory.New(nil)) },
+		Open:        func(testing.TB) ledger.Driver { return b.wrap(memory.New(nil)) },
 		SupportsNow: true,
 		Operations:  true,
 		// Two random histories miss a broken rule now and then (IgnoresFencing and
@@ -219,29 +219,29 @@ func tail(out []byte) string {
 	return strings.Join(lines[max(0, len(lines)-30):], "\n")
 }
 
-type lyingClaim struct{ ledger.Ledger }
+type lyingClaim struct{ ledger.Driver }
 
 func (b *lyingClaim) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	res, err := b.Ledger.Claim(ctx, p)
+	res, err := b.Driver.Claim(ctx, p)
 	if err == nil {
 		res.Created = true
 	}
 	return res, err
 }
 
-type stealingAcquire struct{ ledger.Ledger }
+type stealingAcquire struct{ ledger.Driver }
 
 func (b *stealingAcquire) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	res, err := b.Ledger.Acquire(ctx, p)
+	res, err := b.Driver.Acquire(ctx, p)
 	if err == nil && res.Outcome == ledger.OutcomeHeld {
 		q := *p
 		q.Now = res.Until.Add(time.Millisecond)
-		return b.Ledger.Acquire(ctx, &q)
+		return b.Driver.Acquire(ctx, &q)
 	}
 	return res, err
 }
 
-type noFence struct{ ledger.Ledger }
+type noFence struct{ ledger.Driver }
 
 func (b *noFence) current(ctx context.Context, f ledger.Fence) ledger.Fence {
 	if r, err := b.Get(ctx, &ledger.GetParams{RunID: f.RunID}); err == nil && r.Attempt > 0 {
@@ -253,54 +253,54 @@ func (b *noFence) current(ctx context.Context, f ledger.Fence) ledger.Fence {
 func (b *noFence) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
 	q := *p
 	q.Fence = b.current(ctx, p.Fence)
-	return b.Ledger.Renew(ctx, &q)
+	return b.Driver.Renew(ctx, &q)
 }
 
 func (b *noFence) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	q := *p
 	q.Fence = b.current(ctx, p.Fence)
-	return b.Ledger.Complete(ctx, &q)
+	return b.Driver.Complete(ctx, &q)
 }
 
 func (b *noFence) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
 	q := *p
 	q.Fence = b.current(ctx, p.Fence)
-	return b.Ledger.Release(ctx, &q)
+	return b.Driver.Release(ctx, &q)
 }
 
 func (b *noFence) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
 	q := *p
 	q.Fence = b.current(ctx, p.Fence)
-	return b.Ledger.Fail(ctx, &q)
+	return b.Driver.Fail(ctx, &q)
 }
 
 func (b *noFence) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
 	q := *p
 	q.Fence = b.current(ctx, p.Fence)
-	return b.Ledger.BeginEffect(ctx, &q)
+	return b.Driver.BeginEffect(ctx, &q)
 }
 
-type forgetfulEffects struct{ ledger.Ledger }
+type forgetfulEffects struct{ ledger.Driver }
 
 func (b *forgetfulEffects) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
-	res, err := b.Ledger.BeginEffect(ctx, p)
+	res, err := b.Driver.BeginEffect(ctx, p)
 	if err == nil {
 		res.Done = false
 	}
 	return res, err
 }
 
-type expiryForgets struct{ ledger.Ledger }
+type expiryForgets struct{ ledger.Driver }
 
 func (b *expiryForgets) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	res, err := b.Ledger.Claim(ctx, p)
+	res, err := b.Driver.Claim(ctx, p)
 	if err == nil && !res.Created && res.Run.ExpireAt.Before(time.Now()) {
 		res.Created = true
 	}
 	return res, err
 }
 
-type blindRescue struct{ ledger.Ledger }
+type blindRescue struct{ ledger.Driver }
 
 func (b *blindRescue) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
 	q := *p
@@ -310,12 +310,12 @@ func (b *blindRescue) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledg
 			q.Now = r.Deadline.Add(time.Millisecond)
 		}
 	}
-	return b.Ledger.Rescue(ctx, &q)
+	return b.Driver.Rescue(ctx, &q)
 }
 
 // shortExpiry reports ExpireAt as the last write plus the retention, ignoring Deadline
 // and NotBefore.
-type shortExpiry struct{ ledger.Ledger }
+type shortExpiry struct{ ledger.Driver }
 
 func short(r *ledger.Run, keep time.Duration) {
 	if r != nil {
@@ -324,7 +324,7 @@ func short(r *ledger.Run, keep time.Duration) {
 }
 
 func (b *shortExpiry) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	res, err := b.Ledger.Claim(ctx, p)
+	res, err := b.Driver.Claim(ctx, p)
 	if err == nil && res.Created {
 		short(res.Run, p.Retention)
 	}
@@ -332,7 +332,7 @@ func (b *shortExpiry) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger
 }
 
 func (b *shortExpiry) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	res, err := b.Ledger.Acquire(ctx, p)
+	res, err := b.Driver.Acquire(ctx, p)
 	if err == nil && res.Outcome == ledger.OutcomeAcquired {
 		short(res.Run, p.Retention)
 	}
@@ -340,7 +340,7 @@ func (b *shortExpiry) Acquire(ctx context.Context, p *ledger.AcquireParams) (*le
 }
 
 func (b *shortExpiry) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	r, err := b.Ledger.Release(ctx, p)
+	r, err := b.Driver.Release(ctx, p)
 	if err == nil {
 		short(r, p.Retention)
 	}
@@ -349,7 +349,7 @@ func (b *shortExpiry) Release(ctx context.Context, p *ledger.ReleaseParams) (*le
 
 // effectSweeper behaves as if Sweep deleted every effect past its own ExpireAt.
 type effectSweeper struct {
-	ledger.Ledger
+	ledger.Driver
 	mu      sync.Mutex
 	expiry  map[string]time.Time
 	deleted map[string]bool
@@ -365,7 +365,7 @@ func (b *effectSweeper) note(e *ledger.Effect) {
 }
 
 func (b *effectSweeper) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
-	e, err := b.Ledger.CompleteEffect(ctx, p)
+	e, err := b.Driver.CompleteEffect(ctx, p)
 	if err == nil {
 		b.note(e)
 	}
@@ -373,7 +373,7 @@ func (b *effectSweeper) CompleteEffect(ctx context.Context, p *ledger.CompleteEf
 }
 
 func (b *effectSweeper) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
-	n, err := b.Ledger.Sweep(ctx, p)
+	n, err := b.Driver.Sweep(ctx, p)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := p.Now
@@ -391,7 +391,7 @@ func (b *effectSweeper) Sweep(ctx context.Context, p *ledger.SweepParams) (int, 
 
 // BeginEffect finds a swept effect new, as it would find a deleted record.
 func (b *effectSweeper) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
-	res, err := b.Ledger.BeginEffect(ctx, p)
+	res, err := b.Driver.BeginEffect(ctx, p)
 	b.mu.Lock()
 	gone := b.deleted[ledger.EffectKey(p.RunID, p.Name)]
 	b.mu.Unlock()
@@ -410,33 +410,33 @@ func (b *effectSweeper) GetEffect(ctx context.Context, p *ledger.GetEffectParams
 	if gone {
 		return nil, ledger.ErrNotFound
 	}
-	return b.Ledger.GetEffect(ctx, p)
+	return b.Driver.GetEffect(ctx, p)
 }
 
 // anyPayload claims with the stored run's payload hash, whatever the delivery's.
-type anyPayload struct{ ledger.Ledger }
+type anyPayload struct{ ledger.Driver }
 
 func (b *anyPayload) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	q := *p
 	if r, err := b.Get(ctx, &ledger.GetParams{RunID: p.RunID}); err == nil {
 		q.PayloadHash = r.PayloadHash
 	}
-	return b.Ledger.Acquire(ctx, &q)
+	return b.Driver.Acquire(ctx, &q)
 }
 
 // droppedResult completes runs without their result.
-type droppedResult struct{ ledger.Ledger }
+type droppedResult struct{ ledger.Driver }
 
 func (b *droppedResult) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	q := *p
 	q.Result = nil
-	return b.Ledger.Complete(ctx, &q)
+	return b.Driver.Complete(ctx, &q)
 }
 
 // contendedRenewals holds each effect write of a run for a millisecond, and refuses a
 // renewal of the run as fenced out (ErrLeaseLost) while one is in flight.
 type contendedRenewals struct {
-	ledger.Ledger
+	ledger.Driver
 	mu      sync.Mutex
 	writing map[string]int // run ID → effect writes in flight
 }
@@ -459,12 +459,12 @@ func (b *contendedRenewals) write(id string) (done func()) {
 
 func (b *contendedRenewals) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
 	defer b.write(p.RunID)()
-	return b.Ledger.BeginEffect(ctx, p)
+	return b.Driver.BeginEffect(ctx, p)
 }
 
 func (b *contendedRenewals) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
 	defer b.write(p.RunID)()
-	return b.Ledger.CompleteEffect(ctx, p)
+	return b.Driver.CompleteEffect(ctx, p)
 }
 
 func (b *contendedRenewals) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
@@ -474,16 +474,16 @@ func (b *contendedRenewals) Renew(ctx context.Context, p *ledger.RenewParams) (*
 	if busy {
 		return nil, fmt.Errorf("%w: run %s: an effect write is in flight", ledger.ErrLeaseLost, p.RunID)
 	}
-	return b.Ledger.Renew(ctx, p)
+	return b.Driver.Renew(ctx, p)
 }
 
 // droppedProgress renews without the progress.
-type droppedProgress struct{ ledger.Ledger }
+type droppedProgress struct{ ledger.Driver }
 
 func (b *droppedProgress) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
 	q := *p
 	q.Progress = nil
-	return b.Ledger.Renew(ctx, &q)
+	return b.Driver.Renew(ctx, &q)
 }
 
 // driverRule is a memory ledger one of whose transitions decides by a wrong rule, as a
@@ -506,7 +506,7 @@ const (
 	releaseUncounted
 )
 
-func newDriverRule(l ledger.Ledger, rule mutatedRule) *driverRule {
+func newDriverRule(l ledger.Driver, rule mutatedRule) *driverRule {
 	m := l.(*memory.Ledger)
 	return &driverRule{Ledger: m, store: m.Transitions.Store, rule: rule}
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/runonce/runonce/pkg/ledger"
 )
 
-func (f *fixture) listRescue(l ledger.Ledger) map[string]*ledger.Run {
+func (f *fixture) listRescue(l *ledger.Ledger) map[string]*ledger.Run {
 	f.t.Helper()
 	runs, err := l.ListRescue(f.ctx, &ledger.ListRescueParams{})
 	if err != nil {

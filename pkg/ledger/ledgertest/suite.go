@@ -66,16 +66,17 @@ type fixture struct {
 	t *testing.T
 	h Harness
 	// l is the ledger under test behind the invariant checks (checked); raw is the
-	// ledger itself, for the harness.
-	l   ledger.Ledger
-	raw ledger.Ledger
+	// ledger without them, and drv its driver, for the harness.
+	l   *ledger.Ledger
+	raw *ledger.Ledger
+	drv ledger.Driver
 	ctx context.Context
 }
 
 func setup(t *testing.T, h Harness) *fixture {
 	t.Helper()
-	raw := h.Open(t)
-	return &fixture{t: t, h: h, l: &checked{Ledger: raw, t: t}, raw: raw, ctx: t.Context()}
+	drv := h.Open(t)
+	return &fixture{t: t, h: h, l: check(t, drv), raw: ledger.New(drv, nil), drv: drv, ctx: t.Context()}
 }
 
 // newRunID returns a fresh, valid run ID.
@@ -108,7 +109,7 @@ func (f *fixture) acquire(id string, lease time.Duration) *ledger.AcquireResult 
 	return res
 }
 
-func (f *fixture) tryAcquire(l ledger.Ledger, id string, lease time.Duration) (*ledger.AcquireResult, error) {
+func (f *fixture) tryAcquire(l *ledger.Ledger, id string, lease time.Duration) (*ledger.AcquireResult, error) {
 	attemptID, err := uuid.NewV7()
 	if err != nil {
 		f.t.Fatal(err)

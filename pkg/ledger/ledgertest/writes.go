@@ -55,8 +55,9 @@ func (l *WriteLog) Take() []TransitionWrite {
 // (the backend's names for those fields), and its request must be smaller than the
 // payload. The run read back after each step must be the one the call returned, so that
 // every field the step changed was written.
-func CheckTransitionWrites(t *testing.T, l, other ledger.Ledger, take func() []TransitionWrite, unchanged []string) {
+func CheckTransitionWrites(t *testing.T, ld, otherd ledger.Driver, take func() []TransitionWrite, unchanged []string) {
 	t.Helper()
+	l, other := ledger.New(ld, nil), ledger.New(otherd, nil)
 	ctx := t.Context()
 	payload := bytes.Repeat([]byte("x"), 64<<10)
 	ident := ledger.Identity{

@@ -25,7 +25,7 @@ var (
 	named   = map[string]*Ledger{}
 )
 
-func openURL(_ context.Context, u *url.URL) (ledger.Ledger, error) {
+func openURL(_ context.Context, u *url.URL) (ledger.Driver, error) {
 	if err := driver.CheckQuery(u); err != nil {
 		return nil, err
 	}
@@ -56,7 +56,7 @@ type Ledger struct {
 	effects map[string]*ledger.Effect // by effect key
 }
 
-var _ ledger.Ledger = (*Ledger)(nil)
+var _ ledger.Driver = (*Ledger)(nil)
 
 // New returns an empty ledger.
 func New(opts *Options) *Ledger {
@@ -133,7 +133,7 @@ func (s store) UpdateRunAndEffect(_ context.Context, _, runID, name string, over
 	return nil
 }
 
-// Claim implements ledger.Ledger.
+// Claim implements ledger.Driver.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -145,7 +145,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	return res, nil
 }
 
-// Get implements ledger.Ledger.
+// Get implements ledger.Driver.
 func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -156,7 +156,7 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 	return r.Clone(), nil
 }
 
-// GetEffect implements ledger.Ledger.
+// GetEffect implements ledger.Driver.
 func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -167,7 +167,7 @@ func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*led
 	return copyEffect(e), nil
 }
 
-// ListRescue implements ledger.Ledger.
+// ListRescue implements ledger.Driver.
 func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -185,7 +185,7 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 	return out, nil
 }
 
-// Sweep implements ledger.Ledger.
+// Sweep implements ledger.Driver.
 func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -209,8 +209,8 @@ func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) 
 	return n, nil
 }
 
-// Ping implements ledger.Ledger.
+// Ping implements ledger.Driver.
 func (l *Ledger) Ping(ctx context.Context) error { return nil }
 
-// Close implements ledger.Ledger. The records stay: a store opened by name is shared.
+// Close implements ledger.Driver. The records stay: a store opened by name is shared.
 func (l *Ledger) Close() error { return nil }

@@ -11,7 +11,7 @@ import (
 
 func harness() ledgertest.Harness {
 	return ledgertest.Harness{
-		Open:        func(testing.TB) ledger.Ledger { return memory.New(nil) },
+		Open:        func(testing.TB) ledger.Driver { return memory.New(nil) },
 		SupportsNow: true,
 		Operations:  true,
 	}
@@ -35,7 +35,7 @@ func TestOpenByNameSharesTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a != b || a == c {
+	if a.Driver() != b.Driver() || a.Driver() == c.Driver() {
 		t.Fatal("memory://NAME must return one store per name")
 	}
 	if _, err := ledger.Open(ctx, "memory://x?retention=1h"); err == nil {

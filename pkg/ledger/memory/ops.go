@@ -9,7 +9,7 @@ import (
 	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
-// List implements ledger.Ledger. The store is in process and small: it filters every
+// List implements ledger.Driver. The store is in process and small: it filters every
 // record.
 func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
 	size, pos, err := driver.ValidateList(p)
@@ -35,7 +35,7 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 	return driver.Page(p, out, size), nil
 }
 
-// ListRunIDs implements ledger.Ledger. The store is in process and small: it reads
+// ListRunIDs implements ledger.Driver. The store is in process and small: it reads
 // every run's ID, as List reads every record.
 func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
 	limit, lo, hi, err := driver.ValidateListRunIDs(p)
@@ -54,7 +54,7 @@ func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]
 	return out[:min(len(out), limit)], nil
 }
 
-// ListEffects implements ledger.Ledger.
+// ListEffects implements ledger.Driver.
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
 	if err := driver.ValidateRunID(p.RunID); err != nil {
 		return nil, err

@@ -78,27 +78,27 @@ func (l *Ledger) transact(ctx context.Context, a *driver.Action) (*ledger.Run, e
 	return next, nil
 }
 
-// Retry implements ledger.Ledger.
+// Retry implements ledger.Driver.
 func (l *Ledger) Retry(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
 	return l.transact(ctx, driver.RunAction(driver.OpRetry, p, driver.ApplyRetry))
 }
 
-// Cancel implements ledger.Ledger.
+// Cancel implements ledger.Driver.
 func (l *Ledger) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
 	return l.transact(ctx, driver.RunAction(driver.OpCancel, p, driver.ApplyCancel))
 }
 
-// OperatorRelease implements ledger.Ledger.
+// OperatorRelease implements ledger.Driver.
 func (l *Ledger) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
 	return l.transact(ctx, driver.RunAction(driver.OpOperatorRelease, p, driver.ApplyOperatorRelease))
 }
 
-// ResolveEffect implements ledger.Ledger.
+// ResolveEffect implements ledger.Driver.
 func (l *Ledger) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
 	return l.transact(ctx, driver.ResolveAction(p))
 }
 
-// List implements ledger.Ledger with one statement over the listing's indexes
+// List implements ledger.Driver with one statement over the listing's indexes
 // (migration 00007 says which serves what), newest first, keyset-paginated on (time, run
 // ID); the payload is not read.
 func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
@@ -186,7 +186,7 @@ func (l *Ledger) listQuery(p *ledger.ListParams, pos driver.Position, limit int)
 	return "SELECT * FROM (" + strings.Join(scans, " UNION ALL ") + ") u" + order, args
 }
 
-// ListRunIDs implements ledger.Ledger with a range scan of the primary key.
+// ListRunIDs implements ledger.Driver with a range scan of the primary key.
 func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
 	limit, lo, hi, err := driver.ValidateListRunIDs(p)
 	if err != nil {
@@ -204,7 +204,7 @@ func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]
 	return ids, nil
 }
 
-// ListEffects implements ledger.Ledger over the index effects_run_idx.
+// ListEffects implements ledger.Driver over the index effects_run_idx.
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
 	if err := driver.ValidateRunID(p.RunID); err != nil {
 		return nil, err

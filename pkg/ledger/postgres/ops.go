@@ -25,7 +25,7 @@ const (
 // by the time it reads it (deleted by a sweep in between: expired, so practically never).
 const claimTries = 3
 
-// Claim implements ledger.Ledger with one INSERT … ON CONFLICT DO NOTHING statement that
+// Claim implements ledger.Driver with one INSERT … ON CONFLICT DO NOTHING statement that
 // also reads the existing run: a duplicate writes nothing. Only when the conflicting run
 // was committed after the statement's snapshot does a second statement read it.
 //
@@ -162,7 +162,7 @@ func (l *Ledger) claimBatch(ctx context.Context, batch []*claimCall) {
 	}
 }
 
-// Expedite implements ledger.Ledger with one conditional UPDATE.
+// Expedite implements ledger.Driver with one conditional UPDATE.
 func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
 	if err := driver.ValidateExpedite(p); err != nil {
 		return nil, err
@@ -175,7 +175,7 @@ func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledge
 		})
 }
 
-// Acquire implements ledger.Ledger: a queued run that exists and may be taken now, or a
+// Acquire implements ledger.Driver: a queued run that exists and may be taken now, or a
 // run that does not exist yet, the usual cases, with one statement; anything else with
 // one INSERT … ON CONFLICT DO UPDATE statement after it (see acquireQueuedSQL).
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
@@ -283,7 +283,7 @@ func (l *Ledger) acquireAny(ctx context.Context, p *ledger.AcquireParams) (*ledg
 	return res, nil
 }
 
-// Renew implements ledger.Ledger with one fenced UPDATE.
+// Renew implements ledger.Driver with one fenced UPDATE.
 func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
 	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
@@ -299,7 +299,7 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 		})
 }
 
-// Complete implements ledger.Ledger with one fenced UPDATE.
+// Complete implements ledger.Driver with one fenced UPDATE.
 func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
@@ -329,7 +329,7 @@ func (l *Ledger) completeOne(ctx context.Context, p *ledger.CompleteParams) (*le
 		})
 }
 
-// Fail implements ledger.Ledger with one fenced UPDATE.
+// Fail implements ledger.Driver with one fenced UPDATE.
 func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
 	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
@@ -345,7 +345,7 @@ func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, e
 		})
 }
 
-// Release implements ledger.Ledger with one fenced UPDATE.
+// Release implements ledger.Driver with one fenced UPDATE.
 func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
 	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
@@ -366,7 +366,7 @@ func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.
 		})
 }
 
-// Rescue implements ledger.Ledger with one conditional UPDATE.
+// Rescue implements ledger.Driver with one conditional UPDATE.
 func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
 	if err := driver.ValidateRescue(p); err != nil {
 		return nil, err
@@ -417,7 +417,7 @@ func (l *Ledger) fenced(ctx context.Context, op, sql, runID string, args []any,
 	return answer, nil
 }
 
-// Get implements ledger.Ledger.
+// Get implements ledger.Driver.
 func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
 	var (
 		s                  runScan
@@ -450,7 +450,7 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 	return r, nil
 }
 
-// BeginEffect implements ledger.Ledger with one statement: it locks the run (FOR SHARE,
+// BeginEffect implements ledger.Driver with one statement: it locks the run (FOR SHARE,
 // so that no takeover slips in), checks the fence and upserts the effect.
 func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
 	if err := driver.ValidateEffect(&p.Fence, p.Name); err != nil {
@@ -487,7 +487,7 @@ func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (
 	return res, nil
 }
 
-// CompleteEffect implements ledger.Ledger with one statement, fenced like BeginEffect.
+// CompleteEffect implements ledger.Driver with one statement, fenced like BeginEffect.
 func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
 	if err := driver.ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, err
@@ -519,7 +519,7 @@ func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectPar
 	return answer, nil
 }
 
-// GetEffect implements ledger.Ledger.
+// GetEffect implements ledger.Driver.
 func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
 	var s effectScan
 	if err := l.pool.QueryRow(ctx, l.q.getEffect, ledger.EffectKey(p.RunID, p.Name)).Scan(s.dest()...); err != nil {
@@ -535,7 +535,7 @@ func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*led
 // (see the package doc), and the sweep's would read every run to check effects' runs.
 const planEach = pgx.QueryExecModeSimpleProtocol
 
-// ListRescue implements ledger.Ledger over the partial index runs_rescue_idx.
+// ListRescue implements ledger.Driver over the partial index runs_rescue_idx.
 func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
 	rows, err := l.pool.Query(ctx, l.q.listRescue, planEach, timeArg(p.Now), cmp.Or(p.Limit, defaultRescueLimit))
 	if err != nil {
@@ -553,7 +553,7 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 	return out, nil
 }
 
-// Sweep implements ledger.Ledger: one statement deletes at most Limit expired runs and
+// Sweep implements ledger.Driver: one statement deletes at most Limit expired runs and
 // effects, skipping rows that are locked.
 func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
 	var n int64

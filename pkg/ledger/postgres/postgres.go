@@ -112,7 +112,7 @@ func (o *Options) withDefaults() Options {
 	return out
 }
 
-// Ledger is a ledger.Ledger stored in PostgreSQL. It is safe for concurrent use.
+// Ledger is a ledger.Driver stored in PostgreSQL. It is safe for concurrent use.
 type Ledger struct {
 	pool     *pgxpool.Pool
 	ownsPool bool
@@ -125,7 +125,7 @@ type Ledger struct {
 	completes *batcher[*ledger.CompleteParams, *ledger.Run]
 }
 
-var _ ledger.Ledger = (*Ledger)(nil)
+var _ ledger.Driver = (*Ledger)(nil)
 
 // New returns a ledger over pool, applying the migrations first unless opts.NoMigrate. The
 // pool stays the caller's: Close does not close it. Open's pool plans the ledger's
@@ -188,7 +188,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Ledger, error) {
 	return l, nil
 }
 
-func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
+func openURL(ctx context.Context, u *url.URL) (ledger.Driver, error) {
 	return Open(ctx, u.String(), nil)
 }
 
@@ -311,7 +311,7 @@ func (l *Ledger) Schema() string { return l.schema }
 // Pool returns the ledger's connection pool.
 func (l *Ledger) Pool() *pgxpool.Pool { return l.pool }
 
-// Ping implements ledger.Ledger.
+// Ping implements ledger.Driver.
 func (l *Ledger) Ping(ctx context.Context) error {
 	if err := l.pool.Ping(ctx); err != nil {
 		return interpretError("ping", err)
@@ -319,7 +319,7 @@ func (l *Ledger) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close implements ledger.Ledger. It closes the pool when Open created it.
+// Close implements ledger.Driver. It closes the pool when Open created it.
 func (l *Ledger) Close() error {
 	if l.ownsPool {
 		l.pool.Close()

@@ -101,7 +101,7 @@ func openTest(tb testing.TB, opts *Options) *Ledger {
 func harness() ledgertest.Harness {
 	return ledgertest.Harness{
 		Operations: true,
-		Open: func(tb testing.TB) ledger.Ledger {
+		Open: func(tb testing.TB) ledger.Driver {
 			l := openTest(tb, nil)
 			if _, bench := tb.(*testing.B); bench {
 				q := l.q
@@ -112,7 +112,7 @@ func harness() ledgertest.Harness {
 		},
 		// A second client of the same schema whose process clock is skewed: decisions
 		// must not change, since every time comes from the database.
-		SkewedClient: func(tb testing.TB, l ledger.Ledger, skew func() time.Duration) ledger.Ledger {
+		SkewedClient: func(tb testing.TB, l ledger.Driver, skew func() time.Duration) ledger.Driver {
 			tb.Helper()
 			skewed, err := Open(context.Background(), testDSN(tb), &Options{
 				Schema: l.(*Ledger).Schema(),
@@ -166,7 +166,7 @@ func TestConformance(t *testing.T) {
 // the database, where batched ones share a statement, one row for the run.
 func TestConformanceUnbatched(t *testing.T) {
 	h := harness()
-	h.Open = func(tb testing.TB) ledger.Ledger { return openTest(tb, &Options{Batches: -1}) }
+	h.Open = func(tb testing.TB) ledger.Driver { return openTest(tb, &Options{Batches: -1}) }
 	ledgertest.Run(t, h)
 }
 
@@ -389,7 +389,7 @@ func TestURL(t *testing.T) {
 				t.Fatalf("ledger.Open(%s): %v", scheme, err)
 			}
 			defer l.Close()
-			if got := l.(*Ledger).Schema(); got != schema {
+			if got := l.Driver().(*Ledger).Schema(); got != schema {
 				t.Fatalf("schema = %q, want %q", got, schema)
 			}
 			if err := l.Ping(ctx); err != nil {
@@ -422,7 +422,7 @@ func TestURL(t *testing.T) {
 				t.Fatalf("Open with batches=%s: %v", c.value, err)
 			}
 			defer l.Close()
-			pl := l.(*Ledger)
+			pl := l.Driver().(*Ledger)
 			for _, lanes := range []struct {
 				kind string
 				n    int

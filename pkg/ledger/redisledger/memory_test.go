@@ -188,7 +188,7 @@ func TestOutOfMemoryLosesNothing(t *testing.T) {
 
 	topic := memqueue.NewTopic("oom")
 	t.Cleanup(func() { _ = topic.Close() })
-	h, err := ingress.New(&ingress.Config{Ledger: l, Publisher: topic.Publisher(), Namespace: "oom", Jobs: []string{"report"},
+	h, err := ingress.New(&ingress.Config{Ledger: ledger.New(l, nil), Publisher: topic.Publisher(), Namespace: "oom", Jobs: []string{"report"},
 		Auth: auth.None{}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -260,7 +260,7 @@ func TestOutOfMemoryLosesNothing(t *testing.T) {
 	mux := worker.NewMux()
 	var ran atomic.Int32
 	mux.HandleFunc("job", func(context.Context, *worker.Job) error { ran.Add(1); return nil })
-	w, err := worker.New(&worker.Config{Ledger: l, Handler: mux, Logger: slog.New(slog.DiscardHandler)})
+	w, err := worker.New(&worker.Config{Ledger: ledger.New(l, nil), Handler: mux, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,22 +99,22 @@ func (l *Ledger) transact(ctx context.Context, a *driver.Action) (*ledger.Run, e
 		what, ledger.ErrContended, operatorTries)
 }
 
-// Retry implements ledger.Ledger with driver.ApplyRetry (see transact).
+// Retry implements ledger.Driver with driver.ApplyRetry (see transact).
 func (l *Ledger) Retry(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
 	return l.transact(ctx, driver.RunAction(driver.OpRetry, p, driver.ApplyRetry))
 }
 
-// Cancel implements ledger.Ledger with driver.ApplyCancel (see transact).
+// Cancel implements ledger.Driver with driver.ApplyCancel (see transact).
 func (l *Ledger) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
 	return l.transact(ctx, driver.RunAction(driver.OpCancel, p, driver.ApplyCancel))
 }
 
-// OperatorRelease implements ledger.Ledger with driver.ApplyOperatorRelease (see transact).
+// OperatorRelease implements ledger.Driver with driver.ApplyOperatorRelease (see transact).
 func (l *Ledger) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
 	return l.transact(ctx, driver.RunAction(driver.OpOperatorRelease, p, driver.ApplyOperatorRelease))
 }
 
-// ResolveEffect implements ledger.Ledger with driver.ApplyResolveEffect (see transact).
+// ResolveEffect implements ledger.Driver with driver.ApplyResolveEffect (see transact).
 func (l *Ledger) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
 	return l.transact(ctx, driver.ResolveAction(p))
 }
@@ -163,7 +163,7 @@ func listedAt(field string) string {
 
 func scoreArg(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
 
-// List implements ledger.Ledger over the listing indexes (listIndex), newest first,
+// List implements ledger.Driver over the listing indexes (listIndex), newest first,
 // keyset-paginated on (time, run ID): a sorted set answers equal scores in descending
 // member order, which is the listing's. The payload is not read.
 func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
@@ -242,7 +242,7 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 	return &ledger.ListResult{Runs: runs, Next: driver.EncodeCursor(at)}, nil
 }
 
-// ListRunIDs implements ledger.Ledger with one script over the ID index (runIDsScript),
+// ListRunIDs implements ledger.Driver with one script over the ID index (runIDsScript),
 // a range of a sorted set read in lexicographic order, as a range of a primary key.
 func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
 	limit, lo, hi, err := driver.ValidateListRunIDs(p)
@@ -256,7 +256,7 @@ func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]
 	return v, nil
 }
 
-// ListEffects implements ledger.Ledger with one script that reads the effects the run's
+// ListEffects implements ledger.Driver with one script that reads the effects the run's
 // effects field lists, ordered by name here.
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
 	if err := driver.ValidateRunID(p.RunID); err != nil {

@@ -16,9 +16,9 @@ import (
 )
 
 // step is one call of a scripted history, made on two ledgers with the same Now.
-type step func(ctx context.Context, l ledger.Ledger, now time.Time) error
+type step func(ctx context.Context, l ledger.Driver, now time.Time) error
 
-func fenceOf(ctx context.Context, l ledger.Ledger, id string) (ledger.Fence, error) {
+func fenceOf(ctx context.Context, l ledger.Driver, id string) (ledger.Fence, error) {
 	r, err := l.Get(ctx, &ledger.GetParams{RunID: id})
 	if err != nil {
 		return ledger.Fence{}, err
@@ -43,13 +43,13 @@ func TestHistoryAsTheDriverRecordsIt(t *testing.T) {
 		return &ledger.OperatorParams{RunID: id, Actor: "oncall@example.com", Reason: "because " + strings.Repeat("é", 200)}
 	}
 	acquire := func(id, worker string, lease time.Duration) step {
-		return func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+		return func(ctx context.Context, l ledger.Driver, now time.Time) error {
 			_, err := l.Acquire(ctx, &ledger.AcquireParams{Identity: idn(id), AttemptID: uuid.NewString(), Worker: worker, Lease: lease, Now: now})
 			return err
 		}
 	}
-	fenced := func(id string, do func(ledger.Ledger, ledger.Fence, time.Time) error) step {
-		return func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+	fenced := func(id string, do func(ledger.Driver, ledger.Fence, time.Time) error) step {
+		return func(ctx context.Context, l ledger.Driver, now time.Time) error {
 			f, err := fenceOf(ctx, l, id)
 			if err != nil {
 				return err
@@ -58,13 +58,13 @@ func TestHistoryAsTheDriverRecordsIt(t *testing.T) {
 		}
 	}
 	begin := func(id, name string) step {
-		return fenced(id, func(l ledger.Ledger, f ledger.Fence, now time.Time) error {
+		return fenced(id, func(l ledger.Driver, f ledger.Fence, now time.Time) error {
 			_, err := l.BeginEffect(ctx, &ledger.BeginEffectParams{Fence: f, Name: name, Now: now})
 			return err
 		})
 	}
 	resolve := func(id, name string, done bool, ref string) step {
-		return func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+		return func(ctx context.Context, l ledger.Driver, now time.Time) error {
 			p := &ledger.ResolveEffectParams{OperatorParams: *op(id), Effect: name, Done: done, Ref: ref}
 			p.Now = now
 			_, err := l.ResolveEffect(ctx, p)
@@ -72,7 +72,7 @@ func TestHistoryAsTheDriverRecordsIt(t *testing.T) {
 		}
 	}
 	rescue := func(id string) step {
-		return func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+		return func(ctx context.Context, l ledger.Driver, now time.Time) error {
 			r, err := l.Get(ctx, &ledger.GetParams{RunID: id})
 			if err != nil {
 				return err
@@ -82,65 +82,65 @@ func TestHistoryAsTheDriverRecordsIt(t *testing.T) {
 		}
 	}
 	steps := []step{
-		func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+		func(ctx context.Context, l ledger.Driver, now time.Time) error {
 			_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: idn(a), AttemptID: "c", Now: now})
 			return err
 		},
 		acquire(a, "host-a/1", 10*time.Second),
-		fenced(a, func(l ledger.Ledger, f ledger.Fence, now time.Time) error {
+		fenced(a, func(l ledger.Driver, f ledger.Fence, now time.Time) error {
 			_, err := l.Renew(ctx, &ledger.RenewParams{Fence: f, Lease: 10 * time.Second, Now: now})
 			return err
 		}),
-		fenced(a, func(l ledger.Ledger, f ledger.Fence, now time.Time) error {
+		fenced(a, func(l ledger.Driver, f ledger.Fence, now time.Time) error {
 			_, err := l.Release(ctx, &ledger.ReleaseParams{Fence: f, Error: long, Now: now})
 			return err
 		}),
 		acquire(a, strings.Repeat("w", 2000), time.Second),
 		acquire(a, "host-c", 10*time.Second), // the lease ran out: lease_lost, started
 		begin(a, "run"),
-		fenced(a, func(l ledger.Ledger, f ledger.Fence, now time.Time) error {
+		fenced(a, func(l ledger.Driver, f ledger.Fence, now time.Time) error {
 			_, err := l.Fail(ctx, &ledger.FailParams{Fence: f, Now: now}) // no error: the event keeps the last one
 			return err
 		}),
 		resolve(a, "run", true, strings.Repeat("r", ledger.MaxEffectRef)), // the event's text clipped in the ref
 		acquire(a, "host-c2", 10*time.Second),
 		begin(a, "run/2"),
-		fenced(a, func(l ledger.Ledger, f ledger.Fence, now time.Time) error {
+		fenced(a, func(l ledger.Driver, f ledger.Fence, now time.Time) error {
 			_, err := l.Fail(ctx, &ledger.FailParams{Fence: f, Error: "lost answer", Now: now})
 			return err
 		}),
 		resolve(a, "run/2", false, ""),
 		acquire(a, "host-c3", 10*time.Second),
-		fenced(a, func(l ledger.Ledger, f ledger.Fence, now time.Time) error {
+		fenced(a, func(l ledger.Driver, f ledger.Fence, now time.Time) error {
 			_, err := l.Fail(ctx, &ledger.FailParams{Fence: f, Error: "again", Now: now})
 			return err
 		}),
-		func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+		func(ctx context.Context, l ledger.Driver, now time.Time) error {
 			p := op(a)
 			p.Now = now
 			_, err := l.Retry(ctx, p)
 			return err
 		},
 		acquire(a, "host-d", 10*time.Second),
-		func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+		func(ctx context.Context, l ledger.Driver, now time.Time) error {
 			p := op(a)
 			p.Now = now
 			_, err := l.OperatorRelease(ctx, p)
 			return err
 		},
 		acquire(a, "host-e", 10*time.Second),
-		fenced(a, func(l ledger.Ledger, f ledger.Fence, now time.Time) error {
+		fenced(a, func(l ledger.Driver, f ledger.Fence, now time.Time) error {
 			_, err := l.Complete(ctx, &ledger.CompleteParams{Fence: f, Now: now})
 			return err
 		}),
-		func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+		func(ctx context.Context, l ledger.Driver, now time.Time) error {
 			_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: idn(b), AttemptID: "c", PickupTimeout: time.Second, Now: now})
 			return err
 		},
 		rescue(b), // queued past its pickup deadline: rescued
 		acquire(b, "host-f", time.Second),
 		rescue(b), // running past its lease: lease_lost
-		func(ctx context.Context, l ledger.Ledger, now time.Time) error {
+		func(ctx context.Context, l ledger.Driver, now time.Time) error {
 			p := op(b)
 			p.Now = now
 			_, err := l.Cancel(ctx, p)

@@ -113,7 +113,7 @@ func inconsistent(op, runID string, cur *ledger.Run) error {
 
 func (l *Ledger) runKeys(id string) []string { return []string{l.runKey(id), l.rescueKey, l.expireKey} }
 
-// Claim implements ledger.Ledger with one script: the record is created when absent, and
+// Claim implements ledger.Driver with one script: the record is created when absent, and
 // a duplicate's answer is the record as it stands.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
 	if err := driver.ValidateClaim(p); err != nil {
@@ -135,7 +135,7 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 	return &ledger.ClaimResult{Run: r, Created: created, PayloadMismatch: !created && r.PayloadHash != p.PayloadHash}, nil
 }
 
-// Expedite implements ledger.Ledger with one fenced script: an untouched ingress claim's
+// Expedite implements ledger.Driver with one fenced script: an untouched ingress claim's
 // deadline becomes the server's now.
 func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
 	if err := driver.ValidateExpedite(p); err != nil {
@@ -149,7 +149,7 @@ func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledge
 		})
 }
 
-// Acquire implements ledger.Ledger with one script.
+// Acquire implements ledger.Driver with one script.
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	if err := driver.ValidateAcquire(p); err != nil {
 		return nil, err
@@ -208,7 +208,7 @@ func mustExist(b bool) string {
 
 func attempt(f *ledger.Fence) string { return strconv.FormatInt(f.Attempt, 10) }
 
-// Renew implements ledger.Ledger with one fenced script.
+// Renew implements ledger.Driver with one fenced script.
 func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
 	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
@@ -225,7 +225,7 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 		})
 }
 
-// Complete implements ledger.Ledger with one fenced script.
+// Complete implements ledger.Driver with one fenced script.
 func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
@@ -244,7 +244,7 @@ func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledge
 		})
 }
 
-// Fail implements ledger.Ledger with one fenced script.
+// Fail implements ledger.Driver with one fenced script.
 func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
 	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
@@ -260,7 +260,7 @@ func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, e
 		})
 }
 
-// Release implements ledger.Ledger with one fenced script.
+// Release implements ledger.Driver with one fenced script.
 func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
 	if err := driver.ValidateFence(&p.Fence); err != nil {
 		return nil, err
@@ -279,7 +279,7 @@ func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.
 		})
 }
 
-// Rescue implements ledger.Ledger with one conditional script.
+// Rescue implements ledger.Driver with one conditional script.
 func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
 	if err := driver.ValidateRescue(p); err != nil {
 		return nil, err
@@ -296,7 +296,7 @@ func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Ru
 		})
 }
 
-// Get implements ledger.Ledger with one HGETALL: the run's hash holds its history.
+// Get implements ledger.Driver with one HGETALL: the run's hash holds its history.
 func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
 	what := "get run " + p.RunID
 	m, err := l.rdb.HGetAll(ctx, l.runKey(p.RunID)).Result()
@@ -355,7 +355,7 @@ func (l *Ledger) effectKeys(runID, key string) []string {
 	return []string{l.runKey(runID), l.rescueKey, l.expireKey, l.effectKey(key)}
 }
 
-// BeginEffect implements ledger.Ledger with one fenced script.
+// BeginEffect implements ledger.Driver with one fenced script.
 func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
 	if err := driver.ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, err
@@ -384,7 +384,7 @@ func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (
 	return res, nil
 }
 
-// CompleteEffect implements ledger.Ledger with one fenced script.
+// CompleteEffect implements ledger.Driver with one fenced script.
 func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
 	if err := driver.ValidateEffect(&p.Fence, p.Name); err != nil {
 		return nil, err
@@ -411,7 +411,7 @@ func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectPar
 	return ans, nil
 }
 
-// GetEffect implements ledger.Ledger with one HGETALL.
+// GetEffect implements ledger.Driver with one HGETALL.
 func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
 	m, err := l.rdb.HGetAll(ctx, l.effectKey(ledger.EffectKey(p.RunID, p.Name))).Result()
 	if err != nil {
@@ -427,7 +427,7 @@ func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*led
 	return e, nil
 }
 
-// ListRescue implements ledger.Ledger with one script over the rescue index.
+// ListRescue implements ledger.Driver with one script over the rescue index.
 func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
 	v, err := l.run(ctx, "list runs to rescue", listRescueScript, []string{l.rescueKey},
 		timeArg(p.Now), cmp.Or(p.Limit, defaultRescueLimit), l.o.Prefix+"run:")
@@ -460,7 +460,7 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 	return out, nil
 }
 
-// Sweep implements ledger.Ledger with one script over the expiry index. Redis deletes a
+// Sweep implements ledger.Driver with one script over the expiry index. Redis deletes a
 // record by itself Options.Grace after its ExpireAt; Sweep deletes it sooner.
 func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
 	v, err := l.run(ctx, "sweep", sweepScript, []string{l.expireKey, l.rescueKey},

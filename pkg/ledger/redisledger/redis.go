@@ -147,7 +147,7 @@ func (o *Options) withDefaults() (Options, error) {
 	return out, nil
 }
 
-// Ledger is a ledger.Ledger stored in Redis (or Valkey, or Memorystore). It is safe for
+// Ledger is a ledger.Driver stored in Redis (or Valkey, or Memorystore). It is safe for
 // concurrent use.
 type Ledger struct {
 	rdb        *redis.Client
@@ -159,7 +159,7 @@ type Ledger struct {
 	listBudget, listCalls int
 }
 
-var _ ledger.Ledger = (*Ledger)(nil)
+var _ ledger.Driver = (*Ledger)(nil)
 
 // New returns a ledger over rdb: a client of one primary (redis.NewClient, or
 // redis.NewFailoverClient for Sentinel). Redis Cluster is not supported: each script
@@ -220,7 +220,7 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Ledger, error) {
 	return l, nil
 }
 
-func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
+func openURL(ctx context.Context, u *url.URL) (ledger.Driver, error) {
 	return Open(ctx, u.String(), nil)
 }
 
@@ -405,12 +405,12 @@ func (l *Ledger) Prefix() string { return l.o.Prefix }
 // Client is the ledger's client.
 func (l *Ledger) Client() *redis.Client { return l.rdb }
 
-// Ping implements ledger.Ledger.
+// Ping implements ledger.Driver.
 func (l *Ledger) Ping(ctx context.Context) error {
 	return interpretError("ping", l.rdb.Ping(ctx).Err())
 }
 
-// Close implements ledger.Ledger: it closes the client Open made, not one given to New.
+// Close implements ledger.Driver: it closes the client Open made, not one given to New.
 func (l *Ledger) Close() error {
 	if l.ownsClient {
 		return l.rdb.Close()

@@ -122,11 +122,11 @@ func openTest(tb testing.TB, opts *Options) *Ledger {
 
 func harness() ledgertest.Harness {
 	return ledgertest.Harness{
-		Open: func(tb testing.TB) ledger.Ledger { return openTest(tb, nil) },
+		Open: func(tb testing.TB) ledger.Driver { return openTest(tb, nil) },
 		// The backend reads no process clock at all (every time is the server's TIME), so
 		// a "skewed" client is another client of the same keys: the suite checks that a
 		// second client's decisions are the server's.
-		SkewedClient: func(tb testing.TB, l ledger.Ledger, _ func() time.Duration) ledger.Ledger {
+		SkewedClient: func(tb testing.TB, l ledger.Driver, _ func() time.Duration) ledger.Driver {
 			tb.Helper()
 			other, err := Open(tb.Context(), testURL(tb)+"?prefix="+url.QueryEscape(l.(*Ledger).Prefix()), nil)
 			if err != nil {
@@ -155,7 +155,7 @@ func TestURL(t *testing.T) {
 			t.Fatalf("ledger.Open: %v", err)
 		}
 		defer l.Close()
-		rl := l.(*Ledger)
+		rl := l.Driver().(*Ledger)
 		if rl.Prefix() != prefix || rl.o.Grace != 2*time.Hour {
 			t.Fatalf("prefix %q, grace %v; want %q, 2h", rl.Prefix(), rl.o.Grace, prefix)
 		}

@@ -65,7 +65,7 @@ func TestWorkersUnderContention(t *testing.T) {
 	var ws []*worker.Worker
 	for i := range workers {
 		w, err := worker.New(&worker.Config{
-			Ledger: open(), Handler: mux, Lease: lease, Concurrency: concurrency,
+			Ledger: ledger.New(open(), nil), Handler: mux, Lease: lease, Concurrency: concurrency,
 			Instance: fmt.Sprintf("worker-%d", i), Logger: slog.New(logs),
 		})
 		if err != nil {

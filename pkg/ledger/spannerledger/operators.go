@@ -43,7 +43,7 @@ func perShard(shard func(s int) string, order string) string {
 	return "SELECT * FROM (" + strings.Join(parts, " UNION ALL ") + ") ORDER BY " + order + " LIMIT @limit"
 }
 
-// List implements ledger.Ledger with one strong read over a listing index (listIndex)
+// List implements ledger.Driver with one strong read over a listing index (listIndex)
 // on every shard (perShard), newest first, keyset-paginated on (time, run ID): a page of
 // n runs reads at most Shards × (n+1) index entries.
 func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
@@ -86,7 +86,7 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 	return driver.Page(p, out, size), nil
 }
 
-// ListRunIDs implements ledger.Ledger with one strong read of a range of the runs'
+// ListRunIDs implements ledger.Driver with one strong read of a range of the runs'
 // primary key, reading the key alone.
 func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
 	limit, lo, hi, err := driver.ValidateListRunIDs(p)
@@ -110,7 +110,7 @@ func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]
 	return out, nil
 }
 
-// ListEffects implements ledger.Ledger with one strong read of the run's interleaved
+// ListEffects implements ledger.Driver with one strong read of the run's interleaved
 // effects, in primary-key (name) order.
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
 	if err := driver.ValidateRunID(p.RunID); err != nil {

@@ -157,7 +157,7 @@ func writeRun(was []any, r *ledger.Run) []*spanner.Mutation {
 	return []*spanner.Mutation{spanner.Update("runs", cols, changed)}
 }
 
-// Claim implements ledger.Ledger. A new run costs one RPC: a Commit of an insert mutation
+// Claim implements ledger.Driver. A new run costs one RPC: a Commit of an insert mutation
 // without a read (ApplyAtLeastOnce); a duplicate's insert fails with AlreadyExists and
 // costs one strong read more. A run this ledger has seen exist (driver.KnownRuns: it
 // created it, or a claim found it) is read first: its duplicate costs one strong read, no
@@ -323,7 +323,7 @@ func (s store) UpdateRunAndEffect(ctx context.Context, op, runID, name string, o
 		})
 }
 
-// Get implements ledger.Ledger with one strong read.
+// Get implements ledger.Driver with one strong read.
 func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
 	var rr runRow
 	found := false
@@ -354,7 +354,7 @@ func writeEffect(e *ledger.Effect) []*spanner.Mutation {
 	return []*spanner.Mutation{spanner.InsertOrUpdate("effects", effectColumns, effectValues(e))}
 }
 
-// GetEffect implements ledger.Ledger with one strong read.
+// GetEffect implements ledger.Driver with one strong read.
 func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
 	var er effectRow
 	found := false
@@ -374,7 +374,7 @@ func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*led
 	return er.effect(), nil
 }
 
-// ListRescue implements ledger.Ledger with one strong read over the deadline index on
+// ListRescue implements ledger.Driver with one strong read over the deadline index on
 // every shard (perShard), oldest deadline first.
 func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
 	out, err := l.queryRuns(ctx, spanner.Statement{
@@ -414,7 +414,7 @@ func allShards() []int64 {
 	return out
 }
 
-// Sweep implements ledger.Ledger with one read-write transaction: it reads at most Limit
+// Sweep implements ledger.Driver with one read-write transaction: it reads at most Limit
 // expired runs over their expire_at index, on every shard (shard IN UNNEST, a range of
 // the index each, in no order), and deletes them; a run's effects go with it
 // (ON DELETE CASCADE), never before it. Spanner's row deletion policy deletes expired runs

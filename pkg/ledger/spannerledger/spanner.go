@@ -47,7 +47,7 @@ type Options struct {
 	Clock func() time.Time
 }
 
-// Ledger is a ledger.Ledger stored in Cloud Spanner. It is safe for concurrent use.
+// Ledger is a ledger.Driver stored in Cloud Spanner. It is safe for concurrent use.
 type Ledger struct {
 	client             *spanner.Client
 	ownsClient         bool
@@ -61,7 +61,7 @@ type Ledger struct {
 	serial *gate
 }
 
-var _ ledger.Ledger = (*Ledger)(nil)
+var _ ledger.Driver = (*Ledger)(nil)
 
 var dbName = regexp.MustCompile(`^projects/[^/]+/instances/[^/]+/databases/[^/]+$`)
 
@@ -132,7 +132,7 @@ func Open(ctx context.Context, db string, opts *Options) (*Ledger, error) {
 }
 
 // openURL opens spanner://projects/P/instances/I/databases/D[?migrate=false].
-func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
+func openURL(ctx context.Context, u *url.URL) (ledger.Driver, error) {
 	const form = "spanner://projects/PROJECT/instances/INSTANCE/databases/DATABASE[?migrate=false]"
 	if u.User != nil {
 		return nil, fmt.Errorf("%s: credentials come from the environment, never from the URL", form)
@@ -158,7 +158,7 @@ func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
 // Database is the database the ledger writes.
 func (l *Ledger) Database() string { return l.db }
 
-// Ping implements ledger.Ledger with one strong read.
+// Ping implements ledger.Driver with one strong read.
 func (l *Ledger) Ping(ctx context.Context) error {
 	err := l.client.Single().Query(ctx, spanner.Statement{SQL: "SELECT 1"}).Do(func(*spanner.Row) error { return nil })
 	return interpretError("ping", err)
@@ -183,7 +183,7 @@ func (l *Ledger) calibrate(ctx context.Context) error {
 	return nil
 }
 
-// Close implements ledger.Ledger: it closes the client Open made, not one given to New.
+// Close implements ledger.Driver: it closes the client Open made, not one given to New.
 func (l *Ledger) Close() error {
 	if l.ownsClient {
 		l.client.Close()

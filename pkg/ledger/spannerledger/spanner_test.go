@@ -147,11 +147,11 @@ func openTest(tb testing.TB, opts *Options) *Ledger {
 func harness() ledgertest.Harness {
 	return ledgertest.Harness{
 		Operations: true,
-		Open:       func(tb testing.TB) ledger.Ledger { return openTest(tb, nil) },
+		Open:       func(tb testing.TB) ledger.Driver { return openTest(tb, nil) },
 		// A second client of the same database whose process clock is skewed: every
 		// decision is Spanner's, and the claim's estimate of Spanner's clock cancels a
 		// constant skew.
-		SkewedClient: func(tb testing.TB, l ledger.Ledger, skew func() time.Duration) ledger.Ledger {
+		SkewedClient: func(tb testing.TB, l ledger.Driver, skew func() time.Duration) ledger.Driver {
 			tb.Helper()
 			skewed, err := Open(context.Background(), l.(*Ledger).Database(), &Options{
 				NoMigrate: true,
@@ -181,7 +181,7 @@ func TestURL(t *testing.T) {
 			t.Fatalf("ledger.Open: %v", err)
 		}
 		defer l.Close()
-		if got := l.(*Ledger).Database(); got != db {
+		if got := l.Driver().(*Ledger).Database(); got != db {
 			t.Fatalf("database = %q, want %q", got, db)
 		}
 		if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ledger.Identity{RunID: ledger.KeyedRunID("u", "j", "k")}, AttemptID: "a"}); err != nil {

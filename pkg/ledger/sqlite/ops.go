@@ -10,7 +10,7 @@ import (
 	"github.com/runonce/runonce/pkg/ledger/driver"
 )
 
-// List implements ledger.Ledger: one query over the listing's indexes (migration 0006
+// List implements ledger.Driver: one query over the listing's indexes (migration 0006
 // says which serves what), newest first, keyset-paginated on (time, run_id); the payload
 // and the history are not read.
 func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
@@ -46,7 +46,7 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 // the IDs (TestListRunIDsReadsThePrimaryKey).
 const listRunIDsSQL = "SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT ?"
 
-// ListRunIDs implements ledger.Ledger with a range scan of the primary key.
+// ListRunIDs implements ledger.Driver with a range scan of the primary key.
 func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
 	limit, lo, hi, err := driver.ValidateListRunIDs(p)
 	if err != nil {
@@ -71,7 +71,7 @@ func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]
 	return out, nil
 }
 
-// ListEffects implements ledger.Ledger (index effects_run).
+// ListEffects implements ledger.Driver (index effects_run).
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
 	if err := driver.ValidateRunID(p.RunID); err != nil {
 		return nil, err

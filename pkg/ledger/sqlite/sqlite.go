@@ -82,9 +82,9 @@ type txOp struct {
 	lead chan struct{} // signalled when this write is to commit the queue
 }
 
-var _ ledger.Ledger = (*Ledger)(nil)
+var _ ledger.Driver = (*Ledger)(nil)
 
-func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
+func openURL(ctx context.Context, u *url.URL) (ledger.Driver, error) {
 	if err := driver.CheckQuery(u, "busy_timeout", "synchronous"); err != nil {
 		return nil, err
 	}
@@ -561,7 +561,7 @@ func (s store) UpdateRunAndEffect(ctx context.Context, op, runID, name string, o
 	}))
 }
 
-// Claim implements ledger.Ledger. A duplicate is one read, outside the write lock: it
+// Claim implements ledger.Driver. A duplicate is one read, outside the write lock: it
 // neither waits for the writers (and their commits' fsyncs) nor makes them wait. Only a
 // run the read did not find takes the write transaction, which reads again under the lock.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
@@ -592,7 +592,7 @@ func (l *Ledger) claimLocked(ctx context.Context, p *ledger.ClaimParams) (res *l
 	return res, nil
 }
 
-// Get implements ledger.Ledger.
+// Get implements ledger.Driver.
 func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, error) {
 	r, err := getRun(ctx, l.q(nil), p.RunID)
 	if err != nil {
@@ -604,7 +604,7 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 	return r, nil
 }
 
-// GetEffect implements ledger.Ledger.
+// GetEffect implements ledger.Driver.
 func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*ledger.Effect, error) {
 	e, err := getEffect(ctx, l.q(nil), ledger.EffectKey(p.RunID, p.Name))
 	if err != nil {
@@ -616,7 +616,7 @@ func (l *Ledger) GetEffect(ctx context.Context, p *ledger.GetEffectParams) (*led
 	return e, nil
 }
 
-// ListRescue implements ledger.Ledger.
+// ListRescue implements ledger.Driver.
 func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]*ledger.Run, error) {
 	now := driver.Micros(l.now(p.Now))
 	rows, err := l.db.QueryContext(ctx, "SELECT "+runColumns+` FROM runs
@@ -637,7 +637,7 @@ func (l *Ledger) ListRescue(ctx context.Context, p *ledger.ListRescueParams) ([]
 	return out, interpret(rows.Err())
 }
 
-// Sweep implements ledger.Ledger. It deletes in one bounded transaction.
+// Sweep implements ledger.Driver. It deletes in one bounded transaction.
 func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) {
 	now := micros(driver.Micros(l.now(p.Now)))
 	limit := cmp.Or(p.Limit, 500)
@@ -670,7 +670,7 @@ func (l *Ledger) Sweep(ctx context.Context, p *ledger.SweepParams) (int, error) 
 	return n, nil
 }
 
-// Ping implements ledger.Ledger.
+// Ping implements ledger.Driver.
 func (l *Ledger) Ping(ctx context.Context) error {
 	if err := l.db.PingContext(ctx); err != nil {
 		return fmt.Errorf("sqlite: ping %s: %w", l.path, interpret(err))
@@ -678,7 +678,7 @@ func (l *Ledger) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close implements ledger.Ledger.
+// Close implements ledger.Driver.
 func (l *Ledger) Close() error {
 	l.stmts.Range(func(_, v any) bool {
 		v.(*sql.Stmt).Close()

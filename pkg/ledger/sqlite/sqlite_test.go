@@ -35,7 +35,7 @@ func open(tb testing.TB, path string) *sqlite.Ledger {
 
 func harness() ledgertest.Harness {
 	return ledgertest.Harness{
-		Open: func(tb testing.TB) ledger.Ledger {
+		Open: func(tb testing.TB) ledger.Driver {
 			return open(tb, filepath.Join(tb.TempDir(), "ledger.db"))
 		},
 		SupportsNow: true,
@@ -117,7 +117,7 @@ func child(spec string) error {
 	return race(ctx, l, who, func(line string) { fmt.Fprintln(out, line) })
 }
 
-func race(ctx context.Context, l ledger.Ledger, who string, win func(string)) error {
+func race(ctx context.Context, l ledger.Driver, who string, win func(string)) error {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -237,7 +237,7 @@ func TestCommitsAreSyncedToDisk(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := sqlite.Synchronous(t.Context(), l.(*sqlite.Ledger))
+		got, err := sqlite.Synchronous(t.Context(), l.Driver().(*sqlite.Ledger))
 		l.Close()
 		if err != nil || got != c.want {
 			t.Fatalf("%q: PRAGMA synchronous = %d, %v; want %d", c.query, got, err, c.want)

@@ -27,7 +27,7 @@ const BatchBenchItems = 10_000
 // "batch", worker.Batch with the default checkpoint of 100;
 // "batch-checkpoint=1000". It reports items/s and ledger writes per item (every write
 // of the run: claim, effects, renewals, completion). Run it with -benchtime=1x.
-func BenchmarkBatch(b *testing.B, open func(tb testing.TB) ledger.Ledger) {
+func BenchmarkBatch(b *testing.B, open func(tb testing.TB) ledger.Driver) {
 	modes := []struct {
 		name string
 		run  func(ctx context.Context, ids []string, fn worker.ItemFunc) error
@@ -65,7 +65,7 @@ func BenchmarkBatch(b *testing.B, open func(tb testing.TB) ledger.Ledger) {
 	}
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
-			l := &writeCounter{Ledger: open(b)}
+			l := &writeCounter{Driver: open(b)}
 			mux := worker.NewMux()
 			var done atomic.Int64
 			mux.HandleFunc("batch", func(ctx context.Context, j *worker.Job) error {
@@ -74,7 +74,7 @@ func BenchmarkBatch(b *testing.B, open func(tb testing.TB) ledger.Ledger) {
 					return nil
 				})
 			})
-			w, err := worker.New(&worker.Config{Ledger: l, Handler: mux, Lease: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+			w, err := worker.New(&worker.Config{Ledger: ledger.New(l, nil), Handler: mux, Lease: time.Minute, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -108,36 +108,36 @@ func BenchmarkBatch(b *testing.B, open func(tb testing.TB) ledger.Ledger) {
 
 // writeCounter counts a ledger's writes.
 type writeCounter struct {
-	ledger.Ledger
+	ledger.Driver
 	writes atomic.Int64
 }
 
 func (c *writeCounter) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	c.writes.Add(1)
-	return c.Ledger.Acquire(ctx, p)
+	return c.Driver.Acquire(ctx, p)
 }
 
 func (c *writeCounter) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
 	c.writes.Add(1)
-	return c.Ledger.Renew(ctx, p)
+	return c.Driver.Renew(ctx, p)
 }
 
 func (c *writeCounter) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
 	c.writes.Add(1)
-	return c.Ledger.Complete(ctx, p)
+	return c.Driver.Complete(ctx, p)
 }
 
 func (c *writeCounter) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
 	c.writes.Add(1)
-	return c.Ledger.Release(ctx, p)
+	return c.Driver.Release(ctx, p)
 }
 
 func (c *writeCounter) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
 	c.writes.Add(1)
-	return c.Ledger.BeginEffect(ctx, p)
+	return c.Driver.BeginEffect(ctx, p)
 }
 
 func (c *writeCounter) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
 	c.writes.Add(1)
-	return c.Ledger.CompleteEffect(ctx, p)
+	return c.Driver.CompleteEffect(ctx, p)
 }

@@ -45,7 +45,7 @@ type Options struct {
 type Harness struct {
 	tb     testing.TB
 	Mux    *worker.Mux
-	Ledger ledger.Ledger
+	Ledger *ledger.Ledger
 	w      *worker.Worker
 	rec    *recorder
 	clock  func() time.Time
@@ -70,10 +70,10 @@ func New(tb testing.TB, o *Options) *Harness {
 		h.clock = time.Now
 	}
 	mem := memory.New(&memory.Options{Clock: h.now})
-	h.Ledger = mem
-	h.rec = &recorder{Ledger: mem, begun: map[string][]string{}}
+	h.Ledger = ledger.New(mem, nil)
+	h.rec = &recorder{Driver: mem, begun: map[string][]string{}}
 	cfg := o.Config
-	cfg.Ledger, cfg.Handler = h.rec, h.Mux
+	cfg.Ledger, cfg.Handler = ledger.New(h.rec, nil), h.Mux
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = 3
 	}
@@ -158,13 +158,13 @@ func Done(e *ledger.Effect) bool { return e != nil && e.Status == ledger.EffectD
 
 // recorder notes the names of the effects each run begins, so that a Result can list them.
 type recorder struct {
-	ledger.Ledger
+	ledger.Driver
 	mu    sync.Mutex
 	begun map[string][]string
 }
 
 func (r *recorder) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
-	res, err := r.Ledger.BeginEffect(ctx, p)
+	res, err := r.Driver.BeginEffect(ctx, p)
 	if err == nil {
 		r.mu.Lock()
 		names := r.begun[p.RunID]

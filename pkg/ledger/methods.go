@@ -1,0 +1,173 @@
+package ledger
+
+import (
+	"context"
+	"time"
+)
+
+// Ledger is the ledger a program holds: the worker, the ingress and a library user call
+// it, never a Driver. It does, once for every backend, what each call needs besides the
+// storage, in this file: for every method it bounds the call's time (Options.Timeout).
+// Make one with New over a backend's driver, or with Open from a URL. A Ledger is safe
+// for concurrent use.
+type Ledger struct {
+	drv     Driver
+	timeout time.Duration
+}
+
+// Options configure a Ledger. The zero value is usable.
+type Options struct {
+	// Timeout bounds each call: its context ends Timeout after the call starts, unless
+	// the caller's own ends first. Zero leaves calls bounded by the caller's context
+	// alone. The worker bounds its calls with worker.Config.LedgerTimeout (WithTimeout).
+	Timeout time.Duration
+}
+
+// New returns the ledger in front of d, a backend's driver (each backend package's
+// constructor returns one, e.g. memory.New; OpenDriver opens one by URL), configured by
+// o (nil: the zero Options).
+func New(d Driver, o *Options) *Ledger {
+	if o == nil {
+		o = &Options{}
+	}
+	return &Ledger{drv: d, timeout: o.Timeout}
+}
+
+// WithTimeout returns a ledger over the same driver whose calls are each bounded by d
+// (Options.Timeout).
+func (l *Ledger) WithTimeout(d time.Duration) *Ledger {
+	c := *l
+	c.timeout = d
+	return &c
+}
+
+// Driver returns the backend's driver l calls, e.g. for a backend's own methods.
+func (l *Ledger) Driver() Driver { return l.drv }
+
+// call runs one driver call on behalf of method, about run runID ("" for none), bounded
+// by the timeout.
+func call[P, R any](ctx context.Context, l *Ledger, method, runID string, p P, fn func(context.Context, P) (R, error)) (R, error) {
+	if l.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
+	return fn(ctx, p)
+}
+
+// Claim is the ingress claim (Driver.Claim).
+func (l *Ledger) Claim(ctx context.Context, p *ClaimParams) (*ClaimResult, error) {
+	return call(ctx, l, "Claim", p.RunID, p, l.drv.Claim)
+}
+
+// Expedite makes a run its ingress claim created due now (Driver.Expedite).
+func (l *Ledger) Expedite(ctx context.Context, p *ExpediteParams) (*Run, error) {
+	return call(ctx, l, "Expedite", p.RunID, p, l.drv.Expedite)
+}
+
+// Acquire is the worker claim (Driver.Acquire).
+func (l *Ledger) Acquire(ctx context.Context, p *AcquireParams) (*AcquireResult, error) {
+	return call(ctx, l, "Acquire", p.RunID, p, l.drv.Acquire)
+}
+
+// Renew extends the caller's lease (Driver.Renew).
+func (l *Ledger) Renew(ctx context.Context, p *RenewParams) (*Run, error) {
+	return call(ctx, l, "Renew", p.RunID, p, l.drv.Renew)
+}
+
+// Complete marks the caller's run completed (Driver.Complete).
+func (l *Ledger) Complete(ctx context.Context, p *CompleteParams) (*Run, error) {
+	return call(ctx, l, "Complete", p.RunID, p, l.drv.Complete)
+}
+
+// Release returns the caller's run to queued (Driver.Release).
+func (l *Ledger) Release(ctx context.Context, p *ReleaseParams) (*Run, error) {
+	return call(ctx, l, "Release", p.RunID, p, l.drv.Release)
+}
+
+// Fail marks the caller's run failed (Driver.Fail).
+func (l *Ledger) Fail(ctx context.Context, p *FailParams) (*Run, error) {
+	return call(ctx, l, "Fail", p.RunID, p, l.drv.Fail)
+}
+
+// Get returns a run or ErrNotFound (Driver.Get).
+func (l *Ledger) Get(ctx context.Context, p *GetParams) (*Run, error) {
+	return call(ctx, l, "Get", p.RunID, p, l.drv.Get)
+}
+
+// BeginEffect records an effect as pending for the caller's attempt (Driver.BeginEffect).
+func (l *Ledger) BeginEffect(ctx context.Context, p *BeginEffectParams) (*BeginEffectResult, error) {
+	return call(ctx, l, "BeginEffect", p.RunID, p, l.drv.BeginEffect)
+}
+
+// CompleteEffect marks an effect done (Driver.CompleteEffect).
+func (l *Ledger) CompleteEffect(ctx context.Context, p *CompleteEffectParams) (*Effect, error) {
+	return call(ctx, l, "CompleteEffect", p.RunID, p, l.drv.CompleteEffect)
+}
+
+// GetEffect returns an effect or ErrNotFound (Driver.GetEffect).
+func (l *Ledger) GetEffect(ctx context.Context, p *GetEffectParams) (*Effect, error) {
+	return call(ctx, l, "GetEffect", p.RunID, p, l.drv.GetEffect)
+}
+
+// ListRescue lists the runs past their deadline (Driver.ListRescue).
+func (l *Ledger) ListRescue(ctx context.Context, p *ListRescueParams) ([]*Run, error) {
+	return call(ctx, l, "ListRescue", "", p, l.drv.ListRescue)
+}
+
+// Rescue returns a listed run to queued (Driver.Rescue).
+func (l *Ledger) Rescue(ctx context.Context, p *RescueParams) (*Run, error) {
+	return call(ctx, l, "Rescue", p.RunID, p, l.drv.Rescue)
+}
+
+// Sweep deletes records past ExpireAt (Driver.Sweep).
+func (l *Ledger) Sweep(ctx context.Context, p *SweepParams) (int, error) {
+	return call(ctx, l, "Sweep", "", p, l.drv.Sweep)
+}
+
+// List lists a page of runs (Driver.List).
+func (l *Ledger) List(ctx context.Context, p *ListParams) (*ListResult, error) {
+	return call(ctx, l, "List", "", p, l.drv.List)
+}
+
+// ListRunIDs lists the IDs of runs by prefix (Driver.ListRunIDs).
+func (l *Ledger) ListRunIDs(ctx context.Context, p *ListRunIDsParams) ([]string, error) {
+	return call(ctx, l, "ListRunIDs", "", p, l.drv.ListRunIDs)
+}
+
+// ListEffects lists the effects of a run (Driver.ListEffects).
+func (l *Ledger) ListEffects(ctx context.Context, p *ListEffectsParams) ([]*Effect, error) {
+	return call(ctx, l, "ListEffects", p.RunID, p, l.drv.ListEffects)
+}
+
+// Retry queues a failed run again (Driver.Retry).
+func (l *Ledger) Retry(ctx context.Context, p *OperatorParams) (*Run, error) {
+	return call(ctx, l, "Retry", p.RunID, p, l.drv.Retry)
+}
+
+// Cancel cancels a queued or running run (Driver.Cancel).
+func (l *Ledger) Cancel(ctx context.Context, p *OperatorParams) (*Run, error) {
+	return call(ctx, l, "Cancel", p.RunID, p, l.drv.Cancel)
+}
+
+// OperatorRelease ends a running run's lease now (Driver.OperatorRelease).
+func (l *Ledger) OperatorRelease(ctx context.Context, p *OperatorParams) (*Run, error) {
+	return call(ctx, l, "OperatorRelease", p.RunID, p, l.drv.OperatorRelease)
+}
+
+// ResolveEffect settles an uncertain effect of a failed run (Driver.ResolveEffect).
+func (l *Ledger) ResolveEffect(ctx context.Context, p *ResolveEffectParams) (*Run, error) {
+	return call(ctx, l, "ResolveEffect", p.RunID, p, l.drv.ResolveEffect)
+}
+
+// Ping checks that the backend is reachable (Driver.Ping).
+func (l *Ledger) Ping(ctx context.Context) error {
+	_, err := call(ctx, l, "Ping", "", struct{}{}, func(ctx context.Context, _ struct{}) (struct{}, error) {
+		return struct{}{}, l.drv.Ping(ctx)
+	})
+	return err
+}
+
+// Close releases the driver's resources (Driver.Close). It takes no context: it has
+// no timeout.
+func (l *Ledger) Close() error { return l.drv.Close() }
