@@ -184,7 +184,7 @@ func newIngress(f *IngressFlags, led *ledger.Ledger, pub queue.RunPublisher, aut
 		topic = id
 	}
 	return ingress.New(&ingress.Config{
-		Ledger: traceLedger(led, tracing), Publisher: &tracedPublisher{RunPublisher: pub, tracer: tracing.Tracer(tracerName), topic: topic},
+		Ledger: instrument(led, tracing, metrics), Publisher: &tracedPublisher{RunPublisher: pub, tracer: tracing.Tracer(tracerName), topic: topic},
 		TracerProvider: tracing.TracerProvider(), Namespace: f.Namespace, NamespaceHeader: f.NamespaceHeader,
 		MaxBody: f.MaxBody, MaxSkew: f.MaxSkew, Jobs: jobNames, AcceptAnyJob: jobNames == nil, Retention: f.Retention, Auth: authn, Operators: operators,
 		TraceProject: project, Logger: log, Schedules: book,

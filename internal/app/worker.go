@@ -272,7 +272,7 @@ func ServeWorker(ctx context.Context, s *WorkerSetup) error {
 	}
 	defer shutdownMetrics(metrics, log)
 	cfg := f.config()
-	cfg.Ledger, cfg.Handler, cfg.Logger = traceLedger(s.Ledger, s.Tracing), s.Handler, log
+	cfg.Ledger, cfg.Handler, cfg.Logger = instrument(s.Ledger, s.Tracing, metrics), s.Handler, log
 	cfg.TracerProvider, cfg.Meter = s.Tracing.TracerProvider(), metrics.Meter("github.com/runonce/runonce/pkg/worker")
 	cfg.NackDelay = s.NackDelay
 	if f.Push {

@@ -48,8 +48,10 @@
 // A program holds a *Ledger: Open returns one for a URL, New one in front of a backend's
 // Driver (memory.New, sqlite.Open, postgres.Open, … return their driver). Every method
 // of Ledger, in methods.go, does once for all backends what a call needs besides the
-// storage: it bounds the call's time (Options.Timeout, WithTimeout). A backend
-// implements Driver and nothing else.
+// storage: it bounds the call's time (Options.Timeout, WithTimeout), records a client
+// span "ledger.METHOD" and the metric runonce.ledger.call.duration on the global
+// OpenTelemetry providers unless Options names others, and wraps the driver's error
+// with the operation. A backend implements Driver and nothing else.
 //
 // # Backends
 //

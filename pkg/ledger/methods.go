@@ -2,17 +2,35 @@ package ledger
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"time"
+	"unicode"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Ledger is the ledger a program holds: the worker, the ingress and a library user call
 // it, never a Driver. It does, once for every backend, what each call needs besides the
-// storage, in this file: for every method it bounds the call's time (Options.Timeout).
+// storage, in this file: for every method it checks the parameters (ErrInvalid, before
+// the driver sees them), bounds the call's time (Options.Timeout), records a client
+// span "ledger.METHOD" and a measurement of runonce.ledger.call.duration, and wraps
+// the driver's error with the operation's name (errors.Is still finds the sentinel).
 // Make one with New over a backend's driver, or with Open from a URL. A Ledger is safe
 // for concurrent use.
 type Ledger struct {
 	drv     Driver
 	timeout time.Duration
+	tracer  trace.Tracer
+	calls   metric.Float64Histogram
+	// attrs caches a measurement option per method and outcome.
+	attrs *sync.Map
 }
 
 // Options configure a Ledger. The zero value is usable.
@@ -21,7 +39,17 @@ type Options struct {
 	// the caller's own ends first. Zero leaves calls bounded by the caller's context
 	// alone. The worker bounds its calls with worker.Config.LedgerTimeout (WithTimeout).
 	Timeout time.Duration
+	// TracerProvider records each call's span; nil means the global one
+	// (otel.GetTracerProvider), so that a program that sets a global provider gets the
+	// ledger's spans without telling the ledger.
+	TracerProvider trace.TracerProvider
+	// MeterProvider records each call's duration, by method and outcome; nil means the
+	// global one (otel.GetMeterProvider).
+	MeterProvider metric.MeterProvider
 }
+
+// instrumentation is the name of the ledger's tracer and meter.
+const instrumentation = "github.com/runonce/runonce/pkg/ledger"
 
 // New returns the ledger in front of d, a backend's driver (each backend package's
 // constructor returns one, e.g. memory.New; OpenDriver opens one by URL), configured by
@@ -30,11 +58,23 @@ func New(d Driver, o *Options) *Ledger {
 	if o == nil {
 		o = &Options{}
 	}
-	return &Ledger{drv: d, timeout: o.Timeout}
+	tp, mp := o.TracerProvider, o.MeterProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	calls, err := mp.Meter(instrumentation).Float64Histogram("runonce.ledger.call.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of ledger calls, by method (db.operation.name) and outcome (ok, or the error's kind)."))
+	if err != nil {
+		otel.Handle(err) // the instrument returned still works (a no-op at worst)
+	}
+	return &Ledger{drv: d, timeout: o.Timeout, tracer: tp.Tracer(instrumentation), calls: calls, attrs: &sync.Map{}}
 }
 
-// WithTimeout returns a ledger over the same driver whose calls are each bounded by d
-// (Options.Timeout).
+// WithTimeout returns a ledger over the same driver, with the same telemetry, whose
+// calls are each bounded by d (Options.Timeout).
 func (l *Ledger) WithTimeout(d time.Duration) *Ledger {
 	c := *l
 	c.timeout = d
@@ -44,15 +84,85 @@ func (l *Ledger) WithTimeout(d time.Duration) *Ledger {
 // Driver returns the backend's driver l calls, e.g. for a backend's own methods.
 func (l *Ledger) Driver() Driver { return l.drv }
 
-// call runs one driver call on behalf of method, about run runID ("" for none), bounded
-// by the timeout.
+// call runs one driver call on behalf of method, about run runID ("" for none): bounded
+// by the timeout, under a span, measured, its error wrapped.
 func call[P, R any](ctx context.Context, l *Ledger, method, runID string, p P, fn func(context.Context, P) (R, error)) (R, error) {
+	start := time.Now()
+	attrs := []attribute.KeyValue{attribute.String("db.operation.name", method)}
+	if runID != "" {
+		attrs = append(attrs, attribute.String("runonce.run_id", runID))
+	}
+	ctx, span := l.tracer.Start(ctx, "ledger."+method, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	defer span.End()
 	if l.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
 	}
-	return fn(ctx, p)
+	r, err := fn(ctx, p)
+	l.calls.Record(ctx, time.Since(start).Seconds(), l.option(method, outcome(err)))
+	if err != nil {
+		// A lost lease or a conflict is an answer, not a fault, but still worth seeing.
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return r, fmt.Errorf("%s: %w", opName(method), err)
+	}
+	return r, nil
+}
+
+// option is the measurement option of a call of method with outcome o, made once.
+func (l *Ledger) option(method, o string) metric.MeasurementOption {
+	k := [2]string{method, o}
+	if v, ok := l.attrs.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	v, _ := l.attrs.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(
+		attribute.String("db.operation.name", method), attribute.String("outcome", o))))
+	return v.(metric.MeasurementOption)
+}
+
+// outcomes names the sentinel errors in the calls' metric.
+var outcomes = []struct {
+	err  error
+	name string
+}{
+	{ErrInvalid, "invalid"}, {ErrNotFound, "not_found"}, {ErrLeaseLost, "lease_lost"}, {ErrConflict, "conflict"},
+	{ErrWrongStatus, "wrong_status"}, {ErrContended, "contended"}, {ErrTooLarge, "too_large"},
+	{ErrUnsupported, "unsupported"}, {ErrNowUnsupported, "now_unsupported"}, {ErrUnavailable, "unavailable"},
+	{context.DeadlineExceeded, "deadline_exceeded"}, {context.Canceled, "canceled"},
+}
+
+// outcome is err's kind: "ok", a sentinel's name, or "error".
+func outcome(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	for _, o := range outcomes {
+		if errors.Is(err, o.err) {
+			return o.name
+		}
+	}
+	return "error"
+}
+
+// opName spells a method's name as an error's context: "BeginEffect" → "begin effect".
+func opName(method string) string {
+	var b strings.Builder
+	prev := ' '
+	for _, r := range method {
+		if unicode.IsUpper(r) && !unicode.IsUpper(prev) && prev != ' ' {
+			b.WriteByte(' ')
+		}
+		b.WriteRune(r)
+		prev = r
+	}
+	words := strings.Fields(b.String())
+	for i, w := range words {
+		if w != "IDs" {
+			words[i] = strings.ToLower(w)
+		}
+	}
+	return strings.Join(words, " ")
 }
 
 // Claim is the ingress claim (Driver.Claim).
@@ -67,7 +177,13 @@ func (l *Ledger) Expedite(ctx context.Context, p *ExpediteParams) (*Run, error) 
 
 // Acquire is the worker claim (Driver.Acquire).
 func (l *Ledger) Acquire(ctx context.Context, p *AcquireParams) (*AcquireResult, error) {
-	return call(ctx, l, "Acquire", p.RunID, p, l.drv.Acquire)
+	return call(ctx, l, "Acquire", p.RunID, p, func(ctx context.Context, p *AcquireParams) (*AcquireResult, error) {
+		r, err := l.drv.Acquire(ctx, p)
+		if err == nil {
+			trace.SpanFromContext(ctx).SetAttributes(attribute.String("runonce.acquire", r.Outcome.String()))
+		}
+		return r, err
+	})
 }
 
 // Renew extends the caller's lease (Driver.Renew).
@@ -169,5 +285,5 @@ func (l *Ledger) Ping(ctx context.Context) error {
 }
 
 // Close releases the driver's resources (Driver.Close). It takes no context: it has
-// no timeout.
+// neither a span nor a timeout.
 func (l *Ledger) Close() error { return l.drv.Close() }
