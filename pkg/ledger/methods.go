@@ -84,9 +84,10 @@ func (l *Ledger) WithTimeout(d time.Duration) *Ledger {
 // Driver returns the backend's driver l calls, e.g. for a backend's own methods.
 func (l *Ledger) Driver() Driver { return l.drv }
 
-// call runs one driver call on behalf of method, about run runID ("" for none): bounded
-// by the timeout, under a span, measured, its error wrapped.
-func call[P, R any](ctx context.Context, l *Ledger, method, runID string, p P, fn func(context.Context, P) (R, error)) (R, error) {
+// call runs one driver call on behalf of method, about run runID ("" for none), whose
+// parameters' check found invalid (nil: sound): refused when invalid, else bounded by
+// the timeout; under a span, measured, its error wrapped either way.
+func call[P, R any](ctx context.Context, l *Ledger, method, runID string, invalid error, p P, fn func(context.Context, P) (R, error)) (R, error) {
 	start := time.Now()
 	attrs := []attribute.KeyValue{attribute.String("db.operation.name", method)}
 	if runID != "" {
@@ -99,7 +100,13 @@ func call[P, R any](ctx context.Context, l *Ledger, method, runID string, p P, f
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
 	}
-	r, err := fn(ctx, p)
+	var (
+		r   R
+		err = invalid
+	)
+	if err == nil {
+		r, err = fn(ctx, p)
+	}
 	l.calls.Record(ctx, time.Since(start).Seconds(), l.option(method, outcome(err)))
 	if err != nil {
 		// A lost lease or a conflict is an answer, not a fault, but still worth seeing.
@@ -167,17 +174,17 @@ func opName(method string) string {
 
 // Claim is the ingress claim (Driver.Claim).
 func (l *Ledger) Claim(ctx context.Context, p *ClaimParams) (*ClaimResult, error) {
-	return call(ctx, l, "Claim", p.RunID, p, l.drv.Claim)
+	return call(ctx, l, "Claim", p.RunID, validateClaim(p), p, l.drv.Claim)
 }
 
 // Expedite makes a run its ingress claim created due now (Driver.Expedite).
 func (l *Ledger) Expedite(ctx context.Context, p *ExpediteParams) (*Run, error) {
-	return call(ctx, l, "Expedite", p.RunID, p, l.drv.Expedite)
+	return call(ctx, l, "Expedite", p.RunID, validateExpedite(p), p, l.drv.Expedite)
 }
 
 // Acquire is the worker claim (Driver.Acquire).
 func (l *Ledger) Acquire(ctx context.Context, p *AcquireParams) (*AcquireResult, error) {
-	return call(ctx, l, "Acquire", p.RunID, p, func(ctx context.Context, p *AcquireParams) (*AcquireResult, error) {
+	return call(ctx, l, "Acquire", p.RunID, validateAcquire(p), p, func(ctx context.Context, p *AcquireParams) (*AcquireResult, error) {
 		r, err := l.drv.Acquire(ctx, p)
 		if err == nil {
 			trace.SpanFromContext(ctx).SetAttributes(attribute.String("runonce.acquire", r.Outcome.String()))
@@ -188,97 +195,97 @@ func (l *Ledger) Acquire(ctx context.Context, p *AcquireParams) (*AcquireResult,
 
 // Renew extends the caller's lease (Driver.Renew).
 func (l *Ledger) Renew(ctx context.Context, p *RenewParams) (*Run, error) {
-	return call(ctx, l, "Renew", p.RunID, p, l.drv.Renew)
+	return call(ctx, l, "Renew", p.RunID, firstError(validateFence(&p.Fence), validateProgress(p.RunID, p.Progress)), p, l.drv.Renew)
 }
 
 // Complete marks the caller's run completed (Driver.Complete).
 func (l *Ledger) Complete(ctx context.Context, p *CompleteParams) (*Run, error) {
-	return call(ctx, l, "Complete", p.RunID, p, l.drv.Complete)
+	return call(ctx, l, "Complete", p.RunID, firstError(validateFence(&p.Fence), ValidateResult(p.RunID, p.Result), validateProgress(p.RunID, p.Progress)), p, l.drv.Complete)
 }
 
 // Release returns the caller's run to queued (Driver.Release).
 func (l *Ledger) Release(ctx context.Context, p *ReleaseParams) (*Run, error) {
-	return call(ctx, l, "Release", p.RunID, p, l.drv.Release)
+	return call(ctx, l, "Release", p.RunID, firstError(validateFence(&p.Fence), validateRetryAfter(p.RunID, p.RetryAfter, p.Retention), validateProgress(p.RunID, p.Progress)), p, l.drv.Release)
 }
 
 // Fail marks the caller's run failed (Driver.Fail).
 func (l *Ledger) Fail(ctx context.Context, p *FailParams) (*Run, error) {
-	return call(ctx, l, "Fail", p.RunID, p, l.drv.Fail)
+	return call(ctx, l, "Fail", p.RunID, firstError(validateFence(&p.Fence), validateProgress(p.RunID, p.Progress)), p, l.drv.Fail)
 }
 
 // Get returns a run or ErrNotFound (Driver.Get).
 func (l *Ledger) Get(ctx context.Context, p *GetParams) (*Run, error) {
-	return call(ctx, l, "Get", p.RunID, p, l.drv.Get)
+	return call(ctx, l, "Get", p.RunID, nil, p, l.drv.Get)
 }
 
 // BeginEffect records an effect as pending for the caller's attempt (Driver.BeginEffect).
 func (l *Ledger) BeginEffect(ctx context.Context, p *BeginEffectParams) (*BeginEffectResult, error) {
-	return call(ctx, l, "BeginEffect", p.RunID, p, l.drv.BeginEffect)
+	return call(ctx, l, "BeginEffect", p.RunID, validateEffect(&p.Fence, p.Name), p, l.drv.BeginEffect)
 }
 
 // CompleteEffect marks an effect done (Driver.CompleteEffect).
 func (l *Ledger) CompleteEffect(ctx context.Context, p *CompleteEffectParams) (*Effect, error) {
-	return call(ctx, l, "CompleteEffect", p.RunID, p, l.drv.CompleteEffect)
+	return call(ctx, l, "CompleteEffect", p.RunID, firstError(validateEffect(&p.Fence, p.Name), validateEffectRef(p.RunID, p.Name, p.Ref)), p, l.drv.CompleteEffect)
 }
 
 // GetEffect returns an effect or ErrNotFound (Driver.GetEffect).
 func (l *Ledger) GetEffect(ctx context.Context, p *GetEffectParams) (*Effect, error) {
-	return call(ctx, l, "GetEffect", p.RunID, p, l.drv.GetEffect)
+	return call(ctx, l, "GetEffect", p.RunID, nil, p, l.drv.GetEffect)
 }
 
 // ListRescue lists the runs past their deadline (Driver.ListRescue).
 func (l *Ledger) ListRescue(ctx context.Context, p *ListRescueParams) ([]*Run, error) {
-	return call(ctx, l, "ListRescue", "", p, l.drv.ListRescue)
+	return call(ctx, l, "ListRescue", "", nil, p, l.drv.ListRescue)
 }
 
 // Rescue returns a listed run to queued (Driver.Rescue).
 func (l *Ledger) Rescue(ctx context.Context, p *RescueParams) (*Run, error) {
-	return call(ctx, l, "Rescue", p.RunID, p, l.drv.Rescue)
+	return call(ctx, l, "Rescue", p.RunID, validateRunID(p.RunID), p, l.drv.Rescue)
 }
 
 // Sweep deletes records past ExpireAt (Driver.Sweep).
 func (l *Ledger) Sweep(ctx context.Context, p *SweepParams) (int, error) {
-	return call(ctx, l, "Sweep", "", p, l.drv.Sweep)
+	return call(ctx, l, "Sweep", "", nil, p, l.drv.Sweep)
 }
 
 // List lists a page of runs (Driver.List).
 func (l *Ledger) List(ctx context.Context, p *ListParams) (*ListResult, error) {
-	return call(ctx, l, "List", "", p, l.drv.List)
+	return call(ctx, l, "List", "", validateList(p), p, l.drv.List)
 }
 
 // ListRunIDs lists the IDs of runs by prefix (Driver.ListRunIDs).
 func (l *Ledger) ListRunIDs(ctx context.Context, p *ListRunIDsParams) ([]string, error) {
-	return call(ctx, l, "ListRunIDs", "", p, l.drv.ListRunIDs)
+	return call(ctx, l, "ListRunIDs", "", validateListRunIDs(p), p, l.drv.ListRunIDs)
 }
 
 // ListEffects lists the effects of a run (Driver.ListEffects).
 func (l *Ledger) ListEffects(ctx context.Context, p *ListEffectsParams) ([]*Effect, error) {
-	return call(ctx, l, "ListEffects", p.RunID, p, l.drv.ListEffects)
+	return call(ctx, l, "ListEffects", p.RunID, validateRunID(p.RunID), p, l.drv.ListEffects)
 }
 
 // Retry queues a failed run again (Driver.Retry).
 func (l *Ledger) Retry(ctx context.Context, p *OperatorParams) (*Run, error) {
-	return call(ctx, l, "Retry", p.RunID, p, l.drv.Retry)
+	return call(ctx, l, "Retry", p.RunID, validateOperator(p), p, l.drv.Retry)
 }
 
 // Cancel cancels a queued or running run (Driver.Cancel).
 func (l *Ledger) Cancel(ctx context.Context, p *OperatorParams) (*Run, error) {
-	return call(ctx, l, "Cancel", p.RunID, p, l.drv.Cancel)
+	return call(ctx, l, "Cancel", p.RunID, validateOperator(p), p, l.drv.Cancel)
 }
 
 // OperatorRelease ends a running run's lease now (Driver.OperatorRelease).
 func (l *Ledger) OperatorRelease(ctx context.Context, p *OperatorParams) (*Run, error) {
-	return call(ctx, l, "OperatorRelease", p.RunID, p, l.drv.OperatorRelease)
+	return call(ctx, l, "OperatorRelease", p.RunID, validateOperator(p), p, l.drv.OperatorRelease)
 }
 
 // ResolveEffect settles an uncertain effect of a failed run (Driver.ResolveEffect).
 func (l *Ledger) ResolveEffect(ctx context.Context, p *ResolveEffectParams) (*Run, error) {
-	return call(ctx, l, "ResolveEffect", p.RunID, p, l.drv.ResolveEffect)
+	return call(ctx, l, "ResolveEffect", p.RunID, validateResolveEffect(p), p, l.drv.ResolveEffect)
 }
 
 // Ping checks that the backend is reachable (Driver.Ping).
 func (l *Ledger) Ping(ctx context.Context) error {
-	_, err := call(ctx, l, "Ping", "", struct{}{}, func(ctx context.Context, _ struct{}) (struct{}, error) {
+	_, err := call(ctx, l, "Ping", "", nil, struct{}{}, func(ctx context.Context, _ struct{}) (struct{}, error) {
 		return struct{}{}, l.drv.Ping(ctx)
 	})
 	return err

@@ -27,64 +27,6 @@ func Micros(t time.Time) time.Time {
 
 func retention(d time.Duration) time.Duration { return cmp.Or(d, ledger.DefaultRetention) }
 
-// ValidateRunID refuses an ID that is not a run ID, naming it.
-func ValidateRunID(id string) error {
-	if !ledger.ValidRunID(id) {
-		return Invalidf("run ID %q is not 64 lower-case hex digits", id)
-	}
-	return nil
-}
-
-// ValidateIdentity checks the fields a claim needs.
-func ValidateIdentity(id *ledger.Identity) error { return ValidateRunID(id.RunID) }
-
-// ValidateFence checks the fields a fenced transition needs.
-func ValidateFence(f *ledger.Fence) error {
-	if err := ValidateRunID(f.RunID); err != nil {
-		return err
-	}
-	if f.Attempt <= 0 || f.AttemptID == "" {
-		return Invalidf("run %s: a fenced write needs the attempt number and attempt ID of a worker claim (got %d, %q)", f.RunID, f.Attempt, f.AttemptID)
-	}
-	return nil
-}
-
-// ValidateClaim checks the parameters of an ingress claim.
-func ValidateClaim(p *ledger.ClaimParams) error {
-	if err := ValidateIdentity(&p.Identity); err != nil {
-		return err
-	}
-	if p.AttemptID == "" {
-		return Invalidf("run %s: the ingress claim needs an attempt ID", p.RunID)
-	}
-	return nil
-}
-
-// ValidateAcquire checks the parameters of a worker claim.
-func ValidateAcquire(p *ledger.AcquireParams) error {
-	if err := ValidateIdentity(&p.Identity); err != nil {
-		return err
-	}
-	if p.AttemptID == "" {
-		return Invalidf("run %s: the worker claim needs a new attempt ID", p.RunID)
-	}
-	return nil
-}
-
-// ValidateEffect checks the parameters of an effect write.
-func ValidateEffect(f *ledger.Fence, name string) error {
-	if err := ValidateFence(f); err != nil {
-		return err
-	}
-	if name == "" {
-		return Invalidf("run %s: an effect needs a name", f.RunID)
-	}
-	return nil
-}
-
-// ValidateRescue checks the parameters of a rescue.
-func ValidateRescue(p *ledger.RescueParams) error { return ValidateRunID(p.RunID) }
-
 // Holds reports whether r is running under fence f.
 func Holds(r *ledger.Run, f *ledger.Fence) bool {
 	return r != nil && r.Status == ledger.StatusRunning && r.Attempt == f.Attempt && r.AttemptID == f.AttemptID
@@ -117,22 +59,10 @@ func ExpiryOf(r *ledger.Run, now time.Time, keep time.Duration) time.Time {
 	return Micros(last.Add(retention(keep)))
 }
 
-// ValidateRetryAfter checks a release's delay: not negative, and no longer than the
-// retention, so that Deadline and NotBefore stay far inside what a time can hold.
-func ValidateRetryAfter(runID string, d, keep time.Duration) error {
-	if d < 0 || d > retention(keep) {
-		return Invalidf("run %s: retry after %s is negative or longer than the retention (%s); bound it (worker.Config.MaxRetryAfter)", runID, d, retention(keep))
-	}
-	return nil
-}
-
 // ApplyClaim is the ingress claim.
 func ApplyClaim(cur *ledger.Run, p *ledger.ClaimParams, now time.Time) (next *ledger.Run, res *ledger.ClaimResult, err error) {
 	defer func() { record(next, cur, OpClaim, now, Note{}) }()
 	now = Micros(now)
-	if err := ValidateClaim(p); err != nil {
-		return nil, nil, err
-	}
 	if cur != nil {
 		return nil, &ledger.ClaimResult{Run: cur, PayloadMismatch: cur.PayloadHash != p.PayloadHash}, nil
 	}
@@ -147,20 +77,9 @@ func ApplyClaim(cur *ledger.Run, p *ledger.ClaimParams, now time.Time) (next *le
 	return r, &ledger.ClaimResult{Run: r, Created: true}, nil
 }
 
-// ValidateExpedite checks the parameters of Expedite.
-func ValidateExpedite(p *ledger.ExpediteParams) error {
-	if !ledger.ValidRunID(p.RunID) || p.AttemptID == "" {
-		return Invalidf("expedite needs a run ID and the ingress claim's attempt ID (got %q, %q)", p.RunID, p.AttemptID)
-	}
-	return nil
-}
-
 // ApplyExpedite makes an untouched ingress claim due now (see Ledger.Expedite).
 func ApplyExpedite(cur *ledger.Run, p *ledger.ExpediteParams, now time.Time) (*ledger.Run, error) {
 	now = Micros(now)
-	if err := ValidateExpedite(p); err != nil {
-		return nil, err
-	}
 	if cur == nil {
 		return nil, fmt.Errorf("%w: run %s", ledger.ErrNotFound, p.RunID)
 	}
@@ -177,9 +96,6 @@ func ApplyExpedite(cur *ledger.Run, p *ledger.ExpediteParams, now time.Time) (*l
 func ApplyAcquire(cur *ledger.Run, p *ledger.AcquireParams, now time.Time) (next *ledger.Run, res *ledger.AcquireResult, err error) {
 	defer func() { record(next, cur, OpAcquire, now, Note{Worker: p.Worker}) }()
 	now = Micros(now)
-	if err := ValidateAcquire(p); err != nil {
-		return nil, nil, err
-	}
 	var r ledger.Run
 	switch {
 	case cur == nil && p.MustExist:
@@ -217,12 +133,6 @@ func ApplyAcquire(cur *ledger.Run, p *ledger.AcquireParams, now time.Time) (next
 // ApplyRenew extends the caller's lease.
 func ApplyRenew(cur *ledger.Run, p *ledger.RenewParams, now time.Time) (*ledger.Run, error) {
 	now = Micros(now)
-	if err := ValidateFence(&p.Fence); err != nil {
-		return nil, err
-	}
-	if err := ValidateProgress(p.RunID, p.Progress); err != nil {
-		return nil, err
-	}
 	if !Holds(cur, &p.Fence) {
 		return nil, leaseLost(p.Fence, cur)
 	}
@@ -240,12 +150,6 @@ func ApplyRenew(cur *ledger.Run, p *ledger.RenewParams, now time.Time) (*ledger.
 func ApplyComplete(cur *ledger.Run, p *ledger.CompleteParams, now time.Time) (next *ledger.Run, answer *ledger.Run, err error) {
 	defer func() { record(next, cur, OpComplete, now, Note{}) }()
 	now = Micros(now)
-	if err := ledger.ValidateResult(p.RunID, p.Result); err != nil {
-		return nil, nil, err
-	}
-	if err := ValidateProgress(p.RunID, p.Progress); err != nil {
-		return nil, nil, err
-	}
 	next, answer, err = finish(cur, &p.Fence, ledger.StatusCompleted, "", p.Retention, now)
 	if next != nil {
 		next.Result = p.Result
@@ -258,9 +162,6 @@ func ApplyComplete(cur *ledger.Run, p *ledger.CompleteParams, now time.Time) (ne
 func ApplyFail(cur *ledger.Run, p *ledger.FailParams, now time.Time) (next *ledger.Run, answer *ledger.Run, err error) {
 	defer func() { record(next, cur, OpFail, now, Note{}) }()
 	now = Micros(now)
-	if err := ValidateProgress(p.RunID, p.Progress); err != nil {
-		return nil, nil, err
-	}
 	next, answer, err = finish(cur, &p.Fence, ledger.StatusFailed, p.Error, p.Retention, now)
 	if next != nil {
 		withProgress(next, p.Progress)
@@ -270,9 +171,6 @@ func ApplyFail(cur *ledger.Run, p *ledger.FailParams, now time.Time) (next *ledg
 
 // finish returns (record to write or nil, answer, error).
 func finish(cur *ledger.Run, f *ledger.Fence, to ledger.Status, errText string, keep time.Duration, now time.Time) (*ledger.Run, *ledger.Run, error) {
-	if err := ValidateFence(f); err != nil {
-		return nil, nil, err
-	}
 	if cur != nil && cur.Status == to && sameAttempt(cur, f) {
 		return nil, cur, nil
 	}
@@ -297,15 +195,6 @@ func finish(cur *ledger.Run, f *ledger.Fence, to ledger.Status, errText string, 
 func ApplyRelease(cur *ledger.Run, p *ledger.ReleaseParams, now time.Time) (next *ledger.Run, answer *ledger.Run, err error) {
 	defer func() { record(next, cur, OpRelease, now, Note{}) }()
 	now = Micros(now)
-	if err := ValidateFence(&p.Fence); err != nil {
-		return nil, nil, err
-	}
-	if err := ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
-		return nil, nil, err
-	}
-	if err := ValidateProgress(p.RunID, p.Progress); err != nil {
-		return nil, nil, err
-	}
 	if cur != nil && cur.Status == ledger.StatusQueued && sameAttempt(cur, &p.Fence) {
 		return nil, cur, nil
 	}
@@ -330,9 +219,6 @@ func ApplyRelease(cur *ledger.Run, p *ledger.ReleaseParams, now time.Time) (next
 func ApplyRescue(cur *ledger.Run, p *ledger.RescueParams, now time.Time) (next *ledger.Run, err error) {
 	defer func() { record(next, cur, OpRescue, now, Note{}) }()
 	now = Micros(now)
-	if err := ValidateRescue(p); err != nil {
-		return nil, err
-	}
 	if cur == nil {
 		return nil, fmt.Errorf("%w: run %s", ledger.ErrNotFound, p.RunID)
 	}
@@ -365,9 +251,6 @@ func NeedsRescue(r *ledger.Run, now time.Time) bool {
 // ApplyBeginEffect records an effect as pending for the caller's attempt.
 func ApplyBeginEffect(run *ledger.Run, cur *ledger.Effect, p *ledger.BeginEffectParams, now time.Time) (*ledger.Effect, *ledger.BeginEffectResult, error) {
 	now = Micros(now)
-	if err := ValidateEffect(&p.Fence, p.Name); err != nil {
-		return nil, nil, err
-	}
 	if !Holds(run, &p.Fence) {
 		return nil, nil, leaseLost(p.Fence, run)
 	}
@@ -391,9 +274,6 @@ func ApplyBeginEffect(run *ledger.Run, cur *ledger.Effect, p *ledger.BeginEffect
 // same attempt writes nothing.
 func ApplyCompleteEffect(run *ledger.Run, cur *ledger.Effect, p *ledger.CompleteEffectParams, now time.Time) (*ledger.Effect, *ledger.Effect, error) {
 	now = Micros(now)
-	if err := ValidateEffect(&p.Fence, p.Name); err != nil {
-		return nil, nil, err
-	}
 	if !Holds(run, &p.Fence) {
 		return nil, nil, leaseLost(p.Fence, run)
 	}
@@ -402,9 +282,6 @@ func ApplyCompleteEffect(run *ledger.Run, cur *ledger.Effect, p *ledger.Complete
 	}
 	if cur.Attempt != p.Attempt {
 		return nil, nil, Invalidf("effect %q of run %s was begun by attempt %d, not %d: begin it first", p.Name, p.RunID, cur.Attempt, p.Attempt)
-	}
-	if len(p.Ref) > ledger.MaxEffectRef {
-		return nil, nil, Invalidf("effect %q of run %s: ref is %d bytes, the limit is %d", p.Name, p.RunID, len(p.Ref), ledger.MaxEffectRef)
 	}
 	if cur.Status == ledger.EffectDone {
 		return nil, cur, nil

@@ -2,9 +2,7 @@ package driver
 
 import (
 	"cmp"
-	"encoding/base64"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -153,27 +151,7 @@ func ClipText(s string) string {
 	return s[:cut]
 }
 
-// ValidateOperator checks an operator action's parameters.
-func ValidateOperator(p *ledger.OperatorParams) error {
-	if err := ValidateRunID(p.RunID); err != nil {
-		return err
-	}
-	if strings.TrimSpace(p.Actor) == "" {
-		return Invalidf("run %s: an operator's action needs the actor", p.RunID)
-	}
-	if strings.TrimSpace(p.Reason) == "" {
-		return Invalidf("run %s: an operator's action needs a reason", p.RunID)
-	}
-	if len(p.Reason) > ledger.MaxReason {
-		return Invalidf("run %s: the reason is %d bytes, the limit is %d", p.RunID, len(p.Reason), ledger.MaxReason)
-	}
-	return nil
-}
-
 func operatorGuard(cur *ledger.Run, p *ledger.OperatorParams, action string, from ...ledger.Status) error {
-	if err := ValidateOperator(p); err != nil {
-		return err
-	}
 	if cur == nil {
 		return fmt.Errorf("%w: run %s", ledger.ErrNotFound, p.RunID)
 	}
@@ -216,24 +194,6 @@ func requeue(cur *ledger.Run, p *ledger.OperatorParams, now time.Time) *ledger.R
 	return &r
 }
 
-// ValidateResolveEffect checks the parameters of an effect's resolution.
-func ValidateResolveEffect(p *ledger.ResolveEffectParams) error {
-	if err := ValidateOperator(&p.OperatorParams); err != nil {
-		return err
-	}
-	switch {
-	case p.Effect == "":
-		return Invalidf("run %s: resolving an effect needs the effect's name", p.RunID)
-	case p.Done && p.Ref == "":
-		return Invalidf("run %s: resolving effect %q as done needs its ref, what it made (a start: the execution's full name, which the next attempt follows; without one a start would read as refused and start again)", p.RunID, p.Effect)
-	case p.Ref != "" && !p.Done:
-		return Invalidf("run %s: a ref names what effect %q made: give it only when the effect happened", p.RunID, p.Effect)
-	case len(p.Ref) > ledger.MaxEffectRef:
-		return Invalidf("effect %q of run %s: ref is %d bytes, the limit is %d", p.Effect, p.RunID, len(p.Ref), ledger.MaxEffectRef)
-	}
-	return nil
-}
-
 // ApplyResolveEffect settles the pending effect cur of the failed run run with an
 // operator's verdict (see ledger.Driver.ResolveEffect): it returns the run queued
 // again as ApplyRetry queues it, with the resolution in its history, and the effect
@@ -244,9 +204,6 @@ func ApplyResolveEffect(run *ledger.Run, cur *ledger.Effect, p *ledger.ResolveEf
 		record(nextRun, run, OpResolveEffect, now, Note{Actor: p.Actor, Reason: p.Reason, Effect: p.Effect, Done: p.Done, Ref: p.Ref})
 	}()
 	now = Micros(now)
-	if err := ValidateResolveEffect(p); err != nil {
-		return nil, nil, err
-	}
 	if err := operatorGuard(run, &p.OperatorParams, "resolved", ledger.StatusFailed); err != nil {
 		return nil, nil, err
 	}
@@ -279,15 +236,12 @@ type Action struct {
 	Effect string
 	Note   Note
 	Apply  func(run *ledger.Run, eff *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error)
-	// Invalid is the parameters' refusal (ErrInvalid), nil when they are sound: a
-	// backend answers it before it reads anything.
-	Invalid error
 }
 
 // RunAction is the action of rule, a transition of the run alone (ApplyRetry,
 // ApplyCancel, ApplyOperatorRelease).
 func RunAction(op Op, p *ledger.OperatorParams, rule func(*ledger.Run, *ledger.OperatorParams, time.Time) (*ledger.Run, error)) *Action {
-	return &Action{Op: op, Params: p, Note: Note{Actor: p.Actor, Reason: p.Reason}, Invalid: ValidateOperator(p),
+	return &Action{Op: op, Params: p, Note: Note{Actor: p.Actor, Reason: p.Reason},
 		Apply: func(run *ledger.Run, _ *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error) {
 			next, err := rule(run, p, now)
 			return next, nil, err
@@ -296,7 +250,7 @@ func RunAction(op Op, p *ledger.OperatorParams, rule func(*ledger.Run, *ledger.O
 
 // ResolveAction is the action of an effect's resolution (ApplyResolveEffect).
 func ResolveAction(p *ledger.ResolveEffectParams) *Action {
-	return &Action{Op: OpResolveEffect, Params: &p.OperatorParams, Effect: p.Effect, Invalid: ValidateResolveEffect(p),
+	return &Action{Op: OpResolveEffect, Params: &p.OperatorParams, Effect: p.Effect,
 		Note: Note{Actor: p.Actor, Reason: p.Reason, Effect: p.Effect, Done: p.Done, Ref: p.Ref},
 		Apply: func(run *ledger.Run, eff *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error) {
 			return ApplyResolveEffect(run, eff, p, now)
@@ -337,47 +291,25 @@ func ApplyOperatorRelease(cur *ledger.Run, p *ledger.OperatorParams, now time.Ti
 	return &r, nil
 }
 
-// ValidateListRunIDs checks ListRunIDs's parameters and returns its limit and the
-// range of IDs it scans (ledger.RunIDRange), lo inclusive, hi exclusive.
-func ValidateListRunIDs(p *ledger.ListRunIDsParams) (limit int, lo, hi string, err error) {
-	if err := ledger.ValidRunIDPrefix(p.Prefix); err != nil {
-		return 0, "", "", err
-	}
-	if p.Limit < 0 || p.Limit > ledger.MaxPageSize {
-		return 0, "", "", Invalidf("limit %d is not between 1 and %d", p.Limit, ledger.MaxPageSize)
-	}
+// RunIDScan returns the limit of ListRunIDs's p (ledger.Ledger checked it) and the range
+// of IDs it scans (ledger.RunIDRange), lo inclusive, hi exclusive.
+func RunIDScan(p *ledger.ListRunIDsParams) (limit int, lo, hi string) {
 	lo, hi = ledger.RunIDRange(p.Prefix)
-	return cmp.Or(p.Limit, ledger.DefaultRunIDsLimit), lo, hi, nil
+	return cmp.Or(p.Limit, ledger.DefaultRunIDsLimit), lo, hi
 }
 
-// Position is where a listing stands: the sort time and run ID of the last run of a
-// page. Runs come in (time, run ID) descending order.
-type Position struct {
-	At    time.Time
-	RunID string
-}
+// Position is where a listing stands (ledger.Position).
+type Position = ledger.Position
 
-// ValidateList checks a listing's parameters and returns its page size and the position
-// its cursor continues after (zero for the first page).
-func ValidateList(p *ledger.ListParams) (int, Position, error) {
-	if p.Status != "" && !p.Status.Valid() {
-		return 0, Position{}, Invalidf("status %q is not one of queued, running, completed, failed, cancelled", p.Status)
-	}
-	if p.ByUpdated() && (!p.CreatedAfter.IsZero() || !p.CreatedBefore.IsZero()) {
-		return 0, Position{}, Invalidf("filter by creation or by update time, not both")
-	}
-	if p.PageSize < 0 || p.PageSize > ledger.MaxPageSize {
-		return 0, Position{}, Invalidf("page size %d is not between 1 and %d", p.PageSize, ledger.MaxPageSize)
-	}
+// ListPage returns the page size of a listing's p (ledger.Ledger checked it) and the
+// position its cursor continues after (zero for the first page).
+func ListPage(p *ledger.ListParams) (int, Position) {
 	size := cmp.Or(p.PageSize, ledger.DefaultPageSize)
 	if p.Cursor == "" {
-		return size, Position{}, nil
+		return size, Position{}
 	}
-	pos, err := decodeCursor(p.Cursor)
-	if err != nil {
-		return 0, Position{}, Invalidf("cursor %q is not one this ledger made: %v", p.Cursor, err)
-	}
-	return size, pos, nil
+	pos, _ := ledger.DecodeCursor(p.Cursor) // sound: the Ledger refused a bad one
+	return size, pos
 }
 
 // Matches reports whether r passes p's filters and comes after pos (for backends that
@@ -410,26 +342,5 @@ func Page(p *ledger.ListParams, runs []*ledger.Run, size int) *ledger.ListResult
 	}
 	runs = runs[:size]
 	last := runs[len(runs)-1]
-	return &ledger.ListResult{Runs: runs, Next: EncodeCursor(Position{At: p.SortTime(last), RunID: last.ID})}
-}
-
-// EncodeCursor returns the opaque cursor of pos.
-func EncodeCursor(pos Position) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(pos.At.UnixMicro(), 10) + "." + pos.RunID))
-}
-
-func decodeCursor(c string) (Position, error) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return Position{}, err
-	}
-	us, id, ok := strings.Cut(string(b), ".")
-	if !ok || !ledger.ValidRunID(id) {
-		return Position{}, fmt.Errorf("no run ID")
-	}
-	n, err := strconv.ParseInt(us, 10, 64)
-	if err != nil {
-		return Position{}, err
-	}
-	return Position{At: time.UnixMicro(n).UTC(), RunID: id}, nil
+	return &ledger.ListResult{Runs: runs, Next: ledger.EncodeCursor(Position{At: p.SortTime(last), RunID: last.ID})}
 }

@@ -58,15 +58,12 @@ type Transitions struct {
 	Store Store
 }
 
-// runTransition validates, then runs rule (which returns the record to write and the
+// runTransition runs rule (which returns the record to write and the
 // answer) in one UpdateRun.
-func runTransition[T any](ctx context.Context, s Store, op, id string, override time.Time, valid error,
+func runTransition[T any](ctx context.Context, s Store, op, id string, override time.Time,
 	rule func(cur *ledger.Run, now time.Time) (*ledger.Run, T, error),
 ) (T, error) {
 	var answer, zero T
-	if valid != nil {
-		return zero, valid
-	}
 	err := s.UpdateRun(ctx, op, id, override, func(cur *ledger.Run, now time.Time) (*ledger.Run, error) {
 		next, a, err := rule(cur, now)
 		answer = a
@@ -88,13 +85,13 @@ func same(rule func(cur *ledger.Run, now time.Time) (*ledger.Run, error)) func(*
 
 // Expedite implements ledger.Driver.
 func (t Transitions) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
-	return runTransition(ctx, t.Store, "expedite", p.RunID, p.Now, ValidateExpedite(p),
+	return runTransition(ctx, t.Store, "expedite", p.RunID, p.Now,
 		same(func(cur *ledger.Run, now time.Time) (*ledger.Run, error) { return ApplyExpedite(cur, p, now) }))
 }
 
 // Acquire implements ledger.Driver.
 func (t Transitions) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	return runTransition(ctx, t.Store, "acquire", p.RunID, p.Now, ValidateAcquire(p),
+	return runTransition(ctx, t.Store, "acquire", p.RunID, p.Now,
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.AcquireResult, error) {
 			return ApplyAcquire(cur, p, now)
 		})
@@ -102,13 +99,13 @@ func (t Transitions) Acquire(ctx context.Context, p *ledger.AcquireParams) (*led
 
 // Renew implements ledger.Driver.
 func (t Transitions) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	return runTransition(ctx, t.Store, "renew", p.RunID, p.Now, ValidateFence(&p.Fence),
+	return runTransition(ctx, t.Store, "renew", p.RunID, p.Now,
 		same(func(cur *ledger.Run, now time.Time) (*ledger.Run, error) { return ApplyRenew(cur, p, now) }))
 }
 
 // Complete implements ledger.Driver.
 func (t Transitions) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	return runTransition(ctx, t.Store, "complete", p.RunID, p.Now, ValidateFence(&p.Fence),
+	return runTransition(ctx, t.Store, "complete", p.RunID, p.Now,
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return ApplyComplete(cur, p, now)
 		})
@@ -116,7 +113,7 @@ func (t Transitions) Complete(ctx context.Context, p *ledger.CompleteParams) (*l
 
 // Release implements ledger.Driver.
 func (t Transitions) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	return runTransition(ctx, t.Store, "release", p.RunID, p.Now, ValidateFence(&p.Fence),
+	return runTransition(ctx, t.Store, "release", p.RunID, p.Now,
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
 			return ApplyRelease(cur, p, now)
 		})
@@ -124,25 +121,22 @@ func (t Transitions) Release(ctx context.Context, p *ledger.ReleaseParams) (*led
 
 // Fail implements ledger.Driver.
 func (t Transitions) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	return runTransition(ctx, t.Store, "fail", p.RunID, p.Now, ValidateFence(&p.Fence),
+	return runTransition(ctx, t.Store, "fail", p.RunID, p.Now,
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) { return ApplyFail(cur, p, now) })
 }
 
 // Rescue implements ledger.Driver.
 func (t Transitions) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	return runTransition(ctx, t.Store, "rescue", p.RunID, p.Now, ValidateRescue(p),
+	return runTransition(ctx, t.Store, "rescue", p.RunID, p.Now,
 		same(func(cur *ledger.Run, now time.Time) (*ledger.Run, error) { return ApplyRescue(cur, p, now) }))
 }
 
-// effectTransition validates, then runs rule (which returns the effect to write and the
+// effectTransition runs rule (which returns the effect to write and the
 // answer) in one UpdateEffect.
 func effectTransition[T any](ctx context.Context, s Store, op string, f *ledger.Fence, name string, override time.Time,
 	rule func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, T, error),
 ) (T, error) {
 	var answer, zero T
-	if err := ValidateEffect(f, name); err != nil {
-		return zero, err
-	}
 	err := s.UpdateEffect(ctx, op, f.RunID, name, override, func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Effect, error) {
 		next, a, err := rule(run, cur, now)
 		answer = a
@@ -172,28 +166,25 @@ func (t Transitions) CompleteEffect(ctx context.Context, p *ledger.CompleteEffec
 
 // Retry implements ledger.Driver.
 func (t Transitions) Retry(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
-	return runTransition(ctx, t.Store, "retry", p.RunID, p.Now, ValidateOperator(p),
+	return runTransition(ctx, t.Store, "retry", p.RunID, p.Now,
 		same(func(cur *ledger.Run, now time.Time) (*ledger.Run, error) { return ApplyRetry(cur, p, now) }))
 }
 
 // Cancel implements ledger.Driver.
 func (t Transitions) Cancel(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
-	return runTransition(ctx, t.Store, "cancel", p.RunID, p.Now, ValidateOperator(p),
+	return runTransition(ctx, t.Store, "cancel", p.RunID, p.Now,
 		same(func(cur *ledger.Run, now time.Time) (*ledger.Run, error) { return ApplyCancel(cur, p, now) }))
 }
 
 // OperatorRelease implements ledger.Driver.
 func (t Transitions) OperatorRelease(ctx context.Context, p *ledger.OperatorParams) (*ledger.Run, error) {
-	return runTransition(ctx, t.Store, "operator release", p.RunID, p.Now, ValidateOperator(p),
+	return runTransition(ctx, t.Store, "operator release", p.RunID, p.Now,
 		same(func(cur *ledger.Run, now time.Time) (*ledger.Run, error) { return ApplyOperatorRelease(cur, p, now) }))
 }
 
 // ResolveEffect implements ledger.Driver: the run and the effect in one
 // UpdateRunAndEffect.
 func (t Transitions) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParams) (*ledger.Run, error) {
-	if err := ValidateResolveEffect(p); err != nil {
-		return nil, err
-	}
 	var answer *ledger.Run
 	err := t.Store.UpdateRunAndEffect(ctx, "resolve effect", p.RunID, p.Effect, p.Now,
 		func(run *ledger.Run, cur *ledger.Effect, now time.Time) (*ledger.Run, *ledger.Effect, error) {

@@ -56,10 +56,7 @@ func (l *Ledger) ListQuery(p *ledger.ListParams, pos driver.Position, limit int,
 // cut to the page and one more, which says whether another page follows. A page of n
 // runs reads at most Shards × (n+1) documents.
 func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
-	size, pos, err := driver.ValidateList(p)
-	if err != nil {
-		return nil, err
-	}
+	size, pos := driver.ListPage(p)
 	snaps, err := fanOut(ctx, func(shard int64) firestore.Query { return l.ListQuery(p, pos, size+1, shard) })
 	if err = mapErr(rpcQuery, err, "list runs"); err != nil {
 		return nil, err
@@ -91,10 +88,7 @@ func (l *Ledger) RunIDsQuery(lo, hi string, limit int) firestore.Query {
 
 // ListRunIDs implements ledger.Driver with one query (RunIDsQuery).
 func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
-	limit, lo, hi, err := driver.ValidateListRunIDs(p)
-	if err != nil {
-		return nil, err
-	}
+	limit, lo, hi := driver.RunIDScan(p)
 	it := l.RunIDsQuery(lo, hi, limit).Documents(ctx)
 	defer it.Stop()
 	var out []string
@@ -118,9 +112,6 @@ func (l *Ledger) EffectsQuery(runID string) firestore.Query {
 
 // ListEffects implements ledger.Driver with one query (EffectsQuery).
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
-	if err := driver.ValidateRunID(p.RunID); err != nil {
-		return nil, err
-	}
 	it := l.EffectsQuery(p.RunID).Documents(ctx)
 	defer it.Stop()
 	var out []*ledger.Effect

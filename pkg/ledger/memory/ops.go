@@ -12,10 +12,7 @@ import (
 // List implements ledger.Driver. The store is in process and small: it filters every
 // record.
 func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
-	size, pos, err := driver.ValidateList(p)
-	if err != nil {
-		return nil, err
-	}
+	size, pos := driver.ListPage(p)
 	l.mu.Lock()
 	var out []*ledger.Run
 	for _, r := range l.runs {
@@ -38,10 +35,7 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 // ListRunIDs implements ledger.Driver. The store is in process and small: it reads
 // every run's ID, as List reads every record.
 func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
-	limit, lo, hi, err := driver.ValidateListRunIDs(p)
-	if err != nil {
-		return nil, err
-	}
+	limit, lo, hi := driver.RunIDScan(p)
 	l.mu.Lock()
 	var out []string
 	for id := range l.runs {
@@ -56,9 +50,6 @@ func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]
 
 // ListEffects implements ledger.Driver.
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
-	if err := driver.ValidateRunID(p.RunID); err != nil {
-		return nil, err
-	}
 	l.mu.Lock()
 	var out []*ledger.Effect
 	for _, e := range l.effects {

@@ -21,9 +21,6 @@ import (
 // act rarely; a few statements in a transaction are simpler than one that expresses the
 // rule in SQL, and cannot disagree with the other backends.
 func (l *Ledger) transact(ctx context.Context, a *driver.Action) (*ledger.Run, error) {
-	if a.Invalid != nil {
-		return nil, a.Invalid
-	}
 	p := a.Params
 	what := string(a.Op) + " run " + p.RunID
 	var next *ledger.Run
@@ -102,10 +99,7 @@ func (l *Ledger) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParam
 // (migration 00007 says which serves what), newest first, keyset-paginated on (time, run
 // ID); the payload is not read.
 func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
-	size, pos, err := driver.ValidateList(p)
-	if err != nil {
-		return nil, err
-	}
+	size, pos := driver.ListPage(p)
 	q, args := l.listQuery(p, pos, size+1)
 	rows, err := l.pool.Query(ctx, q, append([]any{planEach}, args...)...)
 	if err != nil {
@@ -188,10 +182,7 @@ func (l *Ledger) listQuery(p *ledger.ListParams, pos driver.Position, limit int)
 
 // ListRunIDs implements ledger.Driver with a range scan of the primary key.
 func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
-	limit, lo, hi, err := driver.ValidateListRunIDs(p)
-	if err != nil {
-		return nil, err
-	}
+	limit, lo, hi := driver.RunIDScan(p)
 	what := "list run IDs starting with " + p.Prefix
 	rows, err := l.pool.Query(ctx, l.q.listRunIDs, lo, hi, limit)
 	if err != nil {
@@ -206,9 +197,6 @@ func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]
 
 // ListEffects implements ledger.Driver over the index effects_run_idx.
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
-	if err := driver.ValidateRunID(p.RunID); err != nil {
-		return nil, err
-	}
 	rows, err := l.pool.Query(ctx, l.q.listEffects, p.RunID, ledger.MaxListedEffects)
 	if err != nil {
 		return nil, interpretError("list effects of run "+p.RunID, err)

@@ -32,9 +32,6 @@ const claimTries = 3
 // Concurrent claims share statements (Options.Batches): a claim that arrives while
 // every batch lane is busy goes in the next batch, one statement for all of them.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	if err := driver.ValidateClaim(p); err != nil {
-		return nil, err
-	}
 	if l.claims == nil {
 		return l.claimOne(ctx, p)
 	}
@@ -164,9 +161,6 @@ func (l *Ledger) claimBatch(ctx context.Context, batch []*claimCall) {
 
 // Expedite implements ledger.Driver with one conditional UPDATE.
 func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
-	if err := driver.ValidateExpedite(p); err != nil {
-		return nil, err
-	}
 	return l.fenced(ctx, "expedite", l.q.expedite, p.RunID,
 		[]any{timeArg(p.Now), p.RunID, p.AttemptID, micros(retention(p.Retention))},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
@@ -179,9 +173,6 @@ func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledge
 // run that does not exist yet, the usual cases, with one statement; anything else with
 // one INSERT … ON CONFLICT DO UPDATE statement after it (see acquireQueuedSQL).
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	if err := driver.ValidateAcquire(p); err != nil {
-		return nil, err
-	}
 	if l.acquires != nil {
 		res, answered, err := l.acquires.do(ctx, p)
 		if !answered {
@@ -285,12 +276,6 @@ func (l *Ledger) acquireAny(ctx context.Context, p *ledger.AcquireParams) (*ledg
 
 // Renew implements ledger.Driver with one fenced UPDATE.
 func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	if err := driver.ValidateFence(&p.Fence); err != nil {
-		return nil, err
-	}
-	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
-		return nil, err
-	}
 	return l.fenced(ctx, "renew", l.q.renew, p.RunID,
 		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), nullBytes(p.Progress)},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
@@ -301,15 +286,6 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 
 // Complete implements ledger.Driver with one fenced UPDATE.
 func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	if err := driver.ValidateFence(&p.Fence); err != nil {
-		return nil, err
-	}
-	if err := ledger.ValidateResult(p.RunID, p.Result); err != nil {
-		return nil, err
-	}
-	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
-		return nil, err
-	}
 	if l.completes != nil {
 		r, answered, err := l.completes.do(ctx, p)
 		if !answered {
@@ -331,12 +307,6 @@ func (l *Ledger) completeOne(ctx context.Context, p *ledger.CompleteParams) (*le
 
 // Fail implements ledger.Driver with one fenced UPDATE.
 func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	if err := driver.ValidateFence(&p.Fence); err != nil {
-		return nil, err
-	}
-	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
-		return nil, err
-	}
 	return l.fenced(ctx, "fail", l.q.fail, p.RunID,
 		[]any{timeArg(p.Now), p.RunID, p.Attempt, p.AttemptID, p.Error, micros(retention(p.Retention)), []byte(nil), nullBytes(p.Progress),
 			driver.ClipText(p.Error)},
@@ -347,15 +317,6 @@ func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, e
 
 // Release implements ledger.Driver with one fenced UPDATE.
 func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	if err := driver.ValidateFence(&p.Fence); err != nil {
-		return nil, err
-	}
-	if err := driver.ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
-		return nil, err
-	}
-	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
-		return nil, err
-	}
 	retry := p.RetryAfter
 	pickup := cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)
 	return l.fenced(ctx, "release", l.q.release, p.RunID,
@@ -368,9 +329,6 @@ func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.
 
 // Rescue implements ledger.Driver with one conditional UPDATE.
 func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	if err := driver.ValidateRescue(p); err != nil {
-		return nil, err
-	}
 	deadline := driver.Micros(p.Deadline)
 	lost := fmt.Sprintf("attempt %d lost its lease at %s", p.Attempt, deadline.Format(time.RFC3339Nano))
 	return l.fenced(ctx, "rescue", l.q.rescue, p.RunID,
@@ -453,9 +411,6 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 // BeginEffect implements ledger.Driver with one statement: it locks the run (FOR SHARE,
 // so that no takeover slips in), checks the fence and upserts the effect.
 func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
-	if err := driver.ValidateEffect(&p.Fence, p.Name); err != nil {
-		return nil, err
-	}
 	var (
 		run     fenceScan
 		up, old effectScan
@@ -489,12 +444,6 @@ func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (
 
 // CompleteEffect implements ledger.Driver with one statement, fenced like BeginEffect.
 func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
-	if err := driver.ValidateEffect(&p.Fence, p.Name); err != nil {
-		return nil, err
-	}
-	if len(p.Ref) > ledger.MaxEffectRef {
-		return nil, driver.Invalidf("effect %q of run %s: ref is %d bytes, the limit is %d", p.Name, p.RunID, len(p.Ref), ledger.MaxEffectRef)
-	}
 	var (
 		run     fenceScan
 		up, cur effectScan

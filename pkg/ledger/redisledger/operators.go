@@ -32,9 +32,6 @@ var effectCASFields = []string{"status", "attempt", "updated_at"}
 // are still as read; when they are not, it reads and decides again. Operators act
 // rarely, and a rule applied in Go cannot disagree with the other backends'.
 func (l *Ledger) transact(ctx context.Context, a *driver.Action) (*ledger.Run, error) {
-	if a.Invalid != nil {
-		return nil, a.Invalid
-	}
 	p := a.Params
 	what := string(a.Op) + " run " + p.RunID
 	ekey := ledger.EffectKey(p.RunID, a.Effect)
@@ -167,10 +164,7 @@ func scoreArg(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) 
 // keyset-paginated on (time, run ID): a sorted set answers equal scores in descending
 // member order, which is the listing's. The payload is not read.
 func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
-	size, pos, err := driver.ValidateList(p)
-	if err != nil {
-		return nil, err
-	}
+	size, pos := driver.ListPage(p)
 	index, filter, value := listIndex(p)
 	field, after, before := "created_at", driver.Micros(p.CreatedAfter), driver.Micros(p.CreatedBefore)
 	if p.ByUpdated() {
@@ -239,16 +233,13 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 		}
 		at = driver.Position{At: time.UnixMicro(int64(f)).UTC(), RunID: lastID}
 	}
-	return &ledger.ListResult{Runs: runs, Next: driver.EncodeCursor(at)}, nil
+	return &ledger.ListResult{Runs: runs, Next: ledger.EncodeCursor(at)}, nil
 }
 
 // ListRunIDs implements ledger.Driver with one script over the ID index (runIDsScript),
 // a range of a sorted set read in lexicographic order, as a range of a primary key.
 func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
-	limit, lo, hi, err := driver.ValidateListRunIDs(p)
-	if err != nil {
-		return nil, err
-	}
+	limit, lo, hi := driver.RunIDScan(p)
 	v, err := runIDsScript.Run(ctx, l.rdb, []string{l.o.Prefix + "list:id"}, lo, hi, limit, l.listBudget, l.o.Prefix+"run:").StringSlice()
 	if err != nil {
 		return nil, interpretError("list run IDs starting with "+p.Prefix, err)
@@ -259,9 +250,6 @@ func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]
 // ListEffects implements ledger.Driver with one script that reads the effects the run's
 // effects field lists, ordered by name here.
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
-	if err := driver.ValidateRunID(p.RunID); err != nil {
-		return nil, err
-	}
 	what := "list effects of run " + p.RunID
 	v, err := listEffectsScript.Run(ctx, l.rdb, []string{l.runKey(p.RunID)}, l.effectPrefix()).Result()
 	if err != nil {

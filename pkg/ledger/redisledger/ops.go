@@ -116,9 +116,6 @@ func (l *Ledger) runKeys(id string) []string { return []string{l.runKey(id), l.r
 // Claim implements ledger.Driver with one script: the record is created when absent, and
 // a duplicate's answer is the record as it stands.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	if err := driver.ValidateClaim(p); err != nil {
-		return nil, err
-	}
 	a, err := l.call(ctx, "claim run "+p.RunID, claimScript, l.runKeys(p.RunID),
 		timeArg(p.Now), p.RunID, p.Namespace, p.Job, p.Key, timeArg(driver.Micros(p.ScheduleTime)), p.PayloadHash,
 		p.Payload, p.AttemptID, micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)),
@@ -138,9 +135,6 @@ func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.Clai
 // Expedite implements ledger.Driver with one fenced script: an untouched ingress claim's
 // deadline becomes the server's now.
 func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledger.Run, error) {
-	if err := driver.ValidateExpedite(p); err != nil {
-		return nil, err
-	}
 	return l.fenced(ctx, "expedite", p.RunID, expediteScript,
 		[]any{timeArg(p.Now), p.RunID, p.AttemptID, micros(retention(p.Retention)), l.grace(), l.o.Prefix},
 		func(cur *ledger.Run, now time.Time) (*ledger.Run, *ledger.Run, error) {
@@ -151,9 +145,6 @@ func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledge
 
 // Acquire implements ledger.Driver with one script.
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
-	if err := driver.ValidateAcquire(p); err != nil {
-		return nil, err
-	}
 	a, err := l.call(ctx, "acquire run "+p.RunID, acquireScript, l.runKeys(p.RunID),
 		timeArg(p.Now), p.RunID, p.Namespace, p.Job, p.Key, timeArg(driver.Micros(p.ScheduleTime)), p.PayloadHash,
 		p.Payload, p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)), micros(retention(p.Retention)), l.grace(),
@@ -210,12 +201,6 @@ func attempt(f *ledger.Fence) string { return strconv.FormatInt(f.Attempt, 10) }
 
 // Renew implements ledger.Driver with one fenced script.
 func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run, error) {
-	if err := driver.ValidateFence(&p.Fence); err != nil {
-		return nil, err
-	}
-	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
-		return nil, err
-	}
 	return l.fenced(ctx, "renew", p.RunID, renewScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, micros(cmp.Or(p.Lease, ledger.DefaultLease)),
 			micros(retention(p.Retention)), l.grace(), string(p.Progress), l.o.Prefix},
@@ -227,15 +212,6 @@ func (l *Ledger) Renew(ctx context.Context, p *ledger.RenewParams) (*ledger.Run,
 
 // Complete implements ledger.Driver with one fenced script.
 func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledger.Run, error) {
-	if err := driver.ValidateFence(&p.Fence); err != nil {
-		return nil, err
-	}
-	if err := ledger.ValidateResult(p.RunID, p.Result); err != nil {
-		return nil, err
-	}
-	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
-		return nil, err
-	}
 	return l.fenced(ctx, "complete", p.RunID, finishScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, string(ledger.StatusCompleted), "",
 			micros(retention(p.Retention)), l.grace(), string(p.Result), string(p.Progress), l.o.Prefix},
@@ -246,12 +222,6 @@ func (l *Ledger) Complete(ctx context.Context, p *ledger.CompleteParams) (*ledge
 
 // Fail implements ledger.Driver with one fenced script.
 func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, error) {
-	if err := driver.ValidateFence(&p.Fence); err != nil {
-		return nil, err
-	}
-	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
-		return nil, err
-	}
 	return l.fenced(ctx, "fail", p.RunID, finishScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, string(ledger.StatusFailed), p.Error,
 			micros(retention(p.Retention)), l.grace(), "", string(p.Progress), l.o.Prefix},
@@ -262,15 +232,6 @@ func (l *Ledger) Fail(ctx context.Context, p *ledger.FailParams) (*ledger.Run, e
 
 // Release implements ledger.Driver with one fenced script.
 func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.Run, error) {
-	if err := driver.ValidateFence(&p.Fence); err != nil {
-		return nil, err
-	}
-	if err := driver.ValidateProgress(p.RunID, p.Progress); err != nil {
-		return nil, err
-	}
-	if err := driver.ValidateRetryAfter(p.RunID, p.RetryAfter, p.Retention); err != nil {
-		return nil, err
-	}
 	return l.fenced(ctx, "release", p.RunID, releaseScript,
 		[]any{timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, p.Error, micros(p.RetryAfter),
 			micros(cmp.Or(p.PickupTimeout, ledger.DefaultPickupTimeout)), micros(retention(p.Retention)), l.grace(), string(p.Progress), l.o.Prefix},
@@ -281,9 +242,6 @@ func (l *Ledger) Release(ctx context.Context, p *ledger.ReleaseParams) (*ledger.
 
 // Rescue implements ledger.Driver with one conditional script.
 func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Run, error) {
-	if err := driver.ValidateRescue(p); err != nil {
-		return nil, err
-	}
 	deadline := driver.Micros(p.Deadline)
 	lost := fmt.Sprintf("attempt %d lost its lease at %s", p.Attempt, deadline.Format(time.RFC3339Nano))
 	return l.fenced(ctx, "rescue", p.RunID, rescueScript,
@@ -357,9 +315,6 @@ func (l *Ledger) effectKeys(runID, key string) []string {
 
 // BeginEffect implements ledger.Driver with one fenced script.
 func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (*ledger.BeginEffectResult, error) {
-	if err := driver.ValidateEffect(&p.Fence, p.Name); err != nil {
-		return nil, err
-	}
 	key := ledger.EffectKey(p.RunID, p.Name)
 	a, err := l.call(ctx, "begin effect "+p.Name+" of run "+p.RunID, beginEffectScript, l.effectKeys(p.RunID, key),
 		timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, p.Name, key, micros(retention(p.Retention)), l.grace())
@@ -386,12 +341,6 @@ func (l *Ledger) BeginEffect(ctx context.Context, p *ledger.BeginEffectParams) (
 
 // CompleteEffect implements ledger.Driver with one fenced script.
 func (l *Ledger) CompleteEffect(ctx context.Context, p *ledger.CompleteEffectParams) (*ledger.Effect, error) {
-	if err := driver.ValidateEffect(&p.Fence, p.Name); err != nil {
-		return nil, err
-	}
-	if len(p.Ref) > ledger.MaxEffectRef {
-		return nil, driver.Invalidf("effect %q of run %s: ref is %d bytes, the limit is %d", p.Name, p.RunID, len(p.Ref), ledger.MaxEffectRef)
-	}
 	key := ledger.EffectKey(p.RunID, p.Name)
 	a, err := l.call(ctx, "complete effect "+p.Name+" of run "+p.RunID, completeEffectScript, l.effectKeys(p.RunID, key),
 		timeArg(p.Now), p.RunID, attempt(&p.Fence), p.AttemptID, key, micros(retention(p.Retention)), l.grace(), p.Ref)

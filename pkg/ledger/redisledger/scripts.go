@@ -352,8 +352,7 @@ return {1, fmt(now), run_fields(KEYS[1])}
 
 // finish (complete, fail): ARGV now, id, attempt, attempt_id, status, error, retention
 // (µs), grace (ms), result (empty for none), progress (empty: unchanged), prefix (always
-// the last ARGV). The caller checks result and progress (ledger.ValidateResult,
-// driver.ValidateProgress). A failure's event carries the run's last error (the
+// the last ARGV). ledger.Ledger checked result and progress. A failure's event carries the run's last error (the
 // attempt's, or the one before when it gave none), a completion's none.
 var finishScript = redis.NewScript(prelude + `
 local now = now_us(ARGV[1])

@@ -47,10 +47,7 @@ func perShard(shard func(s int) string, order string) string {
 // on every shard (perShard), newest first, keyset-paginated on (time, run ID): a page of
 // n runs reads at most Shards × (n+1) index entries.
 func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
-	size, pos, err := driver.ValidateList(p)
-	if err != nil {
-		return nil, err
-	}
+	size, pos := driver.ListPage(p)
 	col, after, before := p.TimeRange()
 	var where []string
 	params := map[string]any{"limit": int64(size + 1)}
@@ -89,13 +86,10 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 // ListRunIDs implements ledger.Driver with one strong read of a range of the runs'
 // primary key, reading the key alone.
 func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
-	limit, lo, hi, err := driver.ValidateListRunIDs(p)
-	if err != nil {
-		return nil, err
-	}
+	limit, lo, hi := driver.RunIDScan(p)
 	keys := spanner.KeyRange{Start: spanner.Key{lo}, End: spanner.Key{hi}, Kind: spanner.ClosedOpen}
 	var out []string
-	err = l.client.Single().ReadWithOptions(ctx, "runs", keys, []string{"run_id"}, &spanner.ReadOptions{Limit: limit}).
+	err := l.client.Single().ReadWithOptions(ctx, "runs", keys, []string{"run_id"}, &spanner.ReadOptions{Limit: limit}).
 		Do(func(r *spanner.Row) error {
 			var id string
 			if err := r.Column(0, &id); err != nil {
@@ -113,9 +107,6 @@ func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]
 // ListEffects implements ledger.Driver with one strong read of the run's interleaved
 // effects, in primary-key (name) order.
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
-	if err := driver.ValidateRunID(p.RunID); err != nil {
-		return nil, err
-	}
 	var out []*ledger.Effect
 	err := l.client.Single().Query(ctx, spanner.Statement{
 		SQL:    `SELECT ` + selectEffect + ` FROM effects AS e WHERE e.run_id = @id ORDER BY e.name LIMIT @limit`,

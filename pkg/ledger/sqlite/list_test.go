@@ -58,10 +58,7 @@ func TestListingPlansUseIndexes(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%+v", c.p), func(t *testing.T) {
 			p := c.p
-			size, pos, err := driver.ValidateList(&p)
-			if err != nil {
-				t.Fatal(err)
-			}
+			size, pos := driver.ListPage(&p)
 			q, args, err := l.listQuery(ctx, &p, pos, size+1)
 			if err != nil {
 				t.Fatal(err)

@@ -14,10 +14,7 @@ import (
 // says which serves what), newest first, keyset-paginated on (time, run_id); the payload
 // and the history are not read.
 func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
-	size, pos, err := driver.ValidateList(p)
-	if err != nil {
-		return nil, err
-	}
+	size, pos := driver.ListPage(p)
 	q, args, err := l.listQuery(ctx, p, pos, size+1)
 	if err != nil {
 		return nil, err
@@ -48,10 +45,7 @@ const listRunIDsSQL = "SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? 
 
 // ListRunIDs implements ledger.Driver with a range scan of the primary key.
 func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]string, error) {
-	limit, lo, hi, err := driver.ValidateListRunIDs(p)
-	if err != nil {
-		return nil, err
-	}
+	limit, lo, hi := driver.RunIDScan(p)
 	rows, err := l.db.QueryContext(ctx, listRunIDsSQL, lo, hi, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list run IDs starting with %s: %w", p.Prefix, interpret(err))
@@ -73,9 +67,6 @@ func (l *Ledger) ListRunIDs(ctx context.Context, p *ledger.ListRunIDsParams) ([]
 
 // ListEffects implements ledger.Driver (index effects_run).
 func (l *Ledger) ListEffects(ctx context.Context, p *ledger.ListEffectsParams) ([]*ledger.Effect, error) {
-	if err := driver.ValidateRunID(p.RunID); err != nil {
-		return nil, err
-	}
 	rows, err := l.db.QueryContext(ctx, "SELECT effect_key FROM effects WHERE run_id = ? ORDER BY name LIMIT ?", p.RunID, ledger.MaxListedEffects)
 	if err != nil {
 		return nil, wrap("list effects", p.RunID, interpret(err))

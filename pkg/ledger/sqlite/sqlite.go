@@ -565,9 +565,6 @@ func (s store) UpdateRunAndEffect(ctx context.Context, op, runID, name string, o
 // neither waits for the writers (and their commits' fsyncs) nor makes them wait. Only a
 // run the read did not find takes the write transaction, which reads again under the lock.
 func (l *Ledger) Claim(ctx context.Context, p *ledger.ClaimParams) (*ledger.ClaimResult, error) {
-	if err := driver.ValidateClaim(p); err != nil {
-		return nil, err
-	}
 	cur, err := getRun(ctx, l.q(nil), p.RunID)
 	if err != nil {
 		return nil, wrap("claim", p.RunID, interpret(err))
