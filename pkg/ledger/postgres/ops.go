@@ -76,8 +76,8 @@ func claimed(p *ledger.ClaimParams, r *ledger.Run, created bool) *ledger.ClaimRe
 type claimCall = call[*ledger.ClaimParams, *ledger.ClaimResult]
 
 // claimBatch answers a batch of claims. One alone takes claimOne's statement; more take
-// claimBatchSQL, one row per run: of several claims of one run in the batch the first
-// is the claim and the others its duplicates, answered as if they came after it. A run
+// queries/claim_batch.sql, one row per run: of several claims of one run in the batch the
+// first is the claim and the others its duplicates, answered as if they came after it. A run
 // the statement did not return (committed after its snapshot, or swept) is claimed
 // again alone.
 func (l *Ledger) claimBatch(ctx context.Context, batch []*claimCall) {
@@ -171,7 +171,7 @@ func (l *Ledger) Expedite(ctx context.Context, p *ledger.ExpediteParams) (*ledge
 
 // Acquire implements ledger.Driver: a queued run that exists and may be taken now, or a
 // run that does not exist yet, the usual cases, with one statement; anything else with
-// one INSERT … ON CONFLICT DO UPDATE statement after it (see acquireQueuedSQL).
+// one INSERT … ON CONFLICT DO UPDATE statement after it (see queries/acquire_queued.sql).
 func (l *Ledger) Acquire(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	if l.acquires != nil {
 		res, answered, err := l.acquires.do(ctx, p)
@@ -220,8 +220,8 @@ func createArgs(p *ledger.AcquireParams) (payload []byte, noCreate bool) {
 	return p.Payload, false
 }
 
-// acquireAny is a worker claim that acquireQueuedSQL neither took nor created: the upsert
-// decides it.
+// acquireAny is a worker claim that queries/acquire_queued.sql neither took nor created:
+// the upsert (queries/acquire.sql) decides it.
 func (l *Ledger) acquireAny(ctx context.Context, p *ledger.AcquireParams) (*ledger.AcquireResult, error) {
 	var (
 		written bool
@@ -342,8 +342,8 @@ func (l *Ledger) Rescue(ctx context.Context, p *ledger.RescueParams) (*ledger.Ru
 
 // fenced runs a conditional UPDATE of one run whose answer is (run columns, now): the
 // updated run, or no row when the condition failed. Only then does it read the run as it
-// stands, locked (lockedRunSQL, with args[0], the caller's Now), and verdict (the state
-// machine's rule for the transition) decides between an idempotent repeat (it answers
+// stands, locked (queries/locked_run.sql, with args[0], the caller's Now), and verdict
+// (the state machine's rule for the transition) decides between an idempotent repeat (it answers
 // the run and writes nothing) and a refusal (its error), or that the run does not exist.
 func (l *Ledger) fenced(ctx context.Context, op, sql, runID string, args []any,
 	verdict func(cur *ledger.Run, now time.Time) (next, answer *ledger.Run, err error),
@@ -653,8 +653,9 @@ func distinct[In, Out any](batch []*call[In, Out], runID func(In) string, one fu
 type acquireCall = call[*ledger.AcquireParams, *ledger.AcquireResult]
 
 // acquireBatch answers a batch of worker claims. One alone takes acquireOne's
-// statements; more take acquireQueuedBatchSQL, which takes the queued runs among them and
-// creates the absent ones in one statement, and acquireAny decides each of the others.
+// statements; more take queries/acquire_queued_batch.sql, which takes the queued runs
+// among them and creates the absent ones in one statement, and acquireAny decides each of
+// the others.
 func (l *Ledger) acquireBatch(ctx context.Context, batch []*acquireCall) {
 	if len(batch) == 1 {
 		batch[0].out, batch[0].err = l.acquireOne(ctx, batch[0].in)
@@ -701,8 +702,8 @@ func (l *Ledger) acquireBatch(ctx context.Context, batch []*acquireCall) {
 type completeCall = call[*ledger.CompleteParams, *ledger.Run]
 
 // completeBatch answers a batch of completions. One alone takes completeOne's
-// statement; more take completeBatchSQL, which completes the runs whose fence holds in
-// one statement, and completeOne decides each of the others (an idempotent repeat, a
+// statement; more take queries/complete_batch.sql, which completes the runs whose fence
+// holds in one statement, and completeOne decides each of the others (an idempotent repeat, a
 // lost lease).
 func (l *Ledger) completeBatch(ctx context.Context, batch []*completeCall) {
 	if len(batch) == 1 {

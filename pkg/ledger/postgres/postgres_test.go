@@ -604,7 +604,7 @@ func TestOneStatementPerTransition(t *testing.T) {
 
 	// statements are the operations that take more than one statement: a worker claim of
 	// a run that is neither queued nor absent, or absent with a payload larger than
-	// createInline, tries acquireQueuedSQL first, then the upsert; a fenced transition
+	// createInline, tries acquire_queued.sql first, then the upsert; a fenced transition
 	// that changes nothing (a repeat, a stale fence) reads the run after its UPDATE.
 	statements := map[string]int64{"Acquire (held)": 2, "Acquire (new run, large payload)": 2,
 		"Renew (fenced out)": 2, "Release (repeat)": 2, "Complete (repeat)": 2}

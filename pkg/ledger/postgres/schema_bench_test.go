@@ -124,9 +124,9 @@ func dropIndex(tb testing.TB, l *Ledger, name string) {
 }
 
 // withoutStartedEvent takes the started event's insert out of l's worker-claim statements
-// (acquireQueuedSQL, acquireQueuedBatchSQL: their ev CTE), so that a claim writes the
-// run's row alone, as a completion does. It fails tb when either statement no longer
-// ends with that CTE before its final SELECT: the benchmark would measure nothing.
+// (queries/acquire_queued.sql and acquire_queued_batch.sql: their ev CTE), so that a
+// claim writes the run's row alone, as a completion does. It fails tb when either
+// statement no longer ends with that CTE before its final SELECT: the benchmark would measure nothing.
 func withoutStartedEvent(tb testing.TB, l *Ledger) {
 	tb.Helper()
 	cut := func(name, sql, keep string) string {
@@ -139,8 +139,8 @@ func withoutStartedEvent(tb testing.TB, l *Ledger) {
 	}
 	// The single statement's $7, the worker, is used only by the event: a CTE that
 	// nothing reads keeps its type known without running.
-	l.q.acquireQueued = cut("acquireQueuedSQL", l.q.acquireQueued, ", w AS (SELECT $7::text)")
-	l.q.acquireQueuedBatch = cut("acquireQueuedBatchSQL", l.q.acquireQueuedBatch, "")
+	l.q.acquireQueued = cut("acquire_queued.sql", l.q.acquireQueued, ", w AS (SELECT $7::text)")
+	l.q.acquireQueuedBatch = cut("acquire_queued_batch.sql", l.q.acquireQueuedBatch, "")
 }
 
 // countEvents counts the rows of l's run_events.
