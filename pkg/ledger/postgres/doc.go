@@ -97,9 +97,9 @@
 //	  runs_created_idx ON runs (created_at DESC, run_id COLLATE "C" DESC)
 //	  runs_status_updated_idx ON runs (status, updated_at DESC, run_id COLLATE "C" DESC)
 //	                     the operators' listing, newest first: two indexes serve every
-//	                     filter (migration 00007), since each index costs every
+//	                     filter (migration 0007), since each index costs every
 //	                     transition a write; the run ID in the C collation, so that
-//	                     only the primary key finds a run by its ID (migration 00009)
+//	                     only the primary key finds a run by its ID (migration 0009)
 //	effects(effect_key text PRIMARY KEY, run_id, name, status, attempt, ref,
 //	        created_at, updated_at, done_at, expire_at)
 //	  effects_expire_at_idx ON effects (expire_at)
@@ -109,10 +109,10 @@
 //	           reads the latest 50; the sweep's statement deletes them with their run (no
 //	           foreign key: its check trigger ran in every transition). The ingress
 //	           claim's event is no row of it: the claim sets runs.ingress_claim, and Get
-//	           puts the event (at created_at, attempt 0) first (migration 00008); nor is
+//	           puts the event (at created_at, attempt 0) first (migration 0008); nor is
 //	           the completion's: completed is terminal, so the completing statements set
 //	           runs.completed_event, and Get puts the event (at completed_at, of the
-//	           run's attempt) last (migration 00010)
+//	           run's attempt) last (migration 0010)
 //
 // The operators' transitions (Retry, Cancel, OperatorRelease, ResolveEffect) are rare:
 // each is one transaction that locks the run (and the effect it resolves), decides with

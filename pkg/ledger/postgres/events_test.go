@@ -13,7 +13,7 @@ import (
 )
 
 // TestClaimEventIsTheRow checks that an ingress claim writes no row of run_events (its
-// event is the run's row, migration 00008) and that Get still puts the claimed event
+// event is the run's row, migration 0008) and that Get still puts the claimed event
 // first, before the worker's; and that a run a worker claim created has no claimed event.
 func TestClaimEventIsTheRow(t *testing.T) {
 	t.Parallel()
@@ -53,7 +53,7 @@ func TestClaimEventIsTheRow(t *testing.T) {
 }
 
 // TestCompletedEventIsTheRow checks that a completion, alone or among concurrent ones,
-// writes no row of run_events (its event is the run's row, migration 00010) and that Get puts the
+// writes no row of run_events (its event is the run's row, migration 0010) and that Get puts the
 // completed event last, at the completion, of the run's attempt; and that a failure still
 // stores its event.
 func TestCompletedEventIsTheRow(t *testing.T) {
@@ -121,8 +121,8 @@ func TestCompletedEventIsTheRow(t *testing.T) {
 	}
 }
 
-// TestHistoryMigratesDown checks that migrating below 00008 stores again the events the
-// rows held (the ingress claim's, migration 00008; the completion's, 00010), each where
+// TestHistoryMigratesDown checks that migrating below 0008 stores again the events the
+// rows held (the ingress claim's, migration 0008; the completion's, 0010), each where
 // the history has it, so that the code before reads the history as it was.
 func TestHistoryMigratesDown(t *testing.T) {
 	t.Parallel()

@@ -14,7 +14,7 @@ import (
 
 // TestListingPlansUseIndexes checks, on 30,000 analysed runs, that every shape of
 // listing reads an index in the newest-first order it pages in, rather than scanning
-// the table: migration 00007 left two listing indexes for all of them.
+// the table: migration 0007 left two listing indexes for all of them.
 func TestListingPlansUseIndexes(t *testing.T) {
 	t.Parallel()
 	l := openTest(t, nil)

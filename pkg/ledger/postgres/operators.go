@@ -96,7 +96,7 @@ func (l *Ledger) ResolveEffect(ctx context.Context, p *ledger.ResolveEffectParam
 }
 
 // List implements ledger.Driver with one statement over the listing's indexes
-// (migration 00007 says which serves what), newest first, keyset-paginated on (time, run
+// (migration 0007 says which serves what), newest first, keyset-paginated on (time, run
 // ID); the payload is not read.
 func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListResult, error) {
 	size, pos := driver.ListPage(p)
@@ -121,7 +121,7 @@ func (l *Ledger) List(ctx context.Context, p *ledger.ListParams) (*ledger.ListRe
 }
 
 // listID is the listing's tie-breaker, the run ID as its indexes hold it (migration
-// 00009): in the C collation, which nothing but the listing uses, so that only the
+// 0009): in the C collation, which nothing but the listing uses, so that only the
 // primary key can find a run by its ID.
 const listID = `run_id COLLATE "C"`
 

@@ -390,7 +390,7 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 		return nil, fmt.Errorf("postgres: get run %s: history: %w", p.RunID, err)
 	}
 	if completed {
-		// The completion's event, kept as the row itself (migration 00010): the last of
+		// The completion's event, kept as the row itself (migration 0010): the last of
 		// the history, since completed is terminal.
 		r.History = append(r.History, ledger.Event{At: r.CompletedAt, Kind: ledger.EventCompleted, Attempt: r.Attempt})
 		if n := len(r.History) - ledger.MaxHistory; n > 0 {
@@ -398,7 +398,7 @@ func (l *Ledger) Get(ctx context.Context, p *ledger.GetParams) (*ledger.Run, err
 		}
 	}
 	if claimed && len(r.History) < ledger.MaxHistory {
-		// The ingress claim's event, kept as the row itself (migration 00008): the
+		// The ingress claim's event, kept as the row itself (migration 0008): the
 		// first of the history until ledger.MaxHistory later events push it out.
 		r.History = append([]ledger.Event{{At: r.CreatedAt, Kind: ledger.EventClaimed}}, r.History...)
 	}

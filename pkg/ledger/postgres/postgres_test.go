@@ -12,17 +12,21 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 
 	"github.com/runonce/runonce/pkg/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
@@ -539,6 +543,73 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 	err = conn.QueryRow(t.Context(), "SELECT count(*) FROM "+pgx.Identifier{schema, "goose_db_version"}.Sanitize()+" WHERE version_id > 0").Scan(&applied)
 	if err != nil || applied != len(embedded) {
 		t.Fatalf("goose_db_version in the schema holds %d applied migrations (%v), want %d (each embedded migration once)", applied, err, len(embedded))
+	}
+}
+
+// TestMigrationsUnderTheirOldNames upgrades a schema migrated by the code before the
+// migrations were renamed (00001_runs_effects.sql to 0001_runs_effects.sql, …): goose
+// records each migration's version, the number its name starts with, so the schema is
+// up to date and the embedded migrations apply nothing. A renaming that changed a
+// version would apply a migration twice here.
+func TestMigrationsUnderTheirOldNames(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn := testDSN(t)
+	schema := newSchema(t, dsn)
+	ledgertest.CheckMigrationNames(t, Migrations())
+	names, err := fs.Glob(Migrations(), "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The names as released before, each with the body of the migration that now ends
+	// with the same description.
+	oldNames := []string{"00001_runs_effects.sql", "00002_effect_ref.sql", "00003_operations.sql",
+		"00004_run_result.sql", "00005_run_progress.sql", "00006_run_events_no_fk.sql",
+		"00007_fewer_listing_indexes.sql", "00008_claim_event_in_row.sql",
+		"00009_listing_ids_in_c.sql", "00010_completed_event_in_row.sql"}
+	old := fstest.MapFS{}
+	for _, o := range oldNames {
+		_, desc, _ := strings.Cut(o, "_")
+		i := slices.IndexFunc(names, func(n string) bool { return strings.HasSuffix(n, "_"+desc) })
+		if i < 0 {
+			t.Fatalf("no embedded migration for %s", o)
+		}
+		body, err := fs.ReadFile(Migrations(), names[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		old[o] = &fstest.MapFile{Data: body}
+	}
+	conn, err := connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := pc.ConnConfig
+	cfg.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, old, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatalf("migrate under the old names: %v", err)
+	}
+	res, err := Migrate(ctx, dsn, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Applied) != len(names)-len(oldNames) || res.Version != int64(len(names)) {
+		t.Errorf("Migrate over the old names = applied %v, version %d; want only the %d migrations added since, version %d",
+			res.Applied, res.Version, len(names)-len(oldNames), len(names))
 	}
 }
 
@@ -1065,7 +1136,7 @@ func TestPoolSize(t *testing.T) {
 func BenchmarkBatch(b *testing.B) { workertest.BenchmarkBatch(b, harness().Open) }
 
 // TestSweepDeletesHistory checks that the sweep deletes a run's events with the run (no
-// foreign key cascades since migration 00006): none is left behind, and a run claimed
+// foreign key cascades since migration 0006): none is left behind, and a run claimed
 // again under the same ID starts with its own history only.
 func TestSweepDeletesHistory(t *testing.T) {
 	t.Parallel()

@@ -55,7 +55,7 @@ import (
 // emptied by a sweep, every index looks alike to the planner, and a plan made then is
 // kept as the table grows:
 //
-//   - The listing's indexes end with the run ID in the C collation (migration 00009),
+//   - The listing's indexes end with the run ID in the C collation (migration 0009),
 //     which no statement here compares in, so that the ID cannot be a condition on them.
 //   - A batched statement also tests r.run_id = ANY($2), the batch's IDs: its join to
 //     the batch read the whole primary key as the outer side otherwise.

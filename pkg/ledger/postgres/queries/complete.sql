@@ -2,7 +2,7 @@
 -- retention, $7 result (NULL: none), $8 progress (NULL: unchanged).
 --
 -- A completion adds no row of run_events: completed is terminal, so its event is the
--- last of the history, and the row implies it (completed_event, migration 00010; Get
+-- last of the history, and the row implies it (completed_event, migration 0010; Get
 -- appends it).
 
 WITH up AS (

@@ -2,7 +2,7 @@
 -- IDs, $3 attempts, $4 attempt IDs, $5 retentions (µs), $6 results, $7 progress (NULL:
 -- unchanged). It returns the runs it completed; Complete decides the others one by one.
 -- Like complete.sql, it adds no row of run_events: the completion's event is the row
--- (completed_event, migration 00010).
+-- (completed_event, migration 0010).
 
 WITH i AS (
 	SELECT t.*, coalesce(t.at, now()) AS now

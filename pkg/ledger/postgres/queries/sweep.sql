@@ -11,7 +11,7 @@ WITH r AS (
 	AND expire_at < {now}
 	RETURNING run_id
 ), ev AS (
-	-- The deleted runs' histories (no foreign key cascades: see migration 00006).
+	-- The deleted runs' histories (no foreign key cascades: see migration 0006).
 	DELETE FROM {events} WHERE run_id IN (SELECT run_id FROM r)
 ), e AS (
 	DELETE FROM {effects}
