@@ -24,7 +24,7 @@
 //	     attempts_made, last_error, created_at, updated_at, completed_at, expire_at,
 //	     history, result, progress,                 history: the run's latest events, JSON
 //	     shard AS (the run ID's first hex digit, 0 to 15) STORED)
-//	  (result, progress and shard added by ALTER TABLE, appended to Schema)
+//	  (result, progress and shard added by ALTER TABLE: migrations/0002 to 0004)
 //	  ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))
 //	  runs_by_shard_deadline   NULL_FILTERED INDEX ON runs (shard, deadline)   live runs only
 //	  runs_by_shard_expire_at  INDEX ON runs (shard, expire_at)
@@ -62,13 +62,13 @@
 // attempt ID, a UUIDv7; a run's key; an effect's ref), or holding one after a lead not
 // computed from the run ID.
 //
-// Schema only grows: a database an earlier release created is upgraded by Migrate (Open,
-// unless migrate=false), which adds the shard column (Spanner computes it for the runs
-// already there), creates the shard-led indexes and drops the first release's, and
-// deploy/terraform appends the same statements. A new index is backfilled before the
-// upgrade completes: apply the DDL before deploying this release (Terraform does), since
-// this release's queries force the new indexes, and on a large database Open would wait
-// for the backfill.
+// Schema only grows (a new file under migrations/): a database an earlier release
+// created is upgraded by Migrate (Open, unless migrate=false), which adds the shard
+// column (Spanner computes it for the runs already there), creates the shard-led indexes
+// and drops the first release's, and deploy/terraform appends the same statements. A new
+// index is backfilled before the upgrade completes: apply the DDL before deploying this
+// release (Terraform does), since this release's queries force the new indexes, and on a
+// large database Open would wait for the backfill.
 //
 // # What each operation costs, and how it is fenced
 //

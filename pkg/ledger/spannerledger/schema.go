@@ -2,8 +2,11 @@ package spannerledger
 
 import (
 	"context"
+	"embed"
 	"fmt"
+	"io/fs"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,88 +16,52 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Schema is the DDL of the ledger's tables, in order. The row deletion policy on runs
-// makes Spanner delete a run past expire_at by itself (within about three days). Effects
-// have no policy of their own: they are interleaved in their run and deleted with it
-// (ON DELETE CASCADE), so an effect lives exactly as long as its run.
+// Schema is the DDL of the ledger's tables, in order: the statements of the files
+// migrations/NNNN_description.sql, each ended by a semicolon, in the files' order (their
+// comment lines say why each statement is there). The row deletion policy on runs makes
+// Spanner delete a run past expire_at by itself (within about three days). Effects have
+// no policy of their own: they are interleaved in their run and deleted with it (ON
+// DELETE CASCADE), so an effect lives exactly as long as its run.
 //
 // Statements are only ever appended (a column added, an index replaced by DROP INDEX and
-// CREATE INDEX), never changed: a database created by an earlier Schema gets the same
-// statements (Migrate applies those it lacks), and Terraform applies appended statements
-// in place where it would replace the database for a changed one.
-var Schema = []string{
-	`CREATE TABLE runs (
-		run_id STRING(64) NOT NULL,
-		namespace STRING(MAX) NOT NULL,
-		job STRING(MAX) NOT NULL,
-		run_key STRING(MAX) NOT NULL,
-		schedule_time TIMESTAMP,
-		payload_hash STRING(MAX) NOT NULL,
-		payload BYTES(MAX),
-		status STRING(16) NOT NULL,
-		attempt INT64 NOT NULL,
-		attempt_id STRING(MAX) NOT NULL,
-		deadline TIMESTAMP,
-		not_before TIMESTAMP,
-		attempts_made INT64 NOT NULL,
-		last_error STRING(MAX) NOT NULL,
-		created_at TIMESTAMP NOT NULL,
-		updated_at TIMESTAMP NOT NULL,
-		completed_at TIMESTAMP,
-		expire_at TIMESTAMP NOT NULL,
-		history STRING(MAX)
-	) PRIMARY KEY (run_id),
-	ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))`,
-	// The first release's indexes, each led by a time or by the status: replaced below.
-	`CREATE NULL_FILTERED INDEX runs_by_deadline ON runs (deadline)`,
-	`CREATE INDEX runs_by_expire_at ON runs (expire_at)`,
-	`CREATE INDEX runs_by_created ON runs (created_at DESC)`,
-	`CREATE INDEX runs_by_status_created ON runs (status, created_at DESC)`,
-	`CREATE INDEX runs_by_job_created ON runs (job, created_at DESC)`,
-	`CREATE INDEX runs_by_namespace_created ON runs (namespace, created_at DESC)`,
-	`CREATE INDEX runs_by_updated ON runs (updated_at DESC)`,
-	`CREATE INDEX runs_by_status_updated ON runs (status, updated_at DESC)`,
-	`CREATE TABLE effects (
-		run_id STRING(64) NOT NULL,
-		name STRING(MAX) NOT NULL,
-		effect_key STRING(64) NOT NULL,
-		status STRING(16) NOT NULL,
-		attempt INT64 NOT NULL,
-		created_at TIMESTAMP NOT NULL,
-		updated_at TIMESTAMP NOT NULL,
-		done_at TIMESTAMP,
-		expire_at TIMESTAMP NOT NULL,
-		ref STRING(MAX) NOT NULL
-	) PRIMARY KEY (run_id, name),
-	INTERLEAVE IN PARENT runs ON DELETE CASCADE`,
-	`ALTER TABLE runs ADD COLUMN result BYTES(MAX)`,
-	`ALTER TABLE runs ADD COLUMN progress BYTES(MAX)`,
-	// The shard of a run (Shards of them): the value of its ID's first hex digit, computed
-	// and stored by Spanner, so no write sends it. Every index below leads with it: an
-	// index led by a time (or by a status, then a time) takes every write at the current
-	// time in one key range, the hot spot of
-	// https://cloud.google.com/spanner/docs/schema-design; led by the shard, the writes
-	// spread over Shards ranges, and the listing, the rescue and the sweep read each shard.
-	`ALTER TABLE runs ADD COLUMN shard INT64 AS (STRPOS('0123456789abcdef', SUBSTR(run_id, 1, 1)) - 1) STORED`,
-	// Live runs only: a terminal run's deadline is NULL.
-	`CREATE NULL_FILTERED INDEX runs_by_shard_deadline ON runs (shard, deadline)`,
-	`CREATE INDEX runs_by_shard_expire_at ON runs (shard, expire_at)`,
-	// The operators' listing (List): newest first, by creation or by update time,
-	// unfiltered or with one equality filter; the run ID, the primary key, breaks ties.
-	`CREATE INDEX runs_by_shard_created ON runs (shard, created_at DESC)`,
-	`CREATE INDEX runs_by_shard_status_created ON runs (shard, status, created_at DESC)`,
-	`CREATE INDEX runs_by_shard_job_created ON runs (shard, job, created_at DESC)`,
-	`CREATE INDEX runs_by_shard_namespace_created ON runs (shard, namespace, created_at DESC)`,
-	`CREATE INDEX runs_by_shard_updated ON runs (shard, updated_at DESC)`,
-	`CREATE INDEX runs_by_shard_status_updated ON runs (shard, status, updated_at DESC)`,
-	`DROP INDEX runs_by_deadline`,
-	`DROP INDEX runs_by_expire_at`,
-	`DROP INDEX runs_by_created`,
-	`DROP INDEX runs_by_status_created`,
-	`DROP INDEX runs_by_job_created`,
-	`DROP INDEX runs_by_namespace_created`,
-	`DROP INDEX runs_by_updated`,
-	`DROP INDEX runs_by_status_updated`,
+// CREATE INDEX), in a new file, never changed: a database created by an earlier Schema
+// gets the same statements (Migrate applies those it lacks), and Terraform applies
+// appended statements in place where it would replace the database for a changed one.
+var Schema = readSchema()
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// readSchema reads the statements of the embedded migrations, in their names' order:
+// each file's lines but its comments, split after each line that ends with a semicolon.
+func readSchema() []string {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		panic(err) // the pattern is valid: cannot happen
+	}
+	slices.Sort(names)
+	var out []string
+	for _, name := range names {
+		b, err := migrations.ReadFile(name)
+		if err != nil {
+			panic(err) // the files are embedded: cannot happen
+		}
+		var stmt []string
+		for line := range strings.Lines(string(b)) {
+			if strings.HasPrefix(strings.TrimSpace(line), "--") {
+				continue
+			}
+			stmt = append(stmt, line)
+			if s, ok := strings.CutSuffix(strings.TrimRight(strings.Join(stmt, ""), "\n"), ";"); ok {
+				out = append(out, s)
+				stmt = nil
+			}
+		}
+		if strings.TrimSpace(strings.Join(stmt, "")) != "" {
+			panic("spannerledger: " + name + " ends with a statement without its semicolon")
+		}
+	}
+	return out
 }
 
 // Shards is the number of values of the runs' shard column (Schema): the queries that

@@ -2,6 +2,7 @@ package spannerledger
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"regexp"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/runonce/runonce/pkg/ledger"
+	"github.com/runonce/runonce/pkg/ledger/ledgertest"
 )
 
 // ddlModel is what a list of DDL statements leaves: the tables' columns and the
@@ -232,4 +234,14 @@ func TestQueriesUseLiveIndexes(t *testing.T) {
 			t.Errorf("a query forces the index %s, which Schema does not leave (it has %v)", name, live)
 		}
 	}
+}
+
+// TestMigrationNames holds the files Schema is read from to the numbering of every
+// backend's migrations.
+func TestMigrationNames(t *testing.T) {
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledgertest.CheckMigrationNames(t, sub)
 }

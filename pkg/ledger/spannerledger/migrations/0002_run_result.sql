@@ -1,0 +1,2 @@
+-- A run's result (Complete's, Fail's).
+ALTER TABLE runs ADD COLUMN result BYTES(MAX);
