@@ -716,51 +716,35 @@ func TestTooLargePayload(t *testing.T) {
 // ledger writes per item (workertest.BenchmarkBatch).
 func BenchmarkBatch(b *testing.B) { workertest.BenchmarkBatch(b, harness.Open) }
 
-// BenchmarkDuplicateVsNew alternates, in one run, rounds of a raw Create of a fresh
-// document, the claim of a new run, duplicates of one hot queued run this ledger created
-// (one read each), and the same duplicates taken as a ledger that has not seen the run
-// does (the rejected Create and a read: the former path), and reports each rate and the
-// ratios.
+// BenchmarkDuplicateVsNew compares a duplicate claim with a new one
+// (ledgertest.DuplicateVsNew): the raw write is a Create of a fresh document; a duplicate
+// of a run this ledger created is one read, and dup-create-first takes it as a ledger
+// that has not seen the run does (the rejected Create and a read: the former path).
 func BenchmarkDuplicateVsNew(b *testing.B) {
 	emulator(b)
 	client := sharedClient(b)
-	for _, n := range []int{8, 32} {
-		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
-			l := openLedger(b, client, &Options{Prefix: uniquePrefix()})
-			raw := client.Collection(l.Prefix() + "raw")
-			payload := []byte(`{"n":1}`)
-			doc := encodeRun(&ledger.Run{Namespace: "ledgertest/ns", Job: "job", Key: "sched-job", Status: ledger.StatusQueued,
-				ScheduleTime: time.Now(), PayloadHash: ledger.PayloadHash(payload), Payload: payload, AttemptID: uuid.NewString(),
-				Deadline: time.Now(), ExpireAt: time.Now()})
-			ident := func() ledger.Identity {
-				return ledger.Identity{RunID: ledger.KeyedRunID("bench", "job", uuid.NewString()), Namespace: "ledgertest/ns",
-					Job: "job", Key: "sched-job", ScheduleTime: time.Now(), PayloadHash: ledger.PayloadHash(payload), Payload: payload}
-			}
-			ctx := b.Context()
-			hot := ident()
-			if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: hot, AttemptID: uuid.NewString()}); err != nil {
-				b.Fatal(err)
-			}
-			claim := func(ctx context.Context, id ledger.Identity) error {
-				_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: uuid.NewString()})
-				return err
-			}
-			rates := benchloop.Interleaved(b, n, 200, []benchloop.Kind{
-				{Name: "raw", Op: func(ctx context.Context) error { _, err := raw.Doc(ident().RunID).Create(ctx, doc); return err }},
-				{Name: "new", Op: func(ctx context.Context) error { return claim(ctx, ident()) }},
-				{Name: "dup", Op: func(ctx context.Context) error { return claim(ctx, hot) }},
-				{Name: "dup-create-first", Op: func(ctx context.Context) error {
+	ledgertest.DuplicateVsNew(b, 200, func(b *testing.B) ledgertest.Duplicates {
+		l := openLedger(b, client, &Options{Prefix: uniquePrefix()})
+		raw := client.Collection(l.Prefix() + "raw")
+		payload := []byte(`{"n":1}`)
+		doc := encodeRun(&ledger.Run{Namespace: "ledgertest/ns", Job: "job", Key: "sched-job", Status: ledger.StatusQueued,
+			ScheduleTime: time.Now(), PayloadHash: ledger.PayloadHash(payload), Payload: payload, AttemptID: uuid.NewString(),
+			Deadline: time.Now(), ExpireAt: time.Now()})
+		ident := func() ledger.Identity {
+			return ledger.Identity{RunID: ledger.KeyedRunID("bench", "job", uuid.NewString()), Namespace: "ledgertest/ns",
+				Job: "job", Key: "sched-job", ScheduleTime: time.Now(), PayloadHash: ledger.PayloadHash(payload), Payload: payload}
+		}
+		return ledgertest.Duplicates{Ledger: l, Identity: ident,
+			Raw: func(ctx context.Context) error { _, err := raw.Doc(ident().RunID).Create(ctx, doc); return err },
+			Others: func(hot ledger.Identity) []benchloop.Kind {
+				return []benchloop.Kind{{Name: "dup-create-first", Op: func(ctx context.Context) error {
 					ref := l.runs.Doc(hot.RunID)
 					if _, err := ref.Create(ctx, doc); status.Code(err) != codes.AlreadyExists {
 						return fmt.Errorf("create of the hot run: %v, want AlreadyExists", err)
 					}
 					_, err := l.readClaim(ctx, ref, &ledger.ClaimParams{Identity: hot, AttemptID: uuid.NewString()})
 					return err
-				}},
-			})
-			b.ReportMetric(rates["new"]/rates["raw"], "new/raw")
-			b.ReportMetric(rates["dup"]/rates["new"], "dup/new")
-			b.ReportMetric(rates["dup-create-first"]/rates["new"], "dup-create-first/new")
-		})
-	}
+				}}}
+			}}
+	})
 }

@@ -806,32 +806,16 @@ func TestClaimRoundTrips(t *testing.T) {
 	}
 }
 
-// BenchmarkDuplicateVsNew alternates, in one run, rounds of the raw claim (rawClaim: one
-// HSET, no script), the claim of a new run and duplicates of one hot queued run (one
-// script that reads and writes nothing), and reports each rate and the ratios.
+// BenchmarkDuplicateVsNew compares a duplicate claim with a new one
+// (ledgertest.DuplicateVsNew): the raw write is rawClaim (one HSET, no script); a
+// duplicate is one script that reads and writes nothing.
 func BenchmarkDuplicateVsNew(b *testing.B) {
-	for _, n := range []int{8, 32} {
-		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
-			l := openTest(b, nil)
-			rdb := sharedClient(b)
-			ctx := b.Context()
-			hot := benchIdentity()
-			claim := func(ctx context.Context, id ledger.Identity) error {
-				_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: uuid.NewString()})
-				return err
-			}
-			if err := claim(ctx, hot); err != nil {
-				b.Fatal(err)
-			}
-			rates := benchloop.Interleaved(b, n, 400, []benchloop.Kind{
-				{Name: "raw", Op: func(ctx context.Context) error { return rawClaim(ctx, rdb, l.o.Prefix, benchIdentity()) }},
-				{Name: "new", Op: func(ctx context.Context) error { return claim(ctx, benchIdentity()) }},
-				{Name: "dup", Op: func(ctx context.Context) error { return claim(ctx, hot) }},
-			})
-			b.ReportMetric(rates["new"]/rates["raw"], "new/raw")
-			b.ReportMetric(rates["dup"]/rates["new"], "dup/new")
-		})
-	}
+	ledgertest.DuplicateVsNew(b, 400, func(b *testing.B) ledgertest.Duplicates {
+		l := openTest(b, nil)
+		rdb := sharedClient(b)
+		return ledgertest.Duplicates{Ledger: l, Identity: benchIdentity,
+			Raw: func(ctx context.Context) error { return rawClaim(ctx, rdb, l.o.Prefix, benchIdentity()) }}
+	})
 }
 
 // writeHook counts a client's round trips (a command, or a pipeline of them), each as a

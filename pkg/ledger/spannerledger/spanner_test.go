@@ -731,41 +731,26 @@ func TestClaimRoundTrips(t *testing.T) {
 	check("the claim of a known run deleted since (a read finds nothing, a Commit)", "ExecuteStreamingSql", "Commit")
 }
 
-// BenchmarkDuplicateVsNew alternates, in one run, rounds of the raw insert, the claim of
-// a new run, duplicates of one hot queued run this ledger created (one strong read
-// each), and the same duplicates taken as a ledger that has not seen the run does (the
-// insert rejected with AlreadyExists, then a strong read: the former path), and reports
-// each rate and the ratios.
+// BenchmarkDuplicateVsNew compares a duplicate claim with a new one
+// (ledgertest.DuplicateVsNew): the raw write is rawInsert; a duplicate of a run this
+// ledger created is one strong read, and dup-insert-first takes it as a ledger that has
+// not seen the run does (the insert rejected with AlreadyExists, then a strong read: the
+// former path).
 func BenchmarkDuplicateVsNew(b *testing.B) {
-	for _, n := range []int{8, 32} {
-		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
-			l := openTest(b, nil)
-			ctx := b.Context()
-			hot := benchIdentity()
-			claim := func(ctx context.Context, id ledger.Identity) error {
-				_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: id, AttemptID: uuid.NewString()})
-				return err
-			}
-			if err := claim(ctx, hot); err != nil {
-				b.Fatal(err)
-			}
-			rates := benchloop.Interleaved(b, n, 200, []benchloop.Kind{
-				{Name: "raw", Op: func(ctx context.Context) error { return rawInsert(ctx, l, benchIdentity()) }},
-				{Name: "new", Op: func(ctx context.Context) error { return claim(ctx, benchIdentity()) }},
-				{Name: "dup", Op: func(ctx context.Context) error { return claim(ctx, hot) }},
-				{Name: "dup-insert-first", Op: func(ctx context.Context) error {
+	ledgertest.DuplicateVsNew(b, 200, func(b *testing.B) ledgertest.Duplicates {
+		l := openTest(b, nil)
+		return ledgertest.Duplicates{Ledger: l, Identity: benchIdentity,
+			Raw: func(ctx context.Context) error { return rawInsert(ctx, l, benchIdentity()) },
+			Others: func(hot ledger.Identity) []benchloop.Kind {
+				return []benchloop.Kind{{Name: "dup-insert-first", Op: func(ctx context.Context) error {
 					if err := rawInsert(ctx, l, hot); spanner.ErrCode(err) != codes.AlreadyExists {
 						return fmt.Errorf("insert of the hot run: %v, want AlreadyExists", err)
 					}
 					_, err := l.Get(ctx, &ledger.GetParams{RunID: hot.RunID})
 					return err
-				}},
-			})
-			b.ReportMetric(rates["new"]/rates["raw"], "new/raw")
-			b.ReportMetric(rates["dup"]/rates["new"], "dup/new")
-			b.ReportMetric(rates["dup-insert-first"]/rates["new"], "dup-insert-first/new")
-		})
-	}
+				}}}
+			}}
+	})
 }
 
 // TestCapacityOps measures a run's operations on the ledger in rows mutated (each

@@ -11,12 +11,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/runonce/runonce/pkg/benchloop"
 	"github.com/runonce/runonce/pkg/ledger"
 	"github.com/runonce/runonce/pkg/ledger/ledgertest"
 	"github.com/runonce/runonce/pkg/ledger/sqlite"
@@ -248,79 +248,25 @@ func TestCommitsAreSyncedToDisk(t *testing.T) {
 	}
 }
 
-// BenchmarkDuplicateVsNew alternates rounds, on one ledger file, of new-run claims, duplicate
-// claims of one hot queued run, and those duplicates through the write transaction (Claim
-// as it was before a duplicate became a read outside the write lock), and reports each rate
-// and the duplicate/new ratios.
+// BenchmarkDuplicateVsNew compares a duplicate claim with a new one
+// (ledgertest.DuplicateVsNew) on one ledger file: a duplicate is a read outside the write
+// lock, and dup-locked takes it through the write transaction (Claim as it was before).
 func BenchmarkDuplicateVsNew(b *testing.B) {
-	const round = 400
-	for _, n := range []int{8, 32} {
-		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
-			l := open(b, filepath.Join(b.TempDir(), "ledger.db"))
-			ident := func(key string) ledger.Identity {
+	ledgertest.DuplicateVsNew(b, 400, func(b *testing.B) ledgertest.Duplicates {
+		l := open(b, filepath.Join(b.TempDir(), "ledger.db"))
+		return ledgertest.Duplicates{Ledger: l,
+			Identity: func() ledger.Identity {
+				key := uuid.NewString()
 				return ledger.Identity{RunID: ledger.KeyedRunID("bench", "job", key), Namespace: "bench", Job: "job", Key: key,
 					PayloadHash: ledger.PayloadHash([]byte(`{"n":1}`)), Payload: []byte(`{"n":1}`)}
-			}
-			hot := ident("hot")
-			ctx := b.Context()
-			if _, err := l.Claim(ctx, &ledger.ClaimParams{Identity: hot, AttemptID: uuid.NewString()}); err != nil {
-				b.Fatal(err)
-			}
-			kinds := []struct {
-				name string
-				op   func(context.Context) error
-			}{
-				{"new", func(ctx context.Context) error {
-					_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: ident(uuid.NewString()), AttemptID: uuid.NewString()})
-					return err
-				}},
-				{"dup", func(ctx context.Context) error {
-					_, err := l.Claim(ctx, &ledger.ClaimParams{Identity: hot, AttemptID: uuid.NewString()})
-					return err
-				}},
-				{"dup-locked", func(ctx context.Context) error {
+			},
+			Others: func(hot ledger.Identity) []benchloop.Kind {
+				return []benchloop.Kind{{Name: "dup-locked", Op: func(ctx context.Context) error {
 					_, err := sqlite.ClaimLocked(ctx, l, &ledger.ClaimParams{Identity: hot, AttemptID: uuid.NewString()})
 					return err
-				}},
-			}
-			took := make([]time.Duration, len(kinds))
-			ops := 0
-			b.ResetTimer()
-			for done := 0; done < b.N; done += round {
-				k := min(round, b.N-done)
-				for i, kind := range kinds {
-					start := time.Now()
-					var next atomic.Int64
-					var failed atomic.Value
-					var wg sync.WaitGroup
-					for range n {
-						wg.Go(func() {
-							for next.Add(1) <= int64(k) {
-								if err := kind.op(ctx); err != nil {
-									failed.CompareAndSwap(nil, err)
-									return
-								}
-							}
-						})
-					}
-					wg.Wait()
-					if err, _ := failed.Load().(error); err != nil {
-						b.Fatal(err)
-					}
-					took[i] += time.Since(start)
-				}
-				ops += k
-			}
-			b.StopTimer()
-			rate := map[string]float64{}
-			for i, kind := range kinds {
-				rate[kind.name] = float64(ops) / took[i].Seconds()
-				b.ReportMetric(rate[kind.name], kind.name+"-ops/s")
-			}
-			b.ReportMetric(rate["dup"]/rate["new"], "dup/new")
-			b.ReportMetric(rate["dup-locked"]/rate["new"], "dup-locked/new")
-		})
-	}
+				}}}
+			}}
+	})
 }
 
 // TestDuplicateClaimTakesNoWriteLock holds the ledger's write lock (as a writer waiting for
