@@ -511,25 +511,9 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 	t.Parallel()
 	dsn := testDSN(t)
 	schema := newSchema(t, dsn)
-	const n = 4
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Go(func() {
-			l, err := Open(t.Context(), dsn, &Options{Schema: schema})
-			if err == nil {
-				_, err = l.Claim(t.Context(), &ledger.ClaimParams{Identity: ledger.Identity{RunID: ledger.KeyedRunID("m", "j", uuid.NewString())}, AttemptID: "a"})
-				_ = l.Close()
-			}
-			errs[i] = err
-		})
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("open %d of %d: %v", i, n, err)
-		}
-	}
+	ledgertest.CheckConcurrentOpens(t, 4, func(ctx context.Context) (ledger.Driver, error) {
+		return Open(ctx, dsn, &Options{Schema: schema})
+	})
 	conn, err := connect(t.Context(), dsn)
 	if err != nil {
 		t.Fatal(err)

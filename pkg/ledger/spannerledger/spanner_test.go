@@ -476,25 +476,7 @@ func TestReplayedClaimFindsItsOwnRecord(t *testing.T) {
 func TestConcurrentOpenMigrates(t *testing.T) {
 	t.Parallel()
 	db := newDatabase(t, true)
-	const n = 4
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Go(func() {
-			l, err := Open(t.Context(), db, nil)
-			if err == nil {
-				_, err = l.Claim(t.Context(), &ledger.ClaimParams{Identity: benchIdentity(), AttemptID: "a"})
-				_ = l.Close()
-			}
-			errs[i] = err
-		})
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("open %d of %d: %v", i, n, err)
-		}
-	}
+	ledgertest.CheckConcurrentOpens(t, 4, func(ctx context.Context) (ledger.Driver, error) { return Open(ctx, db, nil) })
 }
 
 // TestMustExistAgainstSweep races a worker claim that must not create its run with a

@@ -248,6 +248,15 @@ func TestCommitsAreSyncedToDisk(t *testing.T) {
 	}
 }
 
+// TestConcurrentOpenMigrates opens one new file from several ledgers at once, as
+// processes that start together do: each migrates it in an immediate transaction or
+// finds it migrated, and all of them open.
+func TestConcurrentOpenMigrates(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	ledgertest.CheckConcurrentOpens(t, 4, func(ctx context.Context) (ledger.Driver, error) { return sqlite.Open(ctx, path, nil) })
+}
+
 // BenchmarkDuplicateVsNew compares a duplicate claim with a new one
 // (ledgertest.DuplicateVsNew) on one ledger file: a duplicate is a read outside the write
 // lock, and dup-locked takes it through the write transaction (Claim as it was before).
